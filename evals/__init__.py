@@ -1,0 +1,1 @@
+"""The evaluation harness (tasks, graders, suites, reports); see the eval-harness issue."""

@@ -1,0 +1,20 @@
+"""The state schema and the builder that compiles skills into a LangGraph ``StateGraph``."""
+
+from skilldeck.graph.builder import build_graph, check_tools
+from skilldeck.graph.state import (
+    RESERVED_KEYS,
+    RunStatus,
+    SkillDeckState,
+    build_state_schema,
+    merge_profile,
+)
+
+__all__ = [
+    "RESERVED_KEYS",
+    "RunStatus",
+    "SkillDeckState",
+    "build_graph",
+    "build_state_schema",
+    "check_tools",
+    "merge_profile",
+]

@@ -1,0 +1,24 @@
+"""Graph nodes: the router, one skill runner per skill, tool execution and the ask_user card."""
+
+from skilldeck.nodes.card import CardNode, answers_schema, apply_answers, validate_answers
+from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, TOOLS_NODE, NodeContext
+from skilldeck.nodes.router import RouterNode, candidates, route
+from skilldeck.nodes.skill import SkillNode, parse_output
+from skilldeck.nodes.tools import ToolsNode
+
+__all__ = [
+    "CARD_NODE",
+    "ROUTER_NODE",
+    "TOOLS_NODE",
+    "CardNode",
+    "NodeContext",
+    "RouterNode",
+    "SkillNode",
+    "ToolsNode",
+    "answers_schema",
+    "apply_answers",
+    "candidates",
+    "parse_output",
+    "route",
+    "validate_answers",
+]

@@ -1,0 +1,129 @@
+"""The ask_user card: a LangGraph interrupt that a person answers.
+
+The node does nothing before :func:`~langgraph.types.interrupt` but read the state, so its
+re-run on resume is harmless; the model call that asked for the card happened in the skill's
+node, which is already checkpointed. Answers are validated against the card's questions and
+written at each question's ``field_key``; invalid answers raise the card again, unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, interrupt
+
+from skilldeck._internal.paths import set_path
+from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE
+
+__all__ = ["CardNode", "answers_schema", "apply_answers", "card_payload", "validate_answers"]
+
+
+def _value_schema(question: Mapping[str, Any]) -> dict[str, Any]:
+    kind = question["input_type"]
+    values = [o["value"] for o in question.get("options") or []]
+    if kind == "select":
+        return {"enum": values}
+    if kind == "multi_select":
+        return {"type": "array", "items": {"enum": values}, "uniqueItems": True}
+    if kind == "boolean":
+        return {"type": "boolean"}
+    if kind == "file_ids":
+        return {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True}
+    schema: dict[str, Any] = {"type": "string"}
+    if values:
+        schema["enum"] = values
+    return schema
+
+
+def answers_schema(questions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """JSON Schema of the answers object ``{field_key: value}`` a card expects."""
+    props = {q["field_key"]: _value_schema(q) for q in questions}
+    for q in questions:
+        if q["required"] and q["input_type"] in ("text", "multi_select", "file_ids"):
+            props[q["field_key"]]["minLength" if q["input_type"] == "text" else "minItems"] = 1
+    return {
+        "type": "object",
+        "properties": props,
+        "required": [q["field_key"] for q in questions if q["required"]],
+        "additionalProperties": False,
+    }
+
+
+def validate_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> list[dict[str, str]]:
+    """Errors of ``answers`` as ``{"field_key", "message"}``; empty when they are valid."""
+    if not isinstance(answers, Mapping):
+        return [{"field_key": "$", "message": "answers must be an object {field_key: value}"}]
+    errors = []
+    schema = answers_schema(questions)
+    validator = Draft202012Validator(schema)
+    for err in validator.iter_errors(dict(answers)):
+        if err.validator == "required":
+            key = err.message.split("'")[1]
+            errors.append({"field_key": key, "message": "an answer is required"})
+        elif err.validator == "additionalProperties":
+            asked = set(schema["properties"])
+            for key in sorted(set(answers) - asked):
+                errors.append({"field_key": key, "message": "this card did not ask for it"})
+        else:
+            key = str(err.path[0]) if err.path else "$"
+            errors.append({"field_key": key, "message": err.message})
+    return errors
+
+
+def apply_answers(answers: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, Any]:
+    """The state update that writes each answer at its dot path."""
+    update: dict[str, Any] = {}
+    for key, value in answers.items():
+        head, _, rest = key.partition(".")
+        if head == "profile":
+            set_path(update.setdefault("profile", {}), rest, value)
+        elif rest:
+            base = update.get(head, state.get(head))
+            target = dict(base) if isinstance(base, Mapping) else {}
+            set_path(target, rest, value)
+            update[head] = target
+        else:
+            update[head] = value
+    return update
+
+
+def card_payload(card: Mapping[str, Any], thread_id: str) -> dict[str, Any]:
+    """The interrupt value clients receive (``interrupt_id`` is added by the deck)."""
+    payload = {
+        "event": "card",
+        "thread_id": thread_id,
+        "skill": card["skill"],
+        "review_type": card["review_type"],
+        "questions": card["questions"],
+    }
+    if card.get("errors"):
+        payload["errors"] = card["errors"]
+    return payload
+
+
+class CardNode:
+    """Raises the pending card and applies its answers."""
+
+    def __call__(self, state: dict[str, Any], config: RunnableConfig) -> Command[str]:
+        card = state.get("card")
+        if not card:
+            return Command(goto=ROUTER_NODE)
+        thread_id = str(config["configurable"]["thread_id"])
+        answers = interrupt(
+            card_payload(card, thread_id), response_schema=answers_schema(card["questions"])
+        )
+        errors = validate_answers(card["questions"], answers)
+        if errors:
+            return Command(goto=CARD_NODE, update={"card": {**card, "errors": errors}})
+        return Command(
+            goto=card["skill"],
+            update={
+                **apply_answers(answers, state),
+                "card": None,
+                "turn": None,
+                "status": "running",
+            },
+        )

@@ -1,0 +1,37 @@
+"""What every node needs to know about the deck, built once by the graph builder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from langchain_core.language_models import BaseChatModel
+
+from skilldeck.settings import Settings
+from skilldeck.skills.bundle import SkillBundle
+from skilldeck.tools.registry import ToolRegistry
+
+__all__ = ["CARD_NODE", "ROUTER_NODE", "TOOLS_NODE", "NodeContext"]
+
+ROUTER_NODE = "router"
+TOOLS_NODE = "tools"
+CARD_NODE = "card"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeContext:
+    """The loaded skills, tools, host settings and model lookup shared by the nodes."""
+
+    bundles: Mapping[str, SkillBundle]
+    registry: ToolRegistry
+    settings: Settings
+    model_for: Callable[[str], BaseChatModel]
+    model_label: Callable[[str], str]
+
+    @property
+    def data_keys(self) -> tuple[str, ...]:
+        """Every data field of every skill, in load order, without repeats."""
+        keys: dict[str, None] = {}
+        for bundle in sorted(self.bundles.values(), key=lambda b: b.order):
+            keys.update(dict.fromkeys(bundle.data_keys))
+        return tuple(keys)

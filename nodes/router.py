@@ -1,0 +1,87 @@
+"""The router: picks the next skill, deterministically, or ends the run.
+
+Candidates are the skills whose ``triggers.contexts`` contain ``state.context`` and whose
+``state_conditions`` and ``requires`` hold. An explicit ``next_skill`` wins, then the meta's
+``priority`` (higher first), then load order. No candidate means the run is finished. A loop
+guard stops a run that keeps choosing the same skill while the state does not change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.graph import END
+from langgraph.types import Command
+
+from skilldeck.nodes.context import NodeContext
+from skilldeck.skills.bundle import SkillBundle
+
+__all__ = ["RouterNode", "candidates", "fingerprint", "route"]
+
+_WATCHED = ("context", "input", "user_id", "matter_id", "profile")
+
+
+def candidates(bundles: Mapping[str, SkillBundle], state: Mapping[str, Any]) -> list[SkillBundle]:
+    """Skills that may run now, best first."""
+    ready = [b for b in bundles.values() if b.is_candidate(state)]
+    return sorted(ready, key=lambda b: (-b.priority, b.order))
+
+
+def fingerprint(state: Mapping[str, Any], data_keys: tuple[str, ...]) -> str:
+    """A digest of everything a skill can read or change, for the loop guard."""
+    watched = {k: state.get(k) for k in (*_WATCHED, *data_keys)}
+    blob = json.dumps(watched, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _fail(code: str, message: str) -> tuple[str, dict[str, Any]]:
+    return END, {"status": "failed", "error": {"code": code, "message": message}, "guard": None}
+
+
+def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The next node for ``state`` and the state update that goes with it."""
+    explicit = state.get("next_skill")
+    if explicit:
+        bundle = ctx.bundles.get(explicit)
+        if bundle is None:
+            return _fail("UNKNOWN_SKILL", f"next_skill {explicit!r} is not a loaded skill")
+        if not bundle.is_candidate(state):
+            return _fail(
+                "NEXT_SKILL_NOT_CANDIDATE",
+                f"next_skill {explicit!r} cannot run now: its triggers or requires do not hold",
+            )
+        chosen = explicit
+    else:
+        ready = candidates(ctx.bundles, state)
+        if not ready:
+            return END, {"status": "finished", "guard": None, "next_skill": None}
+        chosen = ready[0].name
+    digest = fingerprint(state, ctx.data_keys)
+    guard = state.get("guard") or {}
+    same = guard.get("skill") == chosen and guard.get("fingerprint") == digest
+    count = guard.get("count", 0) + 1 if same else 1
+    if count > ctx.settings.loop_limit:
+        return _fail(
+            "LOOP_GUARD",
+            f"skill {chosen!r} was chosen {count} times in a row without any change to the "
+            f"state (loop_limit={ctx.settings.loop_limit}); stopped the run",
+        )
+    return chosen, {
+        "guard": {"skill": chosen, "fingerprint": digest, "count": count},
+        "next_skill": None,
+        "status": "running",
+    }
+
+
+class RouterNode:
+    """The graph's entry node; skills route on ``continue`` with the same :func:`route`."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    def __call__(self, state: dict[str, Any]) -> Command[str]:
+        goto, update = route(self.ctx, state)
+        return Command(goto=goto, update=update)

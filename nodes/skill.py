@@ -1,0 +1,365 @@
+"""The skill runner: one node per skill.
+
+A turn opens with the rendered prompt (``scripts/preprocess.py`` first, if the bundle has one),
+then calls the skill's model with only the tools its meta lists. Tool calls go to the tools node
+and come back here, up to ``max_tool_rounds``. The final output must pass the four-part
+contract, the data schema, the provides rule, the card rules and ``scripts/validate.py``;
+otherwise the model is re-asked with the errors, up to ``max_retries``, and then the run fails
+with nothing merged. Output is never repaired.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END
+from langgraph.store.base import BaseStore
+from langgraph.types import Command
+
+from skilldeck._internal.paths import deep_merge
+from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
+from skilldeck.nodes.prompt import SUBMIT_TOOL, render_feedback, render_prompt
+from skilldeck.nodes.router import route
+from skilldeck.nodes.transcript import append_messages, read_messages
+from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
+from skilldeck.skills.bundle import SkillBundle
+from skilldeck.skills.contract import CARD_SCHEMA, check_field_keys, format_errors
+
+__all__ = ["SkillNode", "parse_output"]
+
+Errors = list[dict[str, str]]
+_CARD_VALIDATOR = Draft202012Validator(CARD_SCHEMA)
+
+
+def parse_output(message: AIMessage) -> tuple[dict[str, Any] | None, Errors]:
+    """The output object of a final model message, or why there is none.
+
+    Accepted forms: a ``submit_output`` call, or content that is one JSON object (a single
+    surrounding code fence is allowed, as models add one). Nothing else is salvaged.
+    """
+    submits = [c for c in message.tool_calls if c["name"] == SUBMIT_TOOL]
+    if submits:
+        if len(message.tool_calls) > 1:
+            return None, [{"path": "$", "message": f"call {SUBMIT_TOOL} alone, once"}]
+        return dict(submits[0]["args"]), []
+    text = message.content if isinstance(message.content, str) else ""
+    text = text.strip()
+    if text.startswith("```") and text.endswith("```"):
+        text = text.split("\n", 1)[1].rsplit("```", 1)[0] if "\n" in text else ""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, [{"path": "$", "message": f"output is not JSON: {exc.msg} at char {exc.pos}"}]
+    if not isinstance(value, dict):
+        return None, [{"path": "$", "message": "output must be a JSON object"}]
+    return value, []
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class SkillNode:
+    """Runs one skill; see the module docstring."""
+
+    def __init__(self, ctx: NodeContext, bundle: SkillBundle) -> None:
+        self.ctx = ctx
+        self.bundle = bundle
+        self.name = bundle.name
+
+    # -- the node -------------------------------------------------------------------------
+    def __call__(
+        self, state: dict[str, Any], config: RunnableConfig, store: BaseStore
+    ) -> Command[str]:
+        thread_id = str(config["configurable"]["thread_id"])
+        turn = state.get("turn")
+        if not turn or turn.get("skill") != self.name:
+            try:
+                turn = self._open_turn(state, thread_id, store)
+            except Exception as exc:
+                return self._fail(state, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
+        calls = dict(state.get("calls") or {})
+        index = calls.get(self.name, 0)
+        rounds_left = self._max_rounds() - turn["round"]
+        conversation = read_messages(store, thread_id, turn["id"])
+        try:
+            message = self._call_model(conversation, index, tools=rounds_left > 0)
+        except Exception as exc:
+            return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
+        calls[self.name] = index + 1
+        turn = {
+            **turn,
+            "pos": append_messages(store, thread_id, turn["id"], turn["pos"], [message]),
+            "tokens": _add_tokens(turn.get("tokens"), message),
+        }
+        pending = [c for c in message.tool_calls if c["name"] != SUBMIT_TOOL]
+        if pending and len(pending) == len(message.tool_calls):
+            if rounds_left > 0:
+                turn["round"] += 1
+                turn["pending"] = [
+                    {"id": c["id"], "name": c["name"], "args": c["args"]} for c in pending
+                ]
+                return Command(goto=TOOLS_NODE, update={"turn": turn, "calls": calls})
+            errors = [
+                {
+                    "path": "$",
+                    "message": f"tool round limit ({self._max_rounds()}) reached; reply with "
+                    "the final JSON output now",
+                }
+            ]
+            return self._reject(state, turn, calls, errors, None, thread_id, store)
+        return self._finish_attempt(state, turn, calls, message, thread_id, store)
+
+    # -- steps ----------------------------------------------------------------------------
+    def _open_turn(
+        self, state: Mapping[str, Any], thread_id: str, store: BaseStore
+    ) -> dict[str, Any]:
+        prepared = self.bundle.preprocess(dict(state)) if self.bundle.preprocess else None
+        messages = render_prompt(
+            self.bundle,
+            state,
+            self.ctx.data_keys,
+            output_mode=self.ctx.settings.output_mode,
+            prepared=prepared,
+        )
+        turn_id = uuid.uuid4().hex
+        return {
+            "id": turn_id,
+            "skill": self.name,
+            "attempt": 1,
+            "round": 0,
+            "pos": append_messages(store, thread_id, turn_id, 0, messages),
+            "pending": [],
+            "tool_calls": [],
+            "started_at": _now(),
+            "t0": time.time(),
+        }
+
+    def _max_rounds(self) -> int:
+        own = self.bundle.execution.max_tool_rounds
+        return int(self.ctx.settings.max_tool_rounds if own is None else own)
+
+    def _call_model(self, conversation: list[BaseMessage], index: int, *, tools: bool) -> AIMessage:
+        model: Any = self.ctx.model_for(self.name)
+        specs: list[Any] = [self.ctx.registry.get(t) for t in self.bundle.tools] if tools else []
+        if self.ctx.settings.output_mode == "tool":
+            specs.append(self._submit_spec())
+        if specs:
+            model = model.bind_tools(specs)
+        else:
+            model = model.bind(response_format={"type": "json_object"})
+        meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index}
+        result = model.invoke(conversation, config={"metadata": meta})
+        if not isinstance(result, AIMessage):
+            raise TypeError(f"model returned {type(result).__name__}, not an AIMessage")
+        return result
+
+    def _submit_spec(self) -> dict[str, Any]:
+        """The function that carries the final output, for endpoints without json_schema."""
+        return {
+            "type": "function",
+            "function": {
+                "name": SUBMIT_TOOL,
+                "description": "Submit the final output of the skill (the four-part contract).",
+                "parameters": self.bundle.output_schema,
+            },
+        }
+
+    def _finish_attempt(
+        self,
+        state: dict[str, Any],
+        turn: dict[str, Any],
+        calls: dict[str, int],
+        message: AIMessage,
+        thread_id: str,
+        store: BaseStore,
+    ) -> Command[str]:
+        output, errors = parse_output(message)
+        if output is None:
+            return self._reject(state, turn, calls, errors, None, thread_id, store)
+        errors = format_errors(self.bundle.validator, output)
+        control: dict[str, Any] = (
+            output["control"] if isinstance(output.get("control"), dict) else {}
+        )
+        if not errors and control.get("action") == "ask_user":
+            errors = check_field_keys(
+                control["questions"], self.bundle.provides, self.bundle.data_keys
+            )
+        if errors:
+            return self._reject(
+                state, turn, calls, errors, control.get("retry_prompt"), thread_id, store
+            )
+        if control["action"] == "retry":
+            errors = [{"path": "$.control.action", "message": "the skill asked to retry"}]
+            return self._reject(
+                state, turn, calls, errors, control.get("retry_prompt"), thread_id, store
+            )
+
+        merged = {
+            **state,
+            **output["data"],
+            "profile": deep_merge(state.get("profile") or {}, output["profile"]),
+        }
+        verdict = self._run_validate(output, merged)
+        if verdict["action"] == "error":
+            return self._fail(state, "SCRIPT_ERROR", verdict["message"], turn)
+        if verdict["action"] == "retry":
+            return self._reject(
+                state, turn, calls, verdict["errors"], verdict.get("retry_prompt"), thread_id, store
+            )
+        action = "ask_user" if verdict["action"] == "ask_user" else control["action"]
+        update: dict[str, Any] = {
+            **output["data"],
+            "profile": output["profile"],
+            "response": output["response"],
+            "attempt": self._record(turn, action, []),
+            "turn": None,
+            "calls": calls,
+        }
+        if action == "finish":
+            return Command(goto=END, update={**update, "status": "finished"})
+        if action == "ask_user":
+            source = verdict if verdict["action"] == "ask_user" else control
+            update["card"] = {
+                "card_id": uuid.uuid4().hex,
+                "skill": self.name,
+                "review_type": source["review_type"],
+                "questions": source["questions"],
+            }
+            return Command(goto=CARD_NODE, update={**update, "status": "interrupted"})
+        goto, routed = route(self.ctx, merged)
+        return Command(goto=goto, update={**update, **routed})
+
+    def _run_validate(self, output: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
+        """Normalise ``scripts/validate.py``'s verdict: continue, retry, ask_user or error."""
+        if self.bundle.validate is None:
+            return {"action": "continue"}
+        try:
+            raw = self.bundle.validate(output, merged)
+        except Exception as exc:
+            return {"action": "error", "message": _describe("validate.py", exc)}
+        verdict: dict[str, Any] = (
+            {"action": raw} if isinstance(raw, str) else dict(raw or {"action": "continue"})
+        )
+        action = verdict.get("action")
+        if action == "continue":
+            return verdict
+        if action == "retry":
+            reasons = verdict.get("errors") or ["validate.py asked for a retry"]
+            verdict["errors"] = [{"path": "validate.py", "message": str(r)} for r in reasons]
+            return verdict
+        if action == "ask_user":
+            problems = format_errors(_CARD_VALIDATOR, verdict)
+            problems += check_field_keys(
+                verdict.get("questions") or [], self.bundle.provides, self.bundle.data_keys
+            )
+            if problems:
+                detail = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
+                return {
+                    "action": "error",
+                    "message": f"validate.py returned an invalid card: {detail}",
+                }
+            return verdict
+        return {
+            "action": "error",
+            "message": f"validate.py returned {raw!r}; expected continue, retry or ask_user",
+        }
+
+    def _reject(
+        self,
+        state: dict[str, Any],
+        turn: dict[str, Any],
+        calls: dict[str, int],
+        errors: Errors,
+        retry_prompt: str | None,
+        thread_id: str,
+        store: BaseStore,
+    ) -> Command[str]:
+        """Re-ask the model with the errors, or fail the run when retries are used up."""
+        record = self._record(turn, "rejected", errors)
+        if turn["attempt"] > self.ctx.settings.max_retries:
+            message = (
+                f"skill {self.name!r} produced no valid output in {turn['attempt']} attempt(s); "
+                "nothing was merged"
+            )
+            return Command(
+                goto=END,
+                update={
+                    "status": "failed",
+                    "error": {
+                        "code": "CONTRACT_VIOLATION",
+                        "skill": self.name,
+                        "message": message,
+                        "errors": errors,
+                    },
+                    "attempt": record,
+                    "turn": None,
+                    "calls": calls,
+                },
+            )
+        feedback = render_feedback(errors, retry_prompt)
+        next_turn = {
+            **turn,
+            "attempt": turn["attempt"] + 1,
+            "round": 0,
+            "pending": [],
+            "tool_calls": [],
+            "tokens": None,
+            "pos": append_messages(store, thread_id, turn["id"], turn["pos"], [feedback]),
+            "started_at": _now(),
+            "t0": time.time(),
+        }
+        return Command(
+            goto=self.name, update={"turn": next_turn, "attempt": record, "calls": calls}
+        )
+
+    def _fail(
+        self, state: Mapping[str, Any], code: str, message: str, turn: dict[str, Any] | None
+    ) -> Command[str]:
+        update: dict[str, Any] = {
+            "status": "failed",
+            "error": {"code": code, "skill": self.name, "message": message},
+            "turn": None,
+        }
+        if turn is not None:
+            update["attempt"] = self._record(turn, "failed", [])
+        return Command(goto=END, update=update)
+
+    def _record(self, turn: Mapping[str, Any], action: str, errors: Errors) -> dict[str, Any]:
+        """The attempt record kept in the state (the checkpoint history keeps them all)."""
+        return {
+            "skill": self.name,
+            "turn": turn["id"],
+            "attempt": turn["attempt"],
+            "model": self.ctx.model_label(self.name),
+            "tool_calls": turn.get("tool_calls", []),
+            "validation_errors": errors,
+            "action": action,
+            "tokens": turn.get("tokens"),
+            "started_at": turn["started_at"],
+            "duration_ms": round((time.time() - turn["t0"]) * 1000, 1),
+        }
+
+
+def _add_tokens(total: Mapping[str, int] | None, message: AIMessage) -> dict[str, int] | None:
+    usage = message.usage_metadata
+    if not usage:
+        return dict(total) if total else None
+    out = dict(total or {})
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        out[key] = out.get(key, 0) + int(usage.get(key, 0))  # type: ignore[call-overload]
+    return out
+
+
+def _describe(script: str, exc: Exception) -> str:
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{script} raised {type(exc).__name__}: {exc} (line {frame.lineno})"

@@ -1,0 +1,77 @@
+"""Tool execution: runs the tool calls of a skill's turn, then hands control back to the skill.
+
+Only tools the skill's meta lists run; any other call is refused and recorded, never executed.
+Identity (``user_id``, ``matter_id``, ``thread_id``) comes from the run's config, never from the
+model's arguments. Results go to the turn's transcript in the store; the state records only
+the call's name, status, time and a reference.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.store.base import BaseStore
+from langgraph.types import Command
+
+from skilldeck.nodes.context import NodeContext
+from skilldeck.nodes.transcript import append_messages
+from skilldeck.tools.registry import IDENTITY_KEYS, ToolResult
+
+__all__ = ["ToolsNode"]
+
+
+class ToolsNode:
+    """Executes ``state.turn.pending``; see the module docstring."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    def __call__(
+        self, state: dict[str, Any], config: RunnableConfig, store: BaseStore
+    ) -> Command[str]:
+        turn = state["turn"]
+        bundle = self.ctx.bundles[turn["skill"]]
+        registry = self.ctx.registry
+        allowed = {registry.resolve(name) for name in bundle.tools}
+        configurable = config.get("configurable", {})
+        identity = {k: configurable.get(k) for k in IDENTITY_KEYS}
+        messages: list[ToolMessage] = []
+        records: list[dict[str, Any]] = []
+        for call in turn["pending"]:
+            started = time.perf_counter()
+            canonical = registry.resolve(call["name"])
+            if canonical is None or canonical not in allowed:
+                status = "refused"
+                result = ToolResult(
+                    False,
+                    f"Error: tool {call['name']!r} is not allowed for skill {bundle.name!r}; "
+                    f"allowed tools: {', '.join(bundle.tools) or 'none'}",
+                )
+            else:
+                result = registry.invoke(canonical, call["args"], identity)
+                status = "ok" if result.ok else "error"
+            messages.append(
+                ToolMessage(
+                    result.content,
+                    tool_call_id=call["id"],
+                    name=call["name"],
+                    status="success" if result.ok else "error",
+                )
+            )
+            records.append(
+                {
+                    "id": call["id"],
+                    "name": call["name"],
+                    "status": status,
+                    "ms": round((time.perf_counter() - started) * 1000, 2),
+                    "ref": f"{turn['id']}/{turn['pos'] + len(records):06d}",
+                }
+            )
+        pos = append_messages(
+            store, str(configurable["thread_id"]), turn["id"], turn["pos"], messages
+        )
+        update = {**turn, "pending": [], "pos": pos, "tool_calls": turn["tool_calls"] + records}
+        return Command(goto=turn["skill"], update={"turn": update})

@@ -1,0 +1,328 @@
+"""The ``skilldeck`` command line (typer + rich). Every command has ``--json`` for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.prompt import Confirm, Prompt
+from rich.table import Table
+
+from skilldeck.checkpoints import open_persistence
+from skilldeck.deck import SkillDeck
+from skilldeck.errors import InvalidAnswersError, SkillDeckError
+from skilldeck.settings import Settings
+from skilldeck.types import Card, RunResult
+
+app = typer.Typer(
+    help="Run folder-defined agent skills as a durable LangGraph workflow.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+DEMO = Path(__file__).parent / "demo"
+_BOOKKEEPING = {
+    "turn",
+    "guard",
+    "calls",
+    "attempt",
+    "card",
+    "next_skill",
+    "error",
+    "response",
+    "status",
+}
+
+SkillsOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--skills", help="Skills folder (repeatable); default: built-in."),
+]
+CheckpointOpt = Annotated[
+    str | None,
+    typer.Option("--checkpoint", help="Checkpoint URL (default: SKILLDECK_CHECKPOINT_URL)."),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", help="Model for every skill: MODEL, PROVIDER:MODEL or scripted:FILE."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _fail(exc: SkillDeckError, as_json: bool) -> NoReturn:
+    if as_json:
+        print(json.dumps({"status": "error", "error": exc.to_dict()}, ensure_ascii=False))
+    else:
+        err.print(f"[bold red]error[/] [{exc.code.value}] {exc}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _deck(
+    skills: list[Path] | None,
+    checkpoint: str | None,
+    model: str | None,
+    *,
+    existing: bool = False,
+    **overrides: Any,
+) -> SkillDeck:
+    """A deck for one command; ``existing`` refuses to create a missing checkpoint database."""
+    settings = Settings(**({"model": model} if model else {}), **overrides)  # type: ignore[arg-type]
+    persistence = open_persistence(
+        checkpoint or settings.checkpoint_url,
+        timeout=settings.sqlite_timeout_s,
+        must_exist=existing,
+    )
+    try:
+        return SkillDeck(skills or None, checkpointer=persistence, settings=settings)
+    except BaseException:
+        persistence.close()
+        raise
+
+
+def _parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SkillDeckError(f"{what} is not valid JSON: {exc.msg} (char {exc.pos})") from None
+
+
+def _summary(result: RunResult) -> dict[str, Any]:
+    body: dict[str, Any] = {"status": result.status, "thread_id": result.thread_id}
+    if result.card is not None:
+        body["card"] = result.card
+    else:
+        body["state"] = result.state
+    if result.error:
+        body["error"] = result.error
+    return body
+
+
+def _model_note(result: RunResult) -> None:
+    model = (result.state.get("attempt") or {}).get("model")
+    if model and model.startswith("scripted:"):
+        err.print(f"[yellow]model: {model} (scripted turns, not a real model)[/]", highlight=False)
+
+
+def _print_card(card: Card) -> None:
+    table = Table(title=f"card from {card['skill']} ({card['review_type']})", show_lines=True)
+    for column in ("field_key", "question", "type", "options"):
+        table.add_column(column)
+    for q in card["questions"]:
+        options = ", ".join(str(o["value"]) for o in q.get("options", []))
+        kind = q["input_type"] + ("" if q["required"] else " (optional)")
+        table.add_row(q["field_key"], q["question"], kind, options)
+    out.print(table)
+    for e in card.get("errors", []):
+        err.print(f"[red]{e['field_key']}: {e['message']}[/]", highlight=False)
+    out.print(f"interrupt_id: {card['interrupt_id']}", highlight=False)
+
+
+def _print_result(result: RunResult, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(_summary(result), ensure_ascii=False, default=str))
+        return
+    _model_note(result)
+    colour = {"finished": "green", "interrupted": "yellow", "failed": "red"}.get(result.status, "")
+    out.print(f"[bold {colour}]{result.status}[/] thread {result.thread_id}", highlight=False)
+    if result.state.get("response"):
+        out.print(Panel(str(result.state["response"]), title="response"))
+    if result.card is not None:
+        _print_card(result.card)
+        out.print(f"answer with: skilldeck resume {result.thread_id} --answers '{{...}}'")
+    elif result.error:
+        out.print_json(data=result.error)
+    else:
+        shown = {k: v for k, v in result.state.items() if k not in _BOOKKEEPING}
+        out.print_json(data=shown, default=str)
+
+
+@app.command()
+def run(
+    context: Annotated[str, typer.Option(help="The run's context, e.g. 'matter'.")],
+    input: Annotated[str, typer.Option("--input", help="Input JSON object.")] = "{}",
+    thread: Annotated[str | None, typer.Option(help="Thread id (default: new).")] = None,
+    user: Annotated[str | None, typer.Option(help="user_id bound to tools.")] = None,
+    matter: Annotated[str | None, typer.Option(help="matter_id bound to tools.")] = None,
+    skills: SkillsOpt = None,
+    checkpoint: CheckpointOpt = None,
+    model: ModelOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a run; prints the final state, or the card when the run pauses."""
+    try:
+        payload = _parse_json(input, "--input")
+        if not isinstance(payload, dict):
+            raise SkillDeckError("--input must be a JSON object")
+        with _deck(skills, checkpoint, model) as deck:
+            result = deck.run(
+                payload, context=context, thread_id=thread, user_id=user, matter_id=matter
+            )
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    _print_result(result, as_json)
+
+
+@app.command()
+def resume(
+    thread: Annotated[str, typer.Argument(help="Thread id of the paused run.")],
+    answers: Annotated[str, typer.Option(help="Answers JSON: {field_key: value}.")],
+    interrupt_id: Annotated[str | None, typer.Option(help="Expected pending interrupt.")] = None,
+    skills: SkillsOpt = None,
+    checkpoint: CheckpointOpt = None,
+    model: ModelOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a paused run's card and continue it."""
+    try:
+        values = _parse_json(answers, "--answers")
+        with _deck(skills, checkpoint, model, existing=True) as deck:
+            result = deck.resume(thread, values, interrupt_id=interrupt_id)
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    _print_result(result, as_json)
+
+
+@app.command()
+def threads(
+    skills: SkillsOpt = None, checkpoint: CheckpointOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List the threads in the checkpoint database."""
+    try:
+        with _deck(skills, checkpoint, None, existing=True) as deck:
+            rows = deck.threads()
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        print(json.dumps([r.to_dict() for r in rows]))
+        return
+    table = Table("thread_id", "status", "user", "last skill", "steps", "updated")
+    for r in rows:
+        table.add_row(
+            r.thread_id,
+            r.status,
+            r.user_id or "",
+            r.last_skill or "",
+            str(r.steps),
+            r.updated_at or "",
+        )
+    out.print(table)
+
+
+@app.command()
+def show(
+    thread: Annotated[str, typer.Argument(help="Thread id.")],
+    skills: SkillsOpt = None,
+    checkpoint: CheckpointOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a thread: its state, its history of steps and its cards."""
+    try:
+        with _deck(skills, checkpoint, None, existing=True) as deck:
+            result = deck.get_thread(thread)
+            history = deck.history(thread)
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        print(json.dumps({**_summary(result), "history": history}, ensure_ascii=False, default=str))
+        return
+    table = Table("step", "next", "skill", "attempt", "action", "status", "card", title="history")
+    for row in history:
+        card = "asked" if row["card"] else ""
+        table.add_row(
+            str(row["step"]),
+            ",".join(row["next"]),
+            row["skill"] or "",
+            str(row["attempt"] or ""),
+            row["action"] or "",
+            row["status"],
+            card,
+        )
+    out.print(table)
+    _print_result(result, False)
+
+
+@app.command()
+def graph(skills: SkillsOpt = None, as_json: JsonOpt = False) -> None:
+    """Print the compiled graph as Mermaid text."""
+    try:
+        with _deck(skills, "memory://", None) as deck:
+            text = deck.mermaid()
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    print(json.dumps({"mermaid": text}) if as_json else text)
+
+
+def _ask(card: Card) -> dict[str, Any]:
+    answers: dict[str, Any] = {}
+    for q in card["questions"]:
+        values = [str(o["value"]) for o in q.get("options", [])]
+        kind = q["input_type"]
+        if kind == "boolean":
+            answers[q["field_key"]] = Confirm.ask(q["question"])
+        elif kind == "select":
+            answers[q["field_key"]] = Prompt.ask(q["question"], choices=values)
+        elif kind in ("multi_select", "file_ids"):
+            raw = Prompt.ask(
+                f"{q['question']} (comma-separated{': ' + ', '.join(values) if values else ''})"
+            )
+            answers[q["field_key"]] = [v.strip() for v in raw.split(",") if v.strip()]
+        else:
+            answers[q["field_key"]] = Prompt.ask(q["question"])
+    return answers
+
+
+@app.command()
+def demo(
+    answers: Annotated[
+        str | None, typer.Option(help="Answers JSON for the card (default: ask interactively).")
+    ] = None,
+    checkpoint: CheckpointOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The litigation-intake example end to end, on the scripted model: run, card, resume."""
+    script = DEMO / "litigation-intake.yaml"
+    try:
+        with _deck(None, checkpoint, f"scripted:{script}", files_root=str(DEMO / "files")) as deck:
+            result = deck.run(
+                {"documents": ["complaint.txt"]},
+                context="matter",
+                user_id="demo-user",
+                matter_id="demo-matter",
+            )
+            steps = [_summary(result)]
+            if not as_json:
+                _print_result(result, False)
+            while result.status == "interrupted" and result.card is not None:
+                if answers is not None:
+                    given = _parse_json(answers, "--answers")
+                elif sys.stdin.isatty() and not as_json:
+                    given = _ask(result.card)
+                else:
+                    raise SkillDeckError("the demo paused on a card: pass --answers '{...}'")
+                if not as_json:
+                    out.print(f"[bold]resume[/] with answers {json.dumps(given, ensure_ascii=False)}")
+                try:
+                    result = deck.resume(result.thread_id, given)
+                except InvalidAnswersError as exc:
+                    if answers is not None or as_json:
+                        raise
+                    err.print(f"[red]{exc}[/]", highlight=False)
+                    continue
+                steps.append(_summary(result))
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        print(json.dumps({**steps[-1], "steps": steps}, ensure_ascii=False, default=str))
+    else:
+        _print_result(result, False)
+        out.print(f"inspect it: skilldeck show {result.thread_id}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,141 @@
+"""Errors raised by skilldeck.
+
+Every error carries an :class:`ErrorCode` and a message that says what went wrong and how to fix
+it, so callers (the CLI, the HTTP service, an embedding app) can branch on ``code`` and show
+``str(err)`` to a person.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "BundleError",
+    "CheckpointError",
+    "ErrorCode",
+    "InvalidAnswersError",
+    "ModelConfigError",
+    "NoPendingCardError",
+    "ScriptedModelError",
+    "SkillDeckError",
+    "StaleInterruptError",
+    "ThreadNotFoundError",
+    "ToolError",
+]
+
+
+class ErrorCode(StrEnum):
+    """Stable, machine-readable error codes."""
+
+    INVALID_BUNDLE = "INVALID_BUNDLE"
+    INVALID_CONDITION = "INVALID_CONDITION"
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    MODEL_NOT_CONFIGURED = "MODEL_NOT_CONFIGURED"
+    SCRIPTED_MODEL = "SCRIPTED_MODEL"
+    THREAD_NOT_FOUND = "THREAD_NOT_FOUND"
+    NO_PENDING_CARD = "NO_PENDING_CARD"
+    INVALID_ANSWERS = "INVALID_ANSWERS"
+    STALE_INTERRUPT = "STALE_INTERRUPT"
+    CHECKPOINT_UNAVAILABLE = "CHECKPOINT_UNAVAILABLE"
+    TOOL_ERROR = "TOOL_ERROR"
+    INVALID_INPUT = "INVALID_INPUT"
+
+
+class SkillDeckError(Exception):
+    """Base class of every error skilldeck raises on purpose."""
+
+    code: ErrorCode = ErrorCode.INVALID_INPUT
+
+    def __init__(self, message: str, *, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-native body for APIs: ``{"code", "message"}`` plus subclass details."""
+        return {"code": self.code.value, "message": str(self)}
+
+
+class BundleError(SkillDeckError):
+    """A skill bundle is malformed. Raised at load time, never during a run.
+
+    ``str(err)`` is one line: ``<file>: <json path>: <reason>``.
+    """
+
+    code = ErrorCode.INVALID_BUNDLE
+
+    def __init__(self, file: str, json_path: str, reason: str) -> None:
+        self.file, self.json_path, self.reason = file, json_path, reason
+        super().__init__(f"{file}: {json_path}: {reason}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "file": self.file, "json_path": self.json_path}
+
+
+class ModelConfigError(SkillDeckError):
+    code = ErrorCode.MODEL_NOT_CONFIGURED
+
+
+class ScriptedModelError(SkillDeckError):
+    code = ErrorCode.SCRIPTED_MODEL
+
+
+class ThreadNotFoundError(SkillDeckError):
+    code = ErrorCode.THREAD_NOT_FOUND
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"thread {thread_id!r} has no checkpoints: start it with SkillDeck.run() "
+            "or check the thread id and the checkpoint database URL"
+        )
+
+
+class NoPendingCardError(SkillDeckError):
+    code = ErrorCode.NO_PENDING_CARD
+
+    def __init__(self, thread_id: str, status: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"thread {thread_id!r} has no pending card to answer (its status is {status!r}); "
+            "resume only threads whose status is 'interrupted'"
+        )
+
+
+class StaleInterruptError(SkillDeckError):
+    code = ErrorCode.STALE_INTERRUPT
+
+    def __init__(self, thread_id: str, given: str, pending: str) -> None:
+        super().__init__(
+            f"interrupt {given!r} of thread {thread_id!r} was already answered; "
+            f"the pending card is {pending!r}: fetch the thread again and answer that card"
+        )
+
+
+class InvalidAnswersError(SkillDeckError):
+    """Card answers failed validation; nothing was written.
+
+    ``card`` is the pending card with ``errors`` filled in, ready to be shown again.
+    """
+
+    code = ErrorCode.INVALID_ANSWERS
+
+    def __init__(self, card: dict[str, Any], errors: list[dict[str, str]]) -> None:
+        self.card = {**card, "errors": errors}
+        self.errors = errors
+        detail = "; ".join(f"{e['field_key']}: {e['message']}" for e in errors)
+        super().__init__(f"invalid card answers: {detail}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "errors": self.errors, "card": self.card}
+
+
+class CheckpointError(SkillDeckError):
+    code = ErrorCode.CHECKPOINT_UNAVAILABLE
+
+
+class ToolError(SkillDeckError):
+    """A tool refused its arguments or failed; the message is fed back to the model."""
+
+    code = ErrorCode.TOOL_ERROR

@@ -1,0 +1,110 @@
+"""Model selection: a skill's ``execution_config`` plus host :class:`Settings`.
+
+Every provider except ``scripted`` goes through langchain-openai's ``ChatOpenAI``: OpenAI,
+OpenRouter, or any OpenAI-compatible ``base_url`` (vLLM, Ollama, a llama.cpp server).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from langchain_core.language_models import BaseChatModel
+
+from skilldeck.errors import ModelConfigError
+from skilldeck.scripted import ScriptedChatModel
+from skilldeck.settings import Settings
+from skilldeck.skills.bundle import ExecutionConfig
+
+__all__ = ["PROVIDERS", "ModelSpec", "build_model", "resolve_model"]
+
+PROVIDERS: dict[str, tuple[str | None, str]] = {
+    # provider: (default base_url, API key environment variable)
+    "openai": (None, "OPENAI_API_KEY"),
+    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "compatible": (None, "SKILLDECK_API_KEY"),
+    "scripted": (None, ""),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """The resolved model of one skill."""
+
+    provider: str
+    model: str
+    temperature: float
+    base_url: str | None = None
+    max_tokens: int | None = None
+
+    @property
+    def label(self) -> str:
+        """How the model is named in records: ``scripted:<file>`` or ``<provider>:<model>``."""
+        return f"{self.provider}:{self.model}"
+
+
+def _split(spec: str) -> tuple[str | None, str]:
+    provider, sep, rest = spec.partition(":")
+    return (provider, rest) if sep and provider in PROVIDERS else (None, spec)
+
+
+def resolve_model(execution: ExecutionConfig, settings: Settings, *, base: Path) -> ModelSpec:
+    """Pick provider, model and temperature for a skill.
+
+    ``settings.model`` overrides the skill's own model (hosts and tests switch models this
+    way); ``settings.base_url`` sends every call to one OpenAI-compatible endpoint.
+    """
+    provider, model = (None, execution.model) if not settings.model else _split(settings.model)
+    provider = provider or (
+        "compatible" if settings.base_url else execution.provider or settings.provider
+    )
+    if provider not in PROVIDERS:
+        raise ModelConfigError(
+            f"unknown model provider {provider!r}; use one of {', '.join(PROVIDERS)}, or set "
+            "SKILLDECK_BASE_URL for any OpenAI-compatible endpoint"
+        )
+    if not model:
+        raise ModelConfigError(
+            "no model configured: set execution_config.model in skill.meta.json, "
+            "SKILLDECK_MODEL, or pass --model (e.g. --model scripted:turns.yaml)"
+        )
+    if provider == "scripted":
+        # A host override is relative to the working directory, a skill's own to its bundle.
+        path = Path(model)
+        root = Path.cwd() if settings.model else base
+        model = str(path if path.is_absolute() else (root / path).resolve())
+    return ModelSpec(
+        provider=provider,
+        model=model,
+        temperature=execution.temperature
+        if execution.temperature is not None
+        else settings.temperature,
+        base_url=settings.base_url or execution.base_url or PROVIDERS[provider][0],
+        max_tokens=execution.max_tokens,
+    )
+
+
+def build_model(spec: ModelSpec, settings: Settings) -> BaseChatModel:
+    """Instantiate the chat model of ``spec``; raises :class:`ModelConfigError` early."""
+    if spec.provider == "scripted":
+        return ScriptedChatModel.from_source(spec.model)
+    env_key = PROVIDERS[spec.provider][1]
+    key = settings.api_key.get_secret_value() if settings.api_key else os.environ.get(env_key)
+    if not key:
+        if spec.base_url is None or spec.provider == "openrouter":
+            raise ModelConfigError(
+                f"no API key for provider {spec.provider!r}: set SKILLDECK_API_KEY or {env_key}"
+            )
+        key = "not-needed"  # local OpenAI-compatible servers accept any key
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(
+        model=spec.model,
+        base_url=spec.base_url,
+        api_key=key,  # type: ignore[arg-type]
+        temperature=spec.temperature,
+        max_tokens=spec.max_tokens,  # type: ignore[call-arg]
+        timeout=settings.request_timeout_s,
+        max_retries=2,
+    )

@@ -1,0 +1,53 @@
+"""Host settings: limits and defaults the host controls, not the skills.
+
+Every field can be set from the environment with the ``SKILLDECK_`` prefix, e.g.
+``SKILLDECK_MAX_RETRIES=1`` or ``SKILLDECK_CHECKPOINT_URL=sqlite:///runs.sqlite``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """Defaults for a :class:`~skilldeck.SkillDeck`.
+
+    Model selection: a skill's ``execution_config`` picks provider, model and temperature; the
+    fields here fill what it leaves out. ``model`` set here (or ``--model`` on the CLI) overrides
+    every skill, which is how tests and the demo switch to the ``scripted`` provider. ``base_url``
+    sends every call to one OpenAI-compatible endpoint (vLLM, Ollama, a llama.cpp server).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SKILLDECK_", extra="ignore")
+
+    model: str | None = Field(
+        default=None,
+        description="Model override for every skill: 'MODEL', 'PROVIDER:MODEL' or 'scripted:FILE'.",
+    )
+    provider: str = "openai"
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    temperature: float = 0.2
+    output_mode: Literal["tool", "json"] = Field(
+        default="tool",
+        description="How real models return the final contract: a function call or JSON mode.",
+    )
+    request_timeout_s: float = 120.0
+
+    max_retries: int = Field(default=2, ge=0, description="Re-asks after an invalid output.")
+    max_tool_rounds: int = Field(default=4, ge=0, description="Model/tool round trips per attempt.")
+    loop_limit: int = Field(
+        default=3, ge=1, description="Runs of one skill without any state change before stopping."
+    )
+    max_steps: int = Field(default=200, ge=1, description="LangGraph recursion limit per call.")
+    reference_token_budget: int = Field(default=4000, ge=0)
+
+    checkpoint_url: str = "sqlite:///.skilldeck/checkpoints.sqlite"
+    durability: Literal["sync", "async", "exit"] = "sync"
+    sqlite_timeout_s: float = Field(default=5.0, gt=0, description="Wait for a locked database.")
+    files_root: str = "."

@@ -1,0 +1,88 @@
+"""The loaded, validated form of a skill bundle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from skilldeck.skills.conditions import Condition
+
+__all__ = ["ExecutionConfig", "Reference", "SkillBundle"]
+
+PreprocessFn = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
+ValidateFn = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any] | str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionConfig:
+    """``execution_config`` of ``skill.meta.json``; ``None`` means "use the host default"."""
+
+    provider: str | None = None
+    model: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    base_url: str | None = None
+    max_tool_rounds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """One file of ``references/``, possibly cut to fit the token budget."""
+
+    name: str
+    text: str
+    tokens: int
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SkillBundle:
+    """A skill bundle after load-time validation. Build it with :func:`load_skills`."""
+
+    name: str
+    description: str
+    path: Path
+    instructions: str
+    meta: Mapping[str, Any]
+    contexts: tuple[str, ...]
+    state_conditions: tuple[Condition, ...]
+    requires_all: tuple[Condition, ...]
+    requires_any: tuple[Condition, ...]
+    tools: tuple[str, ...]
+    provides: tuple[str, ...]
+    priority: int
+    execution: ExecutionConfig
+    output_schema: Mapping[str, Any]
+    data_schema: Mapping[str, Any]
+    references: tuple[Reference, ...]
+    order: int
+    preprocess: PreprocessFn | None = field(default=None, compare=False, repr=False)
+    validate: ValidateFn | None = field(default=None, compare=False, repr=False)
+    validator: Draft202012Validator = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    @property
+    def data_keys(self) -> tuple[str, ...]:
+        """Top-level ``data`` fields; each becomes a state key."""
+        return tuple((self.data_schema.get("properties") or {}).keys())
+
+    @property
+    def cases_path(self) -> Path | None:
+        path = self.path / "cases.yaml"
+        return path if path.is_file() else None
+
+    def is_candidate(self, state: Mapping[str, Any]) -> bool:
+        """Whether the router may pick this skill for ``state`` (seed 004 triggers/requires)."""
+        return (
+            state.get("context") in self.contexts
+            and all(c.evaluate(state) for c in self.state_conditions)
+            and self.requires_hold(state)
+        )
+
+    def requires_hold(self, state: Mapping[str, Any]) -> bool:
+        return all(c.evaluate(state) for c in self.requires_all) and (
+            not self.requires_any or any(c.evaluate(state) for c in self.requires_any)
+        )

@@ -1,0 +1,178 @@
+"""The four-part output contract of seed 004: ``{response, profile, data, control}``.
+
+A skill's full output schema is assembled at load time from its ``assets/output_schema.json``
+(the single source of truth for ``data``) and its ``outputs.provides`` (the single source of truth
+for ``profile``). Validation never repairs anything: it only reports.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+__all__ = [
+    "ACTIONS",
+    "CARD_SCHEMA",
+    "CONTROL_SCHEMA",
+    "INPUT_TYPES",
+    "QUESTION_SCHEMA",
+    "REVIEW_TYPES",
+    "build_output_schema",
+    "check_field_keys",
+    "format_errors",
+]
+
+ACTIONS = ("continue", "retry", "ask_user", "finish")
+REVIEW_TYPES = ("clarify", "select", "confirm", "phase_done")
+INPUT_TYPES = ("text", "select", "multi_select", "boolean", "file_ids")
+DOT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+
+QUESTION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["question", "field_key", "input_type", "required"],
+    "additionalProperties": False,
+    "properties": {
+        "question": {"type": "string", "minLength": 1},
+        "field_key": {"type": "string", "pattern": DOT_PATH},
+        "input_type": {"enum": list(INPUT_TYPES)},
+        "required": {"type": "boolean"},
+        "options": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["label", "value"],
+                "additionalProperties": False,
+                "properties": {
+                    "label": {"type": "string", "minLength": 1},
+                    "value": {"type": ["string", "number", "boolean"]},
+                },
+            },
+        },
+    },
+    "allOf": [
+        {
+            "if": {"properties": {"input_type": {"enum": ["select", "multi_select"]}}},
+            "then": {"required": ["options"]},
+        }
+    ],
+}
+
+CARD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["review_type", "questions"],
+    "properties": {
+        "review_type": {"enum": list(REVIEW_TYPES)},
+        "questions": {"type": "array", "minItems": 1, "items": QUESTION_SCHEMA},
+    },
+}
+
+CONTROL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["action"],
+    "additionalProperties": False,
+    "properties": {
+        "action": {"enum": list(ACTIONS)},
+        "review_type": {"enum": list(REVIEW_TYPES)},
+        "questions": {"type": "array", "items": QUESTION_SCHEMA},
+        "retry_prompt": {"type": "string"},
+    },
+    "allOf": [
+        {
+            "if": {"properties": {"action": {"const": "ask_user"}}},
+            "then": {
+                "required": ["review_type", "questions"],
+                "properties": {"questions": {"minItems": 1}},
+            },
+        }
+    ],
+}
+
+
+def _profile_schema(provides: Sequence[str], hints: Mapping[str, Any]) -> dict[str, Any]:
+    """Profile properties rewritten to exactly ``provides``; a provided field keeps the type the
+    bundle's schema gave it, and nothing else is allowed."""
+    root: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+    for path in provides:
+        parts = path.split(".")[1:]
+        node, hint = root, hints
+        for i, part in enumerate(parts):
+            hint = (hint.get("properties") or {}).get(part, {}) if isinstance(hint, Mapping) else {}
+            props = node.setdefault("properties", {})
+            if i == len(parts) - 1:
+                props[part] = copy.deepcopy(hint) if isinstance(hint, Mapping) else {}
+            else:
+                node = props.setdefault(
+                    part, {"type": "object", "properties": {}, "additionalProperties": False}
+                )
+    return root
+
+
+def build_output_schema(
+    source: Mapping[str, Any], provides: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Assemble the full output schema; returns ``(output_schema, data_schema)``.
+
+    ``source`` is the bundle's ``output_schema.json``. Only its ``properties.data`` (and any
+    ``$defs`` it refers to) are used; ``profile`` is rebuilt from ``provides``. Data fields
+    become state keys, so ``data`` must declare them: unknown data fields are never allowed.
+    """
+    props = source.get("properties") or {}
+    data = copy.deepcopy(props.get("data") or {"type": "object", "properties": {}})
+    data.setdefault("type", "object")
+    data.setdefault("properties", {})
+    data.setdefault("additionalProperties", False)
+    schema = {k: copy.deepcopy(v) for k, v in source.items() if k not in ("properties", "required")}
+    schema.update(
+        {
+            "type": "object",
+            "required": ["response", "profile", "data", "control"],
+            "additionalProperties": False,
+            "properties": {
+                "response": {"type": "string"},
+                "profile": _profile_schema(provides, props.get("profile") or {}),
+                "data": data,
+                "control": CONTROL_SCHEMA,
+            },
+        }
+    )
+    return schema, data
+
+
+def format_errors(validator: Draft202012Validator, instance: Any) -> list[dict[str, str]]:
+    """All schema errors as ``{"path": "$.a[0].b", "message": ...}``, in document order."""
+    out = []
+    for err in sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.path]):
+        path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
+        out.append({"path": path, "message": err.message})
+    return out
+
+
+def check_field_keys(
+    questions: Iterable[Mapping[str, Any]], provides: Sequence[str], data_keys: Iterable[str]
+) -> list[dict[str, str]]:
+    """A card may only ask for fields the skill may write: a provided profile path (or below
+    one) or one of its data fields. Field keys must also be unique within a card."""
+    data_keys = set(data_keys)
+    errors, seen = [], set()
+    for i, q in enumerate(questions):
+        key = str(q.get("field_key", ""))
+        where = f"$.control.questions[{i}].field_key"
+        if key in seen:
+            errors.append({"path": where, "message": f"duplicate field_key {key!r}"})
+        seen.add(key)
+        if key.startswith("profile."):
+            if not any(key == p or key.startswith(p + ".") for p in provides):
+                errors.append({"path": where, "message": f"{key!r} is not under outputs.provides"})
+        elif re.match(DOT_PATH, key) and key.split(".")[0] not in data_keys:
+            errors.append(
+                {
+                    "path": where,
+                    "message": f"{key!r} is neither a provided profile field nor a data field",
+                }
+            )
+    return errors

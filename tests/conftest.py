@@ -1,0 +1,121 @@
+"""Shared fixtures: build skill bundles in a temp folder and decks on scripted models."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import skilldeck
+from skilldeck import Settings, SkillDeck
+
+DEMO = Path(skilldeck.__file__).parent / "demo"
+DEMO_SCRIPT = DEMO / "litigation-intake.yaml"
+DEMO_FILES = DEMO / "files"
+DEMO_ANSWERS = {"profile.defendant.name": "Acme Logistics Ltd.", "profile.defendant.type": "organisation"}
+
+
+def write_bundle(
+    root: Path,
+    name: str,
+    *,
+    meta: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+    skill_md: str | None = None,
+    scripts: Mapping[str, str] | None = None,
+    references: Mapping[str, str] | None = None,
+) -> Path:
+    """Write a bundle folder ``root/name`` and return it.
+
+    ``meta`` is merged over a minimal valid meta (context ``ctx``); ``data`` is the
+    ``properties`` of the data schema (default: one string field ``note``).
+    """
+    folder = root / name
+    (folder / "assets").mkdir(parents=True, exist_ok=True)
+    full_meta: dict[str, Any] = {
+        "name": name,
+        "description": f"test skill {name}",
+        "triggers": {"contexts": ["ctx"]},
+    }
+    full_meta.update(meta or {})
+    (folder / "skill.meta.json").write_text(json.dumps(full_meta), "utf-8")
+    schema = {"properties": {"data": {"properties": dict(data or {"note": {"type": "string"}})}}}
+    (folder / "assets" / "output_schema.json").write_text(json.dumps(schema), "utf-8")
+    body = skill_md if skill_md is not None else f"---\nname: {name}\ndescription: test\n---\nDo {name}.\n"
+    (folder / "SKILL.md").write_text(body, "utf-8")
+    for script, source in (scripts or {}).items():
+        (folder / "scripts").mkdir(exist_ok=True)
+        (folder / "scripts" / f"{script}.py").write_text(source, "utf-8")
+    for ref, text in (references or {}).items():
+        (folder / "references").mkdir(exist_ok=True)
+        (folder / "references" / ref).write_text(text, "utf-8")
+    return folder
+
+
+def output(
+    *,
+    response: str = "ok",
+    profile: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+    action: str = "finish",
+    **control: Any,
+) -> dict[str, Any]:
+    """A valid four-part output turn for a scripted model."""
+    return {
+        "output": {
+            "response": response,
+            "profile": dict(profile or {}),
+            "data": dict(data or {}),
+            "control": {"action": action, **control},
+        }
+    }
+
+
+@pytest.fixture
+def skills_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "skills"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def make_deck(tmp_path: Path) -> Iterator[Callable[..., SkillDeck]]:
+    """``make_deck(skills, turns={skill: [turn, ...]}, **settings)`` on a fresh SQLite file."""
+    decks: list[SkillDeck] = []
+
+    def factory(
+        skills: Any,
+        turns: Mapping[str, list[Any]] | None = None,
+        *,
+        checkpointer: Any = None,
+        **settings: Any,
+    ) -> SkillDeck:
+        script = tmp_path / f"script{len(decks)}.yaml"
+        script.write_text(yaml.safe_dump({"skills": dict(turns or {})}), "utf-8")
+        settings.setdefault("model", f"scripted:{script}")
+        deck = SkillDeck(
+            skills,
+            checkpointer=checkpointer or f"sqlite:///{tmp_path / 'checkpoints.sqlite'}",
+            settings=Settings(**settings),
+        )
+        decks.append(deck)
+        return deck
+
+    yield factory
+    for deck in decks:
+        deck.close()
+
+
+@pytest.fixture
+def demo_deck(tmp_path: Path) -> Iterator[SkillDeck]:
+    """The built-in skills with the demo's scripted model and files."""
+    deck = SkillDeck(
+        checkpointer=f"sqlite:///{tmp_path / 'demo.sqlite'}",
+        settings=Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES)),
+    )
+    yield deck
+    deck.close()

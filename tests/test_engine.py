@@ -1,0 +1,442 @@
+"""The skill runner, the output contract, cards and resume, on real checkpoints."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.types import Command
+
+from skilldeck import (
+    CheckpointError,
+    InvalidAnswersError,
+    NoPendingCardError,
+    SkillDeck,
+    SkillDeckError,
+    StaleInterruptError,
+    ThreadNotFoundError,
+)
+from skilldeck.nodes.transcript import read_messages
+from skilldeck.scripted import ScriptedChatModel
+from tests.conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+
+pytestmark = pytest.mark.L2
+
+PROVIDES = ["profile.name", "profile.party"]
+
+
+def _skill(skills_dir: Path, name: str = "intake", **kwargs: Any) -> Path:
+    meta = {"outputs": {"provides": PROVIDES}, **kwargs.pop("meta", {})}
+    write_bundle(skills_dir, name, meta=meta, **kwargs)
+    return skills_dir
+
+
+# -- the demo: run, card, resume ---------------------------------------------------------------
+def test_demo_pauses_on_a_card_and_finishes_after_resume(demo_deck: SkillDeck) -> None:
+    result = demo_deck.run(
+        {"documents": ["complaint.txt"]}, context="matter", matter_id="demo-matter", user_id="u"
+    )
+    assert result.status == "interrupted"
+    card = result.card
+    assert card is not None
+    assert set(card) == {"event", "thread_id", "skill", "review_type", "questions", "interrupt_id"}
+    assert card["event"] == "card" and card["thread_id"] == result.thread_id
+    assert [q["field_key"] for q in card["questions"]] == [
+        "profile.defendant.name",
+        "profile.defendant.type",
+    ]
+    assert result.state["profile"]["plaintiff"]["name"] == "Jane Doe"
+    assert result.state["evidence_list"][0]["file_id"] == "complaint.txt"  # data at top level
+    assert result.state["attempt"]["model"].startswith("scripted:")
+    assert [c["status"] for c in result.state["attempt"]["tool_calls"]] == ["ok", "ok"]
+
+    done = demo_deck.resume(result.thread_id, DEMO_ANSWERS, interrupt_id=card["interrupt_id"])
+    assert done.status == "finished", done.error
+    profile = done.state["profile"]
+    assert profile["defendant"] == {"name": "Acme Logistics Ltd.", "type": "organisation"}
+    assert profile["intake_status"] == "completed"
+    assert profile["plaintiff"]["name"] == "Jane Doe"  # earlier increments kept
+    assert done.card is None and done.state["card"] is None
+
+
+def test_the_model_is_not_called_again_for_one_card(
+    demo_deck: SkillDeck, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    original = ScriptedChatModel._generate
+
+    def counting(
+        self: ScriptedChatModel, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Any:
+        calls.append(1)
+        return original(self, messages, stop, run_manager, **kw)
+
+    monkeypatch.setattr(ScriptedChatModel, "_generate", counting)
+    result = demo_deck.run(
+        {"documents": ["complaint.txt"]}, context="matter", matter_id="demo-matter"
+    )
+    assert len(calls) == 3  # two tool rounds and the output
+    with pytest.raises(InvalidAnswersError):
+        demo_deck.resume(result.thread_id, {"profile.defendant.name": "X"})
+    assert len(calls) == 3
+    demo_deck.resume(result.thread_id, DEMO_ANSWERS)
+    assert len(calls) == 4  # one call after the card, none repeated before it
+    assert demo_deck.get_thread(result.thread_id).state["calls"] == {"litigation-intake": 4}
+
+
+def test_resume_from_a_new_process_and_a_new_deck(tmp_path: Path) -> None:
+    db = tmp_path / "shared.sqlite"
+    code = f"""
+import json, sys
+from skilldeck import SkillDeck, Settings
+deck = SkillDeck(checkpointer="sqlite:///{db}",
+                 settings=Settings(model="scripted:{DEMO_SCRIPT}", files_root="{DEMO_FILES}"))
+if sys.argv[1] == "run":
+    r = deck.run({{"documents": ["complaint.txt"]}}, context="matter", matter_id="demo-matter")
+else:
+    r = deck.resume(sys.argv[2], json.loads(sys.argv[3]))
+print(json.dumps({{"status": r.status, "thread_id": r.thread_id, "profile": r.state["profile"]}}))
+deck.close()
+"""
+
+    def child(*args: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True
+        )
+        return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+    first = child("run")
+    assert first["status"] == "interrupted"
+    second = child("resume", first["thread_id"], json.dumps(DEMO_ANSWERS))
+    assert second["status"] == "finished"
+    assert second["profile"]["defendant"]["name"] == "Acme Logistics Ltd."
+
+
+# -- the output contract -----------------------------------------------------------------------
+VALID = output(profile={"name": "Ann"}, data={"note": "n"})["output"]
+
+BAD_OUTPUTS = {
+    "not json": ({"text": "Sure! Here is the intake."}, "not JSON"),
+    "not an object": ({"text": "[1, 2]"}, "JSON object"),
+    "missing section": ({"output": {k: v for k, v in VALID.items() if k != "data"}}, "'data'"),
+    "extra key": ({"output": {**VALID, "notes": "x"}}, "'notes' was unexpected"),
+    "wrong type": ({"output": {**VALID, "response": 42}}, "is not of type 'string'"),
+    "profile outside provides": (
+        {"output": {**VALID, "profile": {"secret": 1}}},
+        "'secret' was unexpected",
+    ),
+    "data outside schema": ({"output": {**VALID, "data": {"other": 1}}}, "'other' was unexpected"),
+    "bad action": (
+        {"output": {**VALID, "control": {"action": "done"}}},
+        "is not one of",
+    ),
+    "ask_user without questions": (
+        {"output": {**VALID, "control": {"action": "ask_user", "review_type": "clarify"}}},
+        "'questions' is a required property",
+    ),
+    "select without options": (
+        {
+            "output": {
+                **VALID,
+                "control": {
+                    "action": "ask_user",
+                    "review_type": "select",
+                    "questions": [
+                        {
+                            "question": "Which?",
+                            "field_key": "profile.party",
+                            "input_type": "select",
+                            "required": True,
+                        }
+                    ],
+                },
+            }
+        },
+        "'options' is a required property",
+    ),
+    "question field outside provides": (
+        {
+            "output": {
+                **VALID,
+                "control": {
+                    "action": "ask_user",
+                    "review_type": "clarify",
+                    "questions": [
+                        {
+                            "question": "Age?",
+                            "field_key": "profile.age",
+                            "input_type": "text",
+                            "required": True,
+                        }
+                    ],
+                },
+            }
+        },
+        "not under outputs.provides",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OUTPUTS))
+def test_invalid_output_fails_the_run_and_merges_nothing(
+    case: str, skills_dir: Path, make_deck: Any
+) -> None:
+    turn, reason = BAD_OUTPUTS[case]
+    deck = make_deck(_skill(skills_dir), {"intake": [turn]}, max_retries=0)
+    result = deck.run({}, context="ctx")
+    assert result.status == "failed"
+    assert result.error is not None and result.error["code"] == "CONTRACT_VIOLATION"
+    assert any(reason in e["message"] for e in result.error["errors"]), result.error["errors"]
+    assert result.state.get("profile") in (None, {})
+    assert "note" not in result.state
+    assert result.state["attempt"]["action"] == "rejected"
+    assert result.state["attempt"]["validation_errors"] == result.error["errors"]
+
+
+def test_invalid_output_is_retried_with_the_errors(skills_dir: Path, make_deck: Any) -> None:
+    turns = [{"text": "not json"}, output(profile={"name": "Ann"}, data={"note": "ok"})]
+    deck = make_deck(_skill(skills_dir), {"intake": turns}, max_retries=1)
+    result = deck.run({}, context="ctx")
+    assert result.status == "finished"
+    assert result.state["profile"] == {"name": "Ann"} and result.state["note"] == "ok"
+    assert result.state["attempt"]["attempt"] == 2
+    rejected = [h for h in deck.history(result.thread_id) if h["action"] == "rejected"]
+    assert len(rejected) == 1
+    messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    feedback = [m for m in messages if isinstance(m, HumanMessage)][-1]
+    assert "Your output was rejected" in feedback.content and "not JSON" in feedback.content
+
+
+def test_retries_are_bounded_by_the_host(skills_dir: Path, make_deck: Any) -> None:
+    deck = make_deck(_skill(skills_dir), {"intake": [{"text": "x"}] * 10}, max_retries=2)
+    result = deck.run({}, context="ctx")
+    assert result.status == "failed"
+    assert result.state["calls"] == {"intake": 3}
+    assert "3 attempt(s)" in result.error["message"]  # type: ignore[index]
+
+
+def test_retry_action_reasks_with_the_retry_prompt(skills_dir: Path, make_deck: Any) -> None:
+    turns = [
+        output(action="retry", retry_prompt="Look at page 2 as well."),
+        output(profile={"name": "Ann"}),
+    ]
+    deck = make_deck(_skill(skills_dir), {"intake": turns})
+    result = deck.run({}, context="ctx")
+    assert result.status == "finished"
+    messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    assert "Look at page 2 as well." in messages[-2].content
+
+
+def test_tool_rounds_are_bounded(skills_dir: Path, make_deck: Any) -> None:
+    call = {"tool_calls": [{"name": "element__extract", "args": {"text": "Plaintiff: A"}}]}
+    deck = make_deck(
+        _skill(skills_dir, meta={"tools": ["element__extract"]}),
+        {"intake": [call] * 10},
+        max_tool_rounds=2,
+        max_retries=0,
+    )
+    result = deck.run({}, context="ctx")
+    assert result.status == "failed"
+    assert "tool round limit (2)" in result.error["errors"][0]["message"]  # type: ignore[index]
+    assert len(result.state["attempt"]["tool_calls"]) == 2
+
+
+def test_an_exhausted_script_fails_the_run_clearly(skills_dir: Path, make_deck: Any) -> None:
+    deck = make_deck(_skill(skills_dir), {"intake": []})
+    result = deck.run({}, context="ctx")
+    assert result.status == "failed"
+    assert result.error is not None and result.error["code"] == "MODEL_ERROR"
+    assert "no turn 0 for skill 'intake'" in result.error["message"]
+
+
+# -- validate.py and preprocess.py -------------------------------------------------------------
+VALIDATE_RETRY = """
+def validate(output, state):
+    if not state["profile"].get("name"):
+        return {"action": "retry", "errors": ["name is missing"], "retry_prompt": "Find the name."}
+    return "continue"
+"""
+
+
+def test_validate_script_can_ask_for_a_retry(skills_dir: Path, make_deck: Any) -> None:
+    turns = [output(action="continue"), output(profile={"name": "Ann"}, action="finish")]
+    deck = make_deck(_skill(skills_dir, scripts={"validate": VALIDATE_RETRY}), {"intake": turns})
+    result = deck.run({}, context="ctx")
+    assert result.status == "finished" and result.state["profile"]["name"] == "Ann"
+    messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    assert "name is missing" in messages[-2].content and "Find the name." in messages[-2].content
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        ("def validate(output, state):\n    raise KeyError('plaintiff')\n", "KeyError"),
+        ("def validate(output, state):\n    return 'maybe'\n", "expected continue, retry"),
+        (
+            "def validate(output, state):\n    return {'action': 'ask_user', 'questions': []}\n",
+            "invalid card",
+        ),
+    ],
+)
+def test_broken_validate_script_fails_the_run(
+    source: str, reason: str, skills_dir: Path, make_deck: Any
+) -> None:
+    turns = [output(profile={"name": "Ann"})]
+    deck = make_deck(_skill(skills_dir, scripts={"validate": source}), {"intake": turns})
+    result = deck.run({}, context="ctx")
+    assert result.status == "failed"
+    assert result.error is not None and result.error["code"] == "SCRIPT_ERROR"
+    assert reason in result.error["message"]
+    assert result.state.get("profile") in (None, {})
+
+
+# -- cards ------------------------------------------------------------------------------------
+ASK = output(
+    profile={"name": "Ann"},
+    action="ask_user",
+    review_type="select",
+    questions=[
+        {"question": "Party?", "field_key": "profile.party", "input_type": "select",
+         "required": True, "options": [{"label": "Us", "value": "us"}, {"label": "Them", "value": "them"}]},
+        {"question": "Files?", "field_key": "tags", "input_type": "multi_select",
+         "required": False, "options": [{"label": "A", "value": "a"}, {"label": "B", "value": "b"}]},
+        {"question": "Urgent?", "field_key": "meta.urgent", "input_type": "boolean",
+         "required": False},
+    ],
+)
+
+
+@pytest.fixture
+def paused(skills_dir: Path, make_deck: Any) -> tuple[SkillDeck, str]:
+    data = {"tags": {"type": "array"}, "meta": {"type": "object"}}
+    deck = make_deck(
+        _skill(skills_dir, data=data),
+        {"intake": [ASK, output(action="finish")]},
+    )
+    result = deck.run({}, context="ctx")
+    assert result.status == "interrupted"
+    return deck, result.thread_id
+
+
+@pytest.mark.parametrize(
+    ("answers", "field", "message"),
+    [
+        ({}, "profile.party", "required"),
+        ({"profile.party": "nobody"}, "profile.party", "is not one of"),
+        ({"profile.party": 3}, "profile.party", "is not one of"),
+        ({"profile.party": "us", "tags": ["a", "z"]}, "tags", "is not one of"),
+        ({"profile.party": "us", "tags": "a"}, "tags", "is not of type 'array'"),
+        ({"profile.party": "us", "meta.urgent": "yes"}, "meta.urgent", "not of type 'boolean'"),
+        ({"profile.party": "us", "profile.name": "Eve"}, "profile.name", "did not ask"),
+        ([1, 2], "$", "must be an object"),
+    ],
+)
+def test_invalid_answers_raise_the_card_again_and_change_nothing(
+    paused: tuple[SkillDeck, str], answers: Any, field: str, message: str
+) -> None:
+    deck, thread = paused
+    before = deck.get_thread(thread)
+    with pytest.raises(InvalidAnswersError) as info:
+        deck.resume(thread, answers)
+    assert any(e["field_key"] == field and message in e["message"] for e in info.value.errors)
+    assert info.value.card["errors"] == info.value.errors
+    assert info.value.card["interrupt_id"] == before.card["interrupt_id"]  # type: ignore[index]
+    after = deck.get_thread(thread)
+    assert after == before
+
+
+def test_answers_are_written_at_their_dot_paths(paused: tuple[SkillDeck, str]) -> None:
+    deck, thread = paused
+    result = deck.resume(thread, {"profile.party": "them", "tags": ["b"], "meta.urgent": True})
+    assert result.status == "finished"
+    assert result.state["profile"] == {"name": "Ann", "party": "them"}
+    assert result.state["tags"] == ["b"]
+    assert result.state["meta"] == {"urgent": True}
+
+
+def test_a_raw_resume_with_bad_answers_reraises_the_card(paused: tuple[SkillDeck, str]) -> None:
+    """Also a regression test for extra resumes when an interrupt sits in a loop."""
+    deck, thread = paused
+    config = {"configurable": {"thread_id": thread}}
+    first = deck.get_thread(thread).card
+    out = deck.graph.invoke(Command(resume={first["interrupt_id"]: {"x": 1}}), config, version="v2")  # type: ignore[index]
+    assert len(out.interrupts) == 1
+    again = out.interrupts[0]
+    assert again.id != first["interrupt_id"]  # type: ignore[index]
+    assert again.value["errors"][0]["field_key"] in ("profile.party", "x")
+    assert deck.get_thread(thread).state["profile"] == {"name": "Ann"}
+    result = deck.resume(thread, {"profile.party": "us"})
+    assert result.status == "finished" and result.state["profile"]["party"] == "us"
+    with pytest.raises(NoPendingCardError):
+        deck.resume(thread, {"profile.party": "us"})
+
+
+def test_resume_errors(paused: tuple[SkillDeck, str]) -> None:
+    deck, thread = paused
+    with pytest.raises(ThreadNotFoundError, match="no checkpoints"):
+        deck.resume("no-such-thread", {})
+    with pytest.raises(StaleInterruptError, match="already answered"):
+        deck.resume(thread, {"profile.party": "us"}, interrupt_id="stale")
+    with pytest.raises(SkillDeckError, match="waiting for answers"):
+        deck.run({}, context="ctx", thread_id=thread)
+    deck.resume(thread, {"profile.party": "us"})
+    with pytest.raises(NoPendingCardError, match="'finished'"):
+        deck.resume(thread, {"profile.party": "us"})
+
+
+def test_identity_comes_from_arguments_not_input(skills_dir: Path, make_deck: Any) -> None:
+    deck = make_deck(_skill(skills_dir), {"intake": [output()]})
+    with pytest.raises(SkillDeckError, match="identity"):
+        deck.run({"user_id": "mallory"}, context="ctx")
+    with pytest.raises(ThreadNotFoundError):
+        deck.get_thread("none")
+
+
+# -- checkpoint databases ----------------------------------------------------------------------
+def test_a_locked_database_is_a_clear_error_and_loses_nothing(
+    tmp_path: Path, skills_dir: Path, make_deck: Any
+) -> None:
+    db = tmp_path / "locked.sqlite"
+    deck = make_deck(
+        _skill(skills_dir), {"intake": [output(), output()]},
+        checkpointer=f"sqlite:///{db}", sqlite_timeout_s=0.2,
+    )
+    first = deck.run({}, context="ctx", thread_id="t1")
+    assert first.status == "finished"
+    holder = sqlite3.connect(db)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(CheckpointError, match="locked"):
+            deck.run({}, context="ctx", thread_id="t2")
+    finally:
+        holder.rollback()
+        holder.close()
+    assert deck.get_thread("t1") == first
+    with pytest.raises(ThreadNotFoundError):
+        deck.get_thread("t2")
+    assert deck.run({}, context="ctx", thread_id="t2").status == "finished"
+
+
+def test_a_missing_database_is_a_clear_error(tmp_path: Path) -> None:
+    from skilldeck.checkpoints import open_persistence
+
+    with pytest.raises(CheckpointError, match="does not exist"):
+        open_persistence(f"sqlite:///{tmp_path / 'nope.sqlite'}", must_exist=True)
+    assert not (tmp_path / "nope.sqlite").exists()
+    with pytest.raises(CheckpointError, match="unsupported checkpoint URL"):
+        open_persistence("redis://localhost")
+
+
+def test_checkpoints_are_strict_json_native(demo_deck: SkillDeck) -> None:
+    result = demo_deck.run(
+        {"documents": ["complaint.txt"]}, context="matter", matter_id="demo-matter"
+    )
+    assert json.loads(json.dumps(result.state)) == result.state
+    serde = demo_deck.checkpointer.serde
+    assert getattr(serde, "_allowed_msgpack_modules", True) is None

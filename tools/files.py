@@ -1,0 +1,84 @@
+"""``file__*`` tools: information about and text of the files of a matter.
+
+Files live under a root folder, one sub-folder per ``matter_id`` when the run binds one. Every
+path is jailed to that folder: ``..``, absolute paths and symlinks that lead out are refused.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from pathlib import Path
+from typing import Annotated
+
+from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
+from pydantic import BaseModel, Field
+
+from skilldeck.errors import ToolError
+
+__all__ = ["file_tools", "jailed_path"]
+
+MAX_PARSE_CHARS = 20_000
+
+
+def jailed_path(root: Path, relative: str) -> Path:
+    """Resolve ``relative`` inside ``root``; raise :class:`ToolError` if it escapes."""
+    if not relative or Path(relative).is_absolute():
+        raise ToolError(f"file id {relative!r} must be a relative path inside the files root")
+    root = root.resolve()
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root):
+        raise ToolError(f"file id {relative!r} leads outside the files root")
+    return path
+
+
+class _FileArgs(BaseModel):
+    file_id: str = Field(description="Path of the file, relative to the matter's folder.")
+    matter_id: Annotated[str | None, InjectedToolArg] = None
+
+
+def file_tools(root: str | Path) -> list[BaseTool]:
+    """``file__get_info`` and ``file__parse`` over ``root``."""
+    base = Path(root)
+
+    def locate(file_id: str, matter_id: str | None) -> Path:
+        folder = jailed_path(base, matter_id) if matter_id else base.resolve()
+        path = jailed_path(folder, file_id)
+        if not path.is_file():
+            raise ToolError(f"no file {file_id!r} in this matter")
+        return path
+
+    def get_info(file_id: str, matter_id: str | None = None) -> dict[str, object]:
+        path = locate(file_id, matter_id)
+        return {
+            "file_id": file_id,
+            "name": path.name,
+            "bytes": path.stat().st_size,
+            "mime_type": mimetypes.guess_type(path.name)[0] or "application/octet-stream",
+        }
+
+    def parse(file_id: str, matter_id: str | None = None) -> dict[str, object]:
+        path = locate(file_id, matter_id)
+        try:
+            text = path.read_text("utf-8")
+        except UnicodeDecodeError:
+            raise ToolError(f"{file_id!r} is not a UTF-8 text file") from None
+        return {
+            "file_id": file_id,
+            "text": text[:MAX_PARSE_CHARS],
+            "truncated": len(text) > MAX_PARSE_CHARS,
+        }
+
+    return [
+        StructuredTool.from_function(
+            get_info,
+            name="file__get_info",
+            description="Name, size and type of a file.",
+            args_schema=_FileArgs,
+        ),
+        StructuredTool.from_function(
+            parse,
+            name="file__parse",
+            description="The text content of a file.",
+            args_schema=_FileArgs,
+        ),
+    ]

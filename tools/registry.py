@@ -1,0 +1,103 @@
+"""The tool registry: LangChain tools by name, grouped in the families of seed 004.
+
+Tool names follow ``family__action`` (``file__parse``, ``memory__lexical_search``). A tool may
+have bare aliases (seed 001's ``lexical_search``). Identity arguments (``user_id``,
+``matter_id``, ``thread_id``) are declared as ``InjectedToolArg``: the model never sees them and
+may not pass them; the runtime binds them from the run's config.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.tools import BaseTool
+
+from skilldeck.errors import ErrorCode, SkillDeckError, ToolError
+
+__all__ = ["IDENTITY_KEYS", "ToolRegistry", "ToolResult"]
+
+IDENTITY_KEYS = ("user_id", "matter_id", "thread_id")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What one tool call produced: ``ok`` with ``content``, or an error message for the model."""
+
+    ok: bool
+    content: str
+
+
+class ToolRegistry:
+    """Tools available to skills, by name and alias."""
+
+    def __init__(self, tools: Iterable[BaseTool] = ()) -> None:
+        self._tools: dict[str, BaseTool] = {}
+        self._aliases: dict[str, str] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: BaseTool, *, aliases: Iterable[str] = ()) -> None:
+        """Add ``tool`` under its own name and ``aliases``. Names must be unique."""
+        for name in (tool.name, *aliases):
+            if name in self._tools or name in self._aliases:
+                raise SkillDeckError(
+                    f"tool name {name!r} is already registered; pick another name or alias",
+                    code=ErrorCode.UNKNOWN_TOOL,
+                )
+        self._tools[tool.name] = tool
+        self._aliases.update({alias: tool.name for alias in aliases})
+
+    def resolve(self, name: str) -> str | None:
+        """The canonical name of ``name`` (itself or an alias), or ``None``."""
+        return name if name in self._tools else self._aliases.get(name)
+
+    def get(self, name: str) -> BaseTool:
+        canonical = self.resolve(name)
+        if canonical is None:
+            raise SkillDeckError(
+                f"no tool named {name!r}; registered tools: {', '.join(sorted(self._tools))}",
+                code=ErrorCode.UNKNOWN_TOOL,
+            )
+        return self._tools[canonical]
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def identity_params(self, name: str) -> set[str]:
+        """The identity arguments ``name`` takes, bound by the runtime."""
+        tool = self.get(name)
+        full_schema: Any = tool.get_input_schema()
+        call_schema: Any = tool.tool_call_schema
+        full = set(full_schema.model_json_schema().get("properties", {}))
+        visible = set(call_schema.model_json_schema().get("properties", {}))
+        return (full - visible) & set(IDENTITY_KEYS)
+
+    def invoke(self, name: str, args: Mapping[str, Any], identity: Mapping[str, Any]) -> ToolResult:
+        """Run ``name`` with the model's ``args`` and the run's ``identity``.
+
+        Errors are returned, not raised, so they can be fed back to the model: identity keys in
+        ``args``, arguments that fail the tool's schema, and :class:`ToolError` from the tool.
+        """
+        forged = sorted(set(args) & set(IDENTITY_KEYS))
+        if forged:
+            return ToolResult(
+                False,
+                f"Error: argument(s) {', '.join(forged)} are bound by the runtime from the run's "
+                "config; call the tool without them",
+            )
+        tool = self.get(name)
+        bound = {k: identity[k] for k in self.identity_params(name) if identity.get(k) is not None}
+        try:
+            result = tool.invoke({**args, **bound})
+        except ToolError as exc:
+            return ToolResult(False, f"Error: {exc}")
+        except ValueError as exc:  # pydantic's ValidationError: the model's arguments are wrong
+            return ToolResult(False, f"Error: invalid arguments for {name}: {exc}")
+        return ToolResult(True, result if isinstance(result, str) else _to_json(result))
+
+
+def _to_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
