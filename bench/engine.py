@@ -1,16 +1,17 @@
 """Engine benchmark: step overhead, checkpoint growth and cold-process resume latency.
 
-Run from the repository root::
+Usage::
 
-    python bench/engine.py [--reps N] [--steps 1000] [--json]
+    python bench/engine.py [--reps 100] [--resume-reps 7] [--steps 1000] [--json]
 
 Everything is written to a temporary directory that is removed at the end. Three measurements,
 all in one run so that ratios compare numbers taken on the same (noisy, shared) machine:
 
 1. **Engine overhead**: a 10-skill chain on the ``scripted`` model, timed per skill step,
    against a bare LangGraph chain of 10 nodes on ``SqliteSaver`` with the same connection
-   settings and durability. Repetitions alternate (and alternate which goes first); each uses a
-   fresh thread; medians are reported.
+   settings and durability. ``--reps`` pairs of runs are interleaved (alternating which goes
+   first), each run on a fresh thread; the medians and their ratio are reported. When the ratio
+   is over target, one engine run is profiled with cProfile.
 2. **Checkpoint growth**: one thread of a single skill that bumps a counter ``--steps`` times.
    Checkpoint bytes (``checkpoints`` + ``writes`` blobs) are summed up to skill step 10 and up to
    the last step, from the same thread; the file size after a WAL truncate is reported too.
@@ -35,9 +36,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypedDict
 
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -79,10 +81,21 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def quartiles(values: list[float]) -> list[float]:
+    """[p25, p75], to show the spread (the machine is shared)."""
+    if len(values) < 2:
+        return [round(v, 3) for v in values * 2]
+    q = statistics.quantiles(values, n=4)
+    return [round(q[0], 3), round(q[2], 3)]
+
+
+def progress_bar() -> Progress:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    return Progress(*columns, TimeElapsedColumn(), console=err)
+
+
 # -- fixtures ---------------------------------------------------------------------------------
-def write_bundle(
-    root: Path, name: str, meta: Mapping[str, Any], data: Mapping[str, Any]
-) -> None:
+def write_bundle(root: Path, name: str, meta: Mapping[str, Any], data: Mapping[str, Any]) -> None:
     """A minimal skill bundle: meta, data schema and SKILL.md (as tests/conftest.py writes)."""
     folder = root / name
     (folder / "assets").mkdir(parents=True, exist_ok=True)
@@ -114,7 +127,10 @@ def write_script(path: Path, turns: Mapping[str, list[dict[str, Any]]]) -> str:
 
 def connect(path: Path) -> sqlite3.Connection:
     """A connection opened the way skilldeck opens its checkpointer's."""
-    conn = sqlite3.connect(path, timeout=5.0, check_same_thread=False, isolation_level="")
+    # isolation_level="" (implicit plain BEGIN) is what skilldeck passes; typeshed omits it.
+    conn: sqlite3.Connection = sqlite3.connect(  # type: ignore[call-overload]
+        path, timeout=5.0, check_same_thread=False, isolation_level=""
+    )
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     return conn
@@ -144,22 +160,26 @@ def chain_deck(tmp: Path) -> SkillDeck:
     )
 
 
+class _SetDone:
+    """A bare node: sets one boolean key."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __call__(self, state: Any) -> dict[str, Any]:
+        return {self.key: True}
+
+
 def bare_chain(tmp: Path) -> tuple[Any, sqlite3.Connection]:
     """10 LangGraph nodes in a row, each setting one key, on ``SqliteSaver``."""
     fields: dict[str, Any] = {f"done_{i}": bool for i in range(CHAIN)}
     fields["context"] = str
-    state = TypedDict("BareState", fields, total=False)  # type: ignore[operator]
+    state: Any = TypedDict("BareState", fields, total=False)  # type: ignore[misc]
 
-    def node(i: int) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
-        def step(_: Mapping[str, Any]) -> dict[str, Any]:
-            return {f"done_{i}": True}
-
-        return step
-
-    graph = StateGraph(state)
+    graph: StateGraph[Any] = StateGraph(state)
     previous = START
     for i in range(CHAIN):
-        graph.add_node(f"n{i}", node(i))
+        graph.add_node(f"n{i}", _SetDone(f"done_{i}"))
         graph.add_edge(previous, f"n{i}")
         previous = f"n{i}"
     graph.add_edge(previous, END)
@@ -190,8 +210,8 @@ def run_bare(graph: Any) -> float:
 
 def skilldeck_roots() -> tuple[str, ...]:
     """Source folders of skilldeck's packages (the editable install maps root folders)."""
-    modules = (skilldeck, skilldeck.checkpoints, skilldeck.graph, skilldeck.nodes)
-    modules += (skilldeck.skills, skilldeck.tools)
+    modules: tuple[ModuleType, ...] = (skilldeck, skilldeck.checkpoints, skilldeck.graph)
+    modules += (skilldeck.nodes, skilldeck.skills, skilldeck.tools)
     return tuple(str(Path(m.__file__).parent) + os.sep for m in modules if m.__file__)
 
 
@@ -201,10 +221,10 @@ def profile_engine(deck: SkillDeck, top: int = 10) -> list[dict[str, Any]]:
     profiler.enable()
     run_engine(deck)
     profiler.disable()
-    stats = pstats.Stats(profiler)
+    raw: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     roots = skilldeck_roots()
     rows = []
-    for (filename, line, func), (_, ncalls, _tt, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (filename, line, func), (_, ncalls, _tt, cumtime, _) in raw.items():
         if filename.startswith(roots):
             rows.append(
                 {
@@ -228,22 +248,25 @@ def bench_overhead(tmp: Path, reps: int) -> dict[str, Any]:
         engine: list[float] = []
         bare: list[float] = []
         ratios: list[float] = []
-        for rep in range(reps):
-            if rep % 2:
-                e, b = run_engine(deck), run_bare(graph)
-            else:
-                b, e = run_bare(graph), run_engine(deck)
-            engine.append(e * 1000 / CHAIN)
-            bare.append(b * 1000 / CHAIN)
-            ratios.append(e / b)
-            log(f"overhead rep {rep + 1}/{reps}: engine {engine[-1]:.2f} ms/step, "
-                f"bare {bare[-1]:.2f} ms/step")
+        with progress_bar() as bar:
+            task = bar.add_task(f"{CHAIN}-skill chain vs bare chain", total=reps)
+            for rep in range(reps):
+                if rep % 2:  # alternate which goes first
+                    e, b = run_engine(deck), run_bare(graph)
+                else:
+                    b, e = run_bare(graph), run_engine(deck)
+                engine.append(e * 1000 / CHAIN)
+                bare.append(b * 1000 / CHAIN)
+                ratios.append(e / b)
+                bar.advance(task)
         result: dict[str, Any] = {
             "skills": CHAIN,
             "reps": reps,
             "durability": DURABILITY,
             "engine_ms_per_step": round(median(engine), 3),
             "bare_ms_per_step": round(median(bare), 3),
+            "engine_iqr": quartiles(engine),
+            "bare_iqr": quartiles(bare),
             "ratio": round(median(engine) / median(bare), 2),
             "ratio_median_of_pairs": round(median(ratios), 2),
             "target": TARGET_OVERHEAD,
@@ -276,38 +299,54 @@ def counter_deck(tmp: Path, steps: int) -> tuple[SkillDeck, Path]:
     return SkillDeck(skills, checkpointer=f"sqlite:///{db}", settings=settings), db
 
 
+# LangGraph numbers a thread's checkpoints -1 (the input), 0 (entering the router), 1 (the
+# router has run), then k + 1 after skill step k: so skill step k is LangGraph step k + _OFFSET.
+_OFFSET = 1
 _STEP = "CAST(json_extract(CAST(metadata AS TEXT), '$.step') AS INTEGER)"
 _C_STEP = _STEP.replace("metadata", "c.metadata")
 
 
-def checkpoint_bytes(db: sqlite3.Connection, thread_id: str, up_to_step: int) -> int:
-    """Checkpoint + metadata blobs of steps <= ``up_to_step``, plus the writes those steps made.
+def checkpoint_bytes(db: sqlite3.Connection, thread_id: str, skill_step: int) -> int:
+    """Checkpoint + metadata blobs up to ``skill_step``, plus the writes of those steps.
 
-    Writes are stored under the checkpoint their task started from, so the writes of step ``s``
-    sit under the checkpoint of step ``s - 1``.
+    A task's writes are stored under the checkpoint it started from, so the writes that produced
+    checkpoint ``s`` sit under checkpoint ``s - 1``.
     """
+    last = skill_step + _OFFSET
     ckpt = db.execute(
         f"SELECT COALESCE(SUM(length(checkpoint) + length(metadata)), 0) FROM checkpoints "
         f"WHERE thread_id = ? AND {_STEP} <= ?",
-        (thread_id, up_to_step),
+        (thread_id, last),
     ).fetchone()[0]
     writes = db.execute(
         f"SELECT COALESCE(SUM(length(w.value)), 0) FROM writes w JOIN checkpoints c "
         f"ON c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns "
         f"AND c.checkpoint_id = w.checkpoint_id WHERE w.thread_id = ? AND {_C_STEP} < ?",
-        (thread_id, up_to_step),
+        (thread_id, last),
     ).fetchone()[0]
     return int(ckpt) + int(writes)
 
 
-def one_checkpoint(db: sqlite3.Connection, thread_id: str, step: int) -> int:
-    """Bytes of the single checkpoint (+ metadata) written after skill step ``step``."""
+def one_checkpoint(db: sqlite3.Connection, thread_id: str, skill_step: int) -> int:
+    """Bytes of the single checkpoint (+ metadata) written after ``skill_step``."""
     row = db.execute(
         f"SELECT length(checkpoint) + length(metadata) FROM checkpoints "
         f"WHERE thread_id = ? AND {_STEP} = ?",
-        (thread_id, step),
+        (thread_id, skill_step + _OFFSET),
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def step_times(db: sqlite3.Connection, thread_id: str) -> dict[int, datetime]:
+    """When each checkpoint was written (its ``ts``), by skill step."""
+    serde = strict_serde()
+    rows = db.execute(
+        f"SELECT {_STEP}, type, checkpoint FROM checkpoints WHERE thread_id = ?", (thread_id,)
+    )
+    return {
+        int(step) - _OFFSET: datetime.fromisoformat(serde.loads_typed((kind, blob))["ts"])
+        for step, kind, blob in rows
+    }
 
 
 def file_size_truncated(path: Path) -> int:
@@ -320,7 +359,7 @@ def file_size_truncated(path: Path) -> int:
 
 
 def run_with_progress(deck: SkillDeck, db: Path, thread_id: str, steps: int) -> Any:
-    """``deck.run`` in a worker thread; the main thread polls the checkpoint count."""
+    """``deck.run`` in a worker thread while the main thread polls the checkpoint table."""
     outcome: dict[str, Any] = {}
 
     def work() -> None:
@@ -330,8 +369,7 @@ def run_with_progress(deck: SkillDeck, db: Path, thread_id: str, steps: int) -> 
             outcome["error"] = exc
 
     worker = threading.Thread(target=work, name="counter-run")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, TimeElapsedColumn(), console=err, transient=False) as progress:
+    with progress_bar() as progress:
         task = progress.add_task(f"counter skill, {steps} steps", total=steps)
         worker.start()
         poll = sqlite3.connect(db, timeout=5.0)
@@ -339,13 +377,13 @@ def run_with_progress(deck: SkillDeck, db: Path, thread_id: str, steps: int) -> 
             while worker.is_alive():
                 worker.join(0.25)
                 try:
-                    done = poll.execute(
+                    (last,) = poll.execute(
                         f"SELECT COALESCE(MAX({_STEP}), 0) FROM checkpoints WHERE thread_id = ?",
                         (thread_id,),
-                    ).fetchone()[0]
-                except sqlite3.OperationalError:
+                    ).fetchone()
+                except sqlite3.OperationalError:  # a busy writer; try again next tick
                     continue
-                progress.update(task, completed=min(max(int(done), 0), steps))
+                progress.update(task, completed=min(max(int(last) - _OFFSET, 0), steps))
         finally:
             poll.close()
         progress.update(task, completed=steps)
@@ -354,59 +392,68 @@ def run_with_progress(deck: SkillDeck, db: Path, thread_id: str, steps: int) -> 
     return outcome["result"]
 
 
+def counter_run(tmp: Path, steps: int, *, progress: bool) -> tuple[Path, str, float]:
+    """Run the counter skill for ``steps`` steps on a fresh file: (file, thread, seconds)."""
+    deck, db = counter_deck(tmp, steps)
+    thread_id = uuid.uuid4().hex
+    try:
+        start = time.perf_counter()
+        if progress:
+            result = run_with_progress(deck, db, thread_id, steps)
+        else:
+            result = deck.run({}, context="count", thread_id=thread_id)
+        elapsed = time.perf_counter() - start
+    finally:
+        deck.close()
+    if result.status != "finished" or result.state.get("n") != steps:
+        raise RuntimeError(f"counter run ended {result.status} at n={result.state.get('n')}")
+    return db, thread_id, elapsed
+
+
 def bench_growth(tmp: Path, steps: int) -> dict[str, Any]:
-    first = min(10, steps)
-    sizes: dict[int, int] = {}
-    for n in sorted({first, steps}):
-        deck, db = counter_deck(tmp, n)
-        thread_id = uuid.uuid4().hex
-        try:
-            start = time.perf_counter()
-            if n == steps:
-                result = run_with_progress(deck, db, thread_id, n)
-            else:
-                result = deck.run({}, context="count", thread_id=thread_id)
-            elapsed = time.perf_counter() - start
-        finally:
-            deck.close()
-        if result.status != "finished" or result.state.get("n") != n:
-            raise RuntimeError(f"counter run ended {result.status} at n={result.state.get('n')}")
-        sizes[n] = file_size_truncated(db)
-        if n == steps:
-            ms_per_step = elapsed * 1000 / n
-            conn = sqlite3.connect(db)
-            try:
-                at_first = checkpoint_bytes(conn, thread_id, first)
-                at_last = checkpoint_bytes(conn, thread_id, steps)
-                ckpt_first = one_checkpoint(conn, thread_id, first)
-                ckpt_last = one_checkpoint(conn, thread_id, steps)
-                count = conn.execute(
-                    "SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?", (thread_id,)
-                ).fetchone()[0]
-                store = conn.execute(
-                    "SELECT COALESCE(SUM(length(value)), 0) FROM store"
-                ).fetchone()[0]
-            finally:
-                conn.close()
-    per_first = at_first / first
-    per_last = at_last / steps
-    result_row: dict[str, Any] = {
+    first = 10
+    small_db, _, _ = counter_run(tmp, first, progress=False)
+    db, thread_id, elapsed = counter_run(tmp, steps, progress=True)
+    conn = sqlite3.connect(db)
+    try:
+        at_first = checkpoint_bytes(conn, thread_id, first) / first
+        at_last = checkpoint_bytes(conn, thread_id, steps) / steps
+        one_first = one_checkpoint(conn, thread_id, first)
+        one_last = one_checkpoint(conn, thread_id, steps)
+        (count,) = conn.execute(
+            "SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?", (thread_id,)
+        ).fetchone()
+        (store,) = conn.execute("SELECT COALESCE(SUM(length(value)), 0) FROM store").fetchone()
+        times = step_times(conn, thread_id)
+    finally:
+        conn.close()
+    window = min(100, steps // 10)
+
+    def ms_per_step(a: int, b: int) -> float:
+        return (times[b] - times[a]).total_seconds() * 1000 / (b - a)
+
+    file_first = file_size_truncated(small_db) / first
+    file_last = file_size_truncated(db) / steps
+    row: dict[str, Any] = {
         "steps": steps,
         "checkpoints_in_thread": count,
-        "bytes_per_step_at_10": round(per_first, 1),
-        f"bytes_per_step_at_{steps}": round(per_last, 1),
-        "ratio": round(per_last / per_first, 3),
-        "checkpoint_bytes_at_step_10": ckpt_first,
-        f"checkpoint_bytes_at_step_{steps}": ckpt_last,
-        "file_bytes_per_step_at_10": round(sizes[first] / first, 1),
-        f"file_bytes_per_step_at_{steps}": round(sizes[steps] / steps, 1),
-        "file_ratio": round((sizes[steps] / steps) / (sizes[first] / first), 3),
+        "bytes_per_step_at_10": round(at_first, 1),
+        "bytes_per_step_at_last": round(at_last, 1),
+        "ratio": round(at_last / at_first, 3),
+        "checkpoint_bytes_at_10": one_first,
+        "checkpoint_bytes_at_last": one_last,
+        "file_bytes_per_step_at_10": round(file_first, 1),
+        "file_bytes_per_step_at_last": round(file_last, 1),
+        "file_ratio": round(file_last / file_first, 3),
         "store_bytes_per_step": round(store / steps, 1),
-        "ms_per_step": round(ms_per_step, 2),
+        "ms_per_step": round(elapsed * 1000 / steps, 2),
+        "timing_window": window,
+        "ms_per_step_first_window": round(ms_per_step(1, 1 + window), 2),
+        "ms_per_step_last_window": round(ms_per_step(steps - window, steps), 2),
         "target": TARGET_GROWTH,
     }
-    result_row["pass"] = result_row["ratio"] <= TARGET_GROWTH
-    return result_row
+    row["pass"] = row["ratio"] <= TARGET_GROWTH
+    return row
 
 
 # -- 3. resume latency from a new process -----------------------------------------------------
@@ -471,8 +518,10 @@ def bench_resume(tmp: Path, reps: int) -> dict[str, Any]:
         if sample["status"] != ["finished", "finished"]:
             raise RuntimeError(f"resumed demo ended {sample['status']}")
         samples.append(sample)
-        log(f"resume rep {rep + 1}/{reps}: resume {sample['resume_ms']:.1f} ms, "
-            f"construct {sample['construct_ms']:.1f} ms")
+        log(
+            f"resume rep {rep + 1}/{reps}: resume {sample['resume_ms']:.1f} ms, "
+            f"construct {sample['construct_ms']:.1f} ms"
+        )
     result: dict[str, Any] = {
         "reps": reps,
         "resume_ms": round(median([s["resume_ms"] for s in samples]), 1),
@@ -494,71 +543,88 @@ def verdict(ok: bool) -> str:
 def print_report(report: dict[str, Any]) -> None:
     out = Console(width=None if sys.stdout.isatty() else 132)
     ov, gr, rs = report["overhead"], report["growth"], report["resume"]
-    steps = gr["steps"]
+    n = gr["steps"]
+    rows: list[tuple[str, ...]] = [
+        (
+            f"ms per skill step, {CHAIN}-skill chain (median of {ov['reps']})",
+            f"{ov['bare_ms_per_step']:.2f}",
+            f"{ov['engine_ms_per_step']:.2f}",
+            f"{ov['ratio']:.2f}x",
+            f"<= {TARGET_OVERHEAD:.0f}x",
+            verdict(ov["pass"]),
+        ),
+        (
+            f"checkpoint bytes/step, step 10 -> step {n}",
+            f"{gr['bytes_per_step_at_10']:.0f}",
+            f"{gr['bytes_per_step_at_last']:.0f}",
+            f"{gr['ratio']:.2f}x",
+            f"<= {TARGET_GROWTH:.0f}x",
+            verdict(gr["pass"]),
+        ),
+        (
+            f"  one checkpoint's bytes, step 10 -> step {n}",
+            str(gr["checkpoint_bytes_at_10"]),
+            str(gr["checkpoint_bytes_at_last"]),
+            f"{gr['checkpoint_bytes_at_last'] / gr['checkpoint_bytes_at_10']:.2f}x",
+        ),
+        (
+            f"  file bytes/step after WAL truncate, 10 -> {n} steps",
+            f"{gr['file_bytes_per_step_at_10']:.0f}",
+            f"{gr['file_bytes_per_step_at_last']:.0f}",
+            f"{gr['file_ratio']:.2f}x",
+        ),
+        (
+            f"  ms/step, first -> last {gr['timing_window']} steps (informative)",
+            f"{gr['ms_per_step_first_window']:.2f}",
+            f"{gr['ms_per_step_last_window']:.2f}",
+            f"{gr['ms_per_step_last_window'] / gr['ms_per_step_first_window']:.2f}x",
+        ),
+        (
+            f"resume ms, new process (median of {rs['reps']})",
+            "",
+            f"{rs['resume_ms']:.1f}",
+            f"max {rs['resume_ms_max']:.1f}",
+            f"<= {TARGET_RESUME_MS:.0f} ms",
+            verdict(rs["pass"]),
+        ),
+        ("  second resume in the same process", "", f"{rs['warm_resume_ms']:.1f}"),
+        (
+            "  deck construction (not in target)",
+            "",
+            f"{rs['construct_ms']:.1f}",
+            f"import {rs['import_ms']:.0f} ms",
+        ),
+    ]
     table = Table(title=f"skilldeck engine benchmark ({report['date']}, {report['machine']})")
-    for column in ("measure", "baseline", "skilldeck", "ratio / value", "target", "result"):
+    for column in ("measure", "baseline / first", "skilldeck / last", "ratio", "target", ""):
         table.add_column(column, justify="left" if column == "measure" else "right")
-    table.add_row(
-        f"ms per skill step, {CHAIN}-skill chain (median of {ov['reps']})",
-        f"{ov['bare_ms_per_step']:.2f}",
-        f"{ov['engine_ms_per_step']:.2f}",
-        f"{ov['ratio']:.2f}x",
-        f"<= {TARGET_OVERHEAD:.0f}x",
-        verdict(ov["pass"]),
-    )
-    table.add_row(
-        f"checkpoint bytes/step, step 10 -> {steps}",
-        f"{gr['bytes_per_step_at_10']:.0f}",
-        f"{gr[f'bytes_per_step_at_{steps}']:.0f}",
-        f"{gr['ratio']:.2f}x",
-        f"<= {TARGET_GROWTH:.0f}x",
-        verdict(gr["pass"]),
-    )
-    table.add_row(
-        f"file bytes/step after WAL truncate, 10 -> {steps}",
-        f"{gr['file_bytes_per_step_at_10']:.0f}",
-        f"{gr[f'file_bytes_per_step_at_{steps}']:.0f}",
-        f"{gr['file_ratio']:.2f}x",
-        "",
-        "",
-    )
-    table.add_row(
-        f"one checkpoint's bytes, step 10 -> {steps}",
-        f"{gr['checkpoint_bytes_at_step_10']}",
-        f"{gr[f'checkpoint_bytes_at_step_{steps}']}",
-        "",
-        "",
-        "",
-    )
-    table.add_row(
-        f"resume ms, new process (median of {rs['reps']})",
-        "",
-        f"{rs['resume_ms']:.1f}",
-        f"max {rs['resume_ms_max']:.1f}",
-        f"<= {TARGET_RESUME_MS:.0f} ms",
-        verdict(rs["pass"]),
-    )
-    table.add_row("  second resume in that process (warm)", "", f"{rs['warm_resume_ms']:.1f}",
-                  "", "", "")
-    table.add_row("  deck construction (not in target)", "", f"{rs['construct_ms']:.1f}",
-                  f"import {rs['import_ms']:.0f}", "", "")
+    for row in rows:
+        table.add_row(*row)
     out.print(table)
-    out.print(f"ratio as median of per-repetition pairs: {ov['ratio_median_of_pairs']:.2f}x; "
-              f"{steps}-step run: {gr['ms_per_step']:.2f} ms/step, "
-              f"{gr['checkpoints_in_thread']} checkpoints, "
-              f"store (transcripts) {gr['store_bytes_per_step']:.0f} bytes/step")
+    ei, bi = ov["engine_iqr"], ov["bare_iqr"]
+    out.print(
+        f"overhead: p25-p75 engine {ei[0]:.2f}-{ei[1]:.2f}, bare {bi[0]:.2f}-{bi[1]:.2f} ms/step; "
+        f"median of per-repetition ratios {ov['ratio_median_of_pairs']:.2f}x"
+    )
+    out.print(
+        f"{n}-step run: {gr['ms_per_step']:.2f} ms/step, {gr['checkpoints_in_thread']} "
+        f"checkpoints, store (transcripts) {gr['store_bytes_per_step']:.0f} bytes/step"
+    )
     if "profile_top10" in ov:
-        prof = Table(title="cProfile, one engine run: top skilldeck functions (cumulative)")
+        out.print("cProfile of one engine run: top skilldeck functions by cumulative time")
+        prof = Table()
         for column in ("function", "calls", "cumulative ms"):
             prof.add_column(column, justify="left" if column == "function" else "right")
-        for row in ov["profile_top10"]:
-            prof.add_row(row["function"], str(row["calls"]), f"{row['cumulative_ms']:.2f}")
+        for item in ov["profile_top10"]:
+            prof.add_row(item["function"], str(item["calls"]), f"{item['cumulative_ms']:.2f}")
         out.print(prof)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--reps", type=int, default=15, help="overhead repetitions (default 15)")
+    parser.add_argument(
+        "--reps", type=int, default=100, help="interleaved overhead repetitions (default 100)"
+    )
     parser.add_argument("--resume-reps", type=int, default=7, help="resume processes (default 7)")
     parser.add_argument("--steps", type=int, default=1000, help="counter steps (default 1000)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -573,7 +639,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="skilldeck-bench-") as name:
         tmp = Path(name)
         log(f"1/3 engine overhead: {args.reps} interleaved repetitions")
-        report["overhead"] = bench_overhead(tmp, args.reps)
+        report["overhead"] = ov = bench_overhead(tmp, args.reps)
+        log(f"engine {ov['engine_ms_per_step']:.2f} ms/step, bare {ov['bare_ms_per_step']:.2f}")
         log(f"2/3 checkpoint growth: {args.steps} steps")
         report["growth"] = bench_growth(tmp, args.steps)
         log(f"3/3 resume latency: {args.resume_reps} new processes")

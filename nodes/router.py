@@ -38,7 +38,8 @@ def fingerprint(state: Mapping[str, Any], data_keys: tuple[str, ...]) -> str:
 
 
 def _fail(code: str, message: str) -> tuple[str, dict[str, Any]]:
-    return END, {"status": "failed", "error": {"code": code, "message": message}, "guard": None}
+    error = {"code": code, "message": message}
+    return END, {"status": "failed", "error": error, "guard": None, "next_skill": None}
 
 
 def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -306,7 +306,9 @@ def demo(
                 else:
                     raise SkillDeckError("the demo paused on a card: pass --answers '{...}'")
                 if not as_json:
-                    out.print(f"[bold]resume[/] with answers {json.dumps(given, ensure_ascii=False)}")
+                    out.print(
+                        f"[bold]resume[/] with answers {json.dumps(given, ensure_ascii=False)}"
+                    )
                 try:
                     result = deck.resume(result.thread_id, given)
                 except InvalidAnswersError as exc:

@@ -28,7 +28,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
-from skilldeck.errors import ScriptedModelError
+from skilldeck.errors import ModelConfigError, ScriptedModelError
 
 __all__ = ["CALL_INDEX_KEY", "SKILL_KEY", "ScriptedChatModel", "load_script"]
 
@@ -46,22 +46,22 @@ def load_script(
     else:
         path = Path(source)
         if not path.is_file():
-            raise ScriptedModelError(f"scripted model file {str(path)!r} does not exist")
+            raise ModelConfigError(f"scripted model file {str(path)!r} does not exist")
         label = str(path)
         try:
             raw = yaml.safe_load(path.read_text("utf-8"))
         except yaml.YAMLError as exc:
-            raise ScriptedModelError(f"{label}: invalid YAML/JSON: {exc}") from None
+            raise ModelConfigError(f"{label}: invalid YAML/JSON: {exc}") from None
     skills = raw.get("skills") if isinstance(raw, Mapping) else None
     if not isinstance(skills, Mapping):
-        raise ScriptedModelError(f"{label}: $.skills: must map skill names to lists of turns")
+        raise ModelConfigError(f"{label}: $.skills: must map skill names to lists of turns")
     for skill, turns in skills.items():
         if not isinstance(turns, list):
-            raise ScriptedModelError(f"{label}: $.skills.{skill}: must be a list of turns")
+            raise ModelConfigError(f"{label}: $.skills.{skill}: must be a list of turns")
         for i, turn in enumerate(turns):
             kinds = [k for k in _TURN_KINDS if isinstance(turn, Mapping) and k in turn]
             if len(kinds) != 1:
-                raise ScriptedModelError(
+                raise ModelConfigError(
                     f"{label}: $.skills.{skill}[{i}]: a turn has exactly one of "
                     f"{', '.join(_TURN_KINDS)}"
                 )

@@ -45,26 +45,33 @@ def _json_path(parts: Iterable[str | int]) -> str:
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
-def _read_json(file: Path) -> Any:
+def _read_text(file: Path) -> str:
     try:
-        return json.loads(file.read_text("utf-8"))
-    except json.JSONDecodeError as exc:
-        raise BundleError(
-            str(file), "$", f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
+        return file.read_text("utf-8")
     except UnicodeDecodeError:
         raise BundleError(str(file), "$", "file is not UTF-8 text") from None
 
 
+def _read_json(file: Path) -> Any:
+    try:
+        return json.loads(_read_text(file))
+    except json.JSONDecodeError as exc:
+        raise BundleError(
+            str(file), "$", f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+
+
 def _front_matter(file: Path) -> tuple[dict[str, Any] | None, str]:
-    text = file.read_text("utf-8")
+    text = _read_text(file)
     match = _FRONT_MATTER.match(text)
     if not match:
         return None, text
     try:
         front = yaml.safe_load(match.group(1))
     except yaml.YAMLError as exc:
-        raise BundleError(str(file), "$.front_matter", f"invalid YAML: {exc}") from None
+        raise BundleError(
+            str(file), "$.front_matter", f"invalid YAML: {' '.join(str(exc).split())}"
+        ) from None
     if not isinstance(front, dict):
         raise BundleError(str(file), "$.front_matter", "front matter must be a YAML mapping")
     return front, text[match.end() :]
@@ -100,10 +107,7 @@ def _references(folder: Path, budget: int) -> tuple[Reference, ...]:
         return ()
     refs, left = [], budget
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-        try:
-            text = file.read_text("utf-8")
-        except UnicodeDecodeError:
-            raise BundleError(str(file), "$", "references must be UTF-8 text") from None
+        text = _read_text(file)
         tokens = estimate_tokens(text)
         truncated = tokens > left
         if truncated:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,10 @@ from skilldeck import Settings, SkillDeck
 DEMO = Path(skilldeck.__file__).parent / "demo"
 DEMO_SCRIPT = DEMO / "litigation-intake.yaml"
 DEMO_FILES = DEMO / "files"
-DEMO_ANSWERS = {"profile.defendant.name": "Acme Logistics Ltd.", "profile.defendant.type": "organisation"}
+DEMO_ANSWERS = {
+    "profile.defendant.name": "Acme Logistics Ltd.",
+    "profile.defendant.type": "organisation",
+}
 
 
 def write_bundle(
@@ -45,7 +49,11 @@ def write_bundle(
     (folder / "skill.meta.json").write_text(json.dumps(full_meta), "utf-8")
     schema = {"properties": {"data": {"properties": dict(data or {"note": {"type": "string"}})}}}
     (folder / "assets" / "output_schema.json").write_text(json.dumps(schema), "utf-8")
-    body = skill_md if skill_md is not None else f"---\nname: {name}\ndescription: test\n---\nDo {name}.\n"
+    body = (
+        skill_md
+        if skill_md is not None
+        else f"---\nname: {name}\ndescription: test\n---\nDo {name}.\n"
+    )
     (folder / "SKILL.md").write_text(body, "utf-8")
     for script, source in (scripts or {}).items():
         (folder / "scripts").mkdir(exist_ok=True)
@@ -119,3 +127,13 @@ def demo_deck(tmp_path: Path) -> Iterator[SkillDeck]:
     )
     yield deck
     deck.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``integration`` tests need a real model endpoint: run them only with SKILLDECK_BASE_URL."""
+    if os.environ.get("SKILLDECK_BASE_URL"):
+        return
+    skip = pytest.mark.skip(reason="set SKILLDECK_BASE_URL (and SKILLDECK_MODEL) to run")
+    for item in items:
+        if "integration" in item.keywords:
+            item.add_marker(skip)

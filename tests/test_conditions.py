@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from skilldeck.skills import conditions
 from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
 

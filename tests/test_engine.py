@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
@@ -24,7 +25,6 @@ from skilldeck import (
 )
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.scripted import ScriptedChatModel
-from tests.conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
 
 pytestmark = pytest.mark.L2
 
@@ -302,12 +302,26 @@ ASK = output(
     action="ask_user",
     review_type="select",
     questions=[
-        {"question": "Party?", "field_key": "profile.party", "input_type": "select",
-         "required": True, "options": [{"label": "Us", "value": "us"}, {"label": "Them", "value": "them"}]},
-        {"question": "Files?", "field_key": "tags", "input_type": "multi_select",
-         "required": False, "options": [{"label": "A", "value": "a"}, {"label": "B", "value": "b"}]},
-        {"question": "Urgent?", "field_key": "meta.urgent", "input_type": "boolean",
-         "required": False},
+        {
+            "question": "Party?",
+            "field_key": "profile.party",
+            "input_type": "select",
+            "required": True,
+            "options": [{"label": "Us", "value": "us"}, {"label": "Them", "value": "them"}],
+        },
+        {
+            "question": "Files?",
+            "field_key": "tags",
+            "input_type": "multi_select",
+            "required": False,
+            "options": [{"label": "A", "value": "a"}, {"label": "B", "value": "b"}],
+        },
+        {
+            "question": "Urgent?",
+            "field_key": "meta.urgent",
+            "input_type": "boolean",
+            "required": False,
+        },
     ],
 )
 
@@ -404,8 +418,10 @@ def test_a_locked_database_is_a_clear_error_and_loses_nothing(
 ) -> None:
     db = tmp_path / "locked.sqlite"
     deck = make_deck(
-        _skill(skills_dir), {"intake": [output(), output()]},
-        checkpointer=f"sqlite:///{db}", sqlite_timeout_s=0.2,
+        _skill(skills_dir),
+        {"intake": [output(), output()]},
+        checkpointer=f"sqlite:///{db}",
+        sqlite_timeout_s=0.2,
     )
     first = deck.run({}, context="ctx", thread_id="t1")
     assert first.status == "finished"

@@ -68,6 +68,12 @@ def test_builtin_litigation_intake_meta_is_the_seed_meta() -> None:
     assert bundle.execution.model == "qwen/qwen3-32b"
     assert bundle.execution.temperature == 0.2
     assert "evidence_list" in bundle.data_keys
+    # Provided fields keep their hints, including $refs into the schema's $defs.
+    party = {"name": "张三", "type": "person"}
+    assert bundle.validator.is_valid(_four_part({"plaintiff": party, "intake_status": "completed"}))
+    assert not bundle.validator.is_valid(_four_part({"plaintiff": {**party, "type": "alien"}}))
+    assert not bundle.validator.is_valid(_four_part({"intake_status": "done"}))
+    assert not bundle.validator.is_valid(_four_part({"court": "x"}))
 
 
 def test_plain_agent_skill_loads(skills_dir: Path) -> None:
@@ -186,6 +192,14 @@ def _no_meta_no_front(root: Path) -> Any:
     return root
 
 
+def _skill_md(body: bytes) -> Case:
+    def case(root: Path) -> Any:
+        (write_bundle(root, "alpha") / "SKILL.md").write_bytes(body)
+        return root
+
+    return case
+
+
 def _bad_reference(root: Path) -> Any:
     folder = write_bundle(root, "alpha", references={"a.md": "fine\n"})
     (folder / "references" / "b.md").write_bytes(b"\xff\xfe\x00 not utf-8 \xc3")
@@ -283,6 +297,18 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
         "$",
         "import failed: SyntaxError",
     ),
+    "front-matter-invalid-yaml": (
+        _skill_md(b"---\nname: alpha\ndescription: [unclosed\n---\nbody\n"),
+        "SKILL.md",
+        "$.front_matter",
+        "invalid YAML: .*line 2",
+    ),
+    "front-matter-not-mapping": (
+        _skill_md(b"---\n- a list\n---\nbody\n"),
+        "SKILL.md",
+        "$.front_matter",
+        "must be a YAML mapping",
+    ),
     "missing-skill-md": (_no_skill_md, "SKILL.md", "$", "missing SKILL.md"),
     "no-meta-no-front-matter": (
         _no_meta_no_front,
@@ -296,8 +322,18 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
 }
 
 
+SKILL_MD_NOT_UTF8 = pytest.param(
+    _skill_md(b"---\nname: alpha\ndescription: d\n---\nbody \xff\xfe\n"),
+    "SKILL.md",
+    "$",
+    "UTF-8",
+    id="skill-md-not-utf8",
+)
+
+
 @pytest.mark.parametrize(
-    ("make", "file", "json_path", "reason"), MALFORMED.values(), ids=list(MALFORMED)
+    ("make", "file", "json_path", "reason"),
+    [*(pytest.param(*case, id=name) for name, case in MALFORMED.items()), SKILL_MD_NOT_UTF8],
 )
 def test_malformed_bundle(
     skills_dir: Path, make: Case, file: str, json_path: str, reason: str
@@ -429,9 +465,7 @@ BUILD: dict[str, tuple[Callable[[Path], None], str, str, str]] = {
 }
 
 
-@pytest.mark.parametrize(
-    ("make", "file", "json_path", "reason"), BUILD.values(), ids=list(BUILD)
-)
+@pytest.mark.parametrize(("make", "file", "json_path", "reason"), BUILD.values(), ids=list(BUILD))
 def test_build_time_checks(
     make_deck: Callable[..., Any],
     skills_dir: Path,

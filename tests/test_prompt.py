@@ -159,9 +159,7 @@ def test_render_feedback(retry_prompt: str | None) -> None:
     assert lines[-1].startswith("Reply again with one JSON object")
 
 
-def test_preprocess_hint_reaches_the_model(
-    make_deck: Callable[..., Any], skills_dir: Path
-) -> None:
+def test_preprocess_hint_reaches_the_model(make_deck: Callable[..., Any], skills_dir: Path) -> None:
     write_bundle(
         skills_dir,
         "alpha",

@@ -29,7 +29,14 @@ def test_mypy_strict(tmp_path: Path) -> None:
     for package in PACKAGES:
         (staged / package).symlink_to(ROOT / package)
     _run(
-        sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-        "--cache-dir", str(tmp_path / ".mypy_cache"), "-p", "skilldeck",
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(ROOT / "pyproject.toml"),
+        "--cache-dir",
+        str(tmp_path / ".mypy_cache"),
+        "-p",
+        "skilldeck",
         cwd=tmp_path,
     )

@@ -207,33 +207,33 @@ def test_route_without_candidates_ends_the_run_finished(skills_dir: Path) -> Non
 
 
 def test_route_picks_the_best_candidate_and_starts_the_guard(skills_dir: Path) -> None:
-    write_bundle(skills_dir, "low")
-    write_bundle(skills_dir, "high", meta={"priority": 3})
+    write_bundle(skills_dir, "a-low")
+    write_bundle(skills_dir, "z-high", meta={"priority": 3})
     ctx = _ctx(load_skills(skills_dir))
     state = {"context": "ctx"}
 
     goto, update = route(ctx, state)
 
-    assert goto == "high"
+    assert goto == "z-high"
     assert update["status"] == "running"
     assert update["next_skill"] is None
     assert update["guard"] == {
-        "skill": "high",
+        "skill": "z-high",
         "fingerprint": fingerprint(state, ctx.data_keys),
         "count": 1,
     }
 
 
 def test_route_explicit_next_skill_wins_over_priority(skills_dir: Path) -> None:
-    write_bundle(skills_dir, "low")
-    write_bundle(skills_dir, "high", meta={"priority": 3})
+    write_bundle(skills_dir, "a-low")
+    write_bundle(skills_dir, "z-high", meta={"priority": 3})
     ctx = _ctx(load_skills(skills_dir))
 
-    goto, update = route(ctx, {"context": "ctx", "next_skill": "low"})
+    goto, update = route(ctx, {"context": "ctx", "next_skill": "a-low"})
 
-    assert goto == "low"
+    assert goto == "a-low"
     assert update["next_skill"] is None
-    assert update["guard"]["skill"] == "low"
+    assert update["guard"]["skill"] == "a-low"
 
 
 def test_route_explicit_next_skill_must_be_a_candidate(skills_dir: Path) -> None:
@@ -307,7 +307,7 @@ def test_next_skill_wins_over_priority_in_a_run(
 ) -> None:
     write_bundle(
         skills_dir,
-        "high",
+        "z-high",
         meta={
             "priority": 10,
             "triggers": {"contexts": ["ctx"], "state_conditions": ["state.high_done != true"]},
@@ -316,24 +316,24 @@ def test_next_skill_wins_over_priority_in_a_run(
     )
     write_bundle(
         skills_dir,
-        "low",
+        "a-low",
         meta={"triggers": {"contexts": ["ctx"], "state_conditions": ["state.low_done != true"]}},
         data={"low_done": FLAG},
     )
     turns = {
-        "high": [output(data={"high_done": True}, action="continue")],
-        "low": [output(data={"low_done": True}, action="continue")],
+        "z-high": [output(data={"high_done": True}, action="continue")],
+        "a-low": [output(data={"low_done": True}, action="continue")],
     }
     deck = make_deck(skills_dir, turns)
 
     by_priority = deck.run(context="ctx")
     assert by_priority.status == "finished"
-    assert _skills_run(deck, by_priority.thread_id) == ["high", "low"]
+    assert _skills_run(deck, by_priority.thread_id) == ["z-high", "a-low"]
 
     deck = make_deck(skills_dir, turns)
-    explicit = deck.run(context="ctx", next_skill="low")
+    explicit = deck.run(context="ctx", next_skill="a-low")
     assert explicit.status == "finished"
-    assert _skills_run(deck, explicit.thread_id) == ["low", "high"]
+    assert _skills_run(deck, explicit.thread_id) == ["a-low", "z-high"]
     assert explicit.state["low_done"] is True
     assert explicit.state["high_done"] is True
 

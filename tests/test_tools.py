@@ -346,3 +346,27 @@ def test_identity_in_tool_args_is_refused_and_bound_from_the_run(
     assert "user_id" in forged.content and "bound by the runtime" in forged.content
     assert "evil" not in forged.content
     assert ok.status == "success" and json.loads(ok.content) == {"echo": "b"}
+
+
+def test_a_crashing_tool_is_an_error_for_the_model_not_a_stuck_run(
+    tmp_path: Path, skills_dir: Path
+) -> None:
+    def explode(q: str) -> str:
+        """Always fails."""
+        raise PermissionError("denied")
+
+    write_bundle(skills_dir, "alpha", meta={"tools": ["probe__explode"]})
+    registry = ToolRegistry([StructuredTool.from_function(explode, name="probe__explode")])
+    turns = {
+        "alpha": [
+            {"tool_calls": [{"name": "probe__explode", "args": {"q": "x"}}]},
+            output(data={"note": "recovered"}),
+        ]
+    }
+    deck = _deck(tmp_path, skills_dir, registry, turns)
+    result = deck.run(context="ctx")
+    assert result.status == "finished", result.error
+    assert result.state["attempt"]["tool_calls"][0]["status"] == "error"
+    messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    failure = next(m for m in messages if isinstance(m, ToolMessage))
+    assert "probe__explode failed: PermissionError: denied" in failure.content

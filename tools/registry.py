@@ -96,6 +96,9 @@ class ToolRegistry:
             return ToolResult(False, f"Error: {exc}")
         except ValueError as exc:  # pydantic's ValidationError: the model's arguments are wrong
             return ToolResult(False, f"Error: invalid arguments for {name}: {exc}")
+        except Exception as exc:
+            # A failing tool is news for the model, not a reason to strand the run.
+            return ToolResult(False, f"Error: {name} failed: {type(exc).__name__}: {exc}")
         return ToolResult(True, result if isinstance(result, str) else _to_json(result))
 
 

@@ -1,0 +1,41 @@
+"""Against a real OpenAI-compatible endpoint (``SKILLDECK_BASE_URL``, ``SKILLDECK_MODEL``).
+
+A small local model may not follow the contract every time; what must hold is that the engine
+either produces a contract-valid result or fails the run cleanly with the errors, never merging
+invalid output.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import DEMO_ANSWERS, DEMO_FILES
+
+from skilldeck import Settings, SkillDeck
+
+pytestmark = pytest.mark.integration
+
+
+def test_litigation_intake_with_a_real_model(tmp_path: Path) -> None:
+    settings = Settings(files_root=str(DEMO_FILES), model=os.environ.get("SKILLDECK_MODEL"))
+    with SkillDeck(checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings) as deck:
+        result = deck.run(
+            {"documents": ["complaint.txt"]}, context="matter", matter_id="demo-matter"
+        )
+        if result.status == "interrupted":
+            assert result.card is not None and result.card["questions"]
+            answers = {
+                q["field_key"]: DEMO_ANSWERS.get(
+                    q["field_key"], q.get("options", [{}])[0].get("value", "n/a")
+                )
+                for q in result.card["questions"]
+            }
+            result = deck.resume(result.thread_id, answers)
+        assert result.status in ("finished", "failed", "interrupted")
+        if result.status == "failed":
+            assert result.error and result.error["code"] in ("CONTRACT_VIOLATION", "LOOP_GUARD")
+        else:
+            assert not result.state["attempt"]["model"].startswith("scripted:")
+            assert result.state["attempt"]["validation_errors"] == []
