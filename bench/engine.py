@@ -221,7 +221,8 @@ def profile_engine(deck: SkillDeck, top: int = 10) -> list[dict[str, Any]]:
     profiler.enable()
     run_engine(deck)
     profiler.disable()
-    raw: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    stats: Any = pstats.Stats(profiler)  # .stats is untyped: {(file, line, func): row}
+    raw: dict[tuple[str, int, str], tuple[Any, ...]] = stats.stats
     roots = skilldeck_roots()
     rows = []
     for (filename, line, func), (_, ncalls, _tt, cumtime, _) in raw.items():

@@ -231,17 +231,16 @@ def show(
     if as_json:
         print(json.dumps({**_summary(result), "history": history}, ensure_ascii=False, default=str))
         return
-    table = Table("step", "next", "skill", "attempt", "action", "status", "card", title="history")
+    table = Table("step", "ran", "skill", "attempt", "action", "status", "card", title="history")
     for row in history:
-        card = "asked" if row["card"] else ""
         table.add_row(
             str(row["step"]),
-            ",".join(row["next"]),
+            ",".join(row["ran"]),
             row["skill"] or "",
             str(row["attempt"] or ""),
             row["action"] or "",
             row["status"],
-            card,
+            "asked" if row["card"] else "",
         )
     out.print(table)
     _print_result(result, False)

@@ -254,10 +254,14 @@ class SkillDeck:
         self._require(thread_id)
         with _checkpoint_errors():
             snapshots = list(self.graph.get_state_history(self._config(thread_id)))
-        rows = []
+        rows: list[dict[str, Any]] = []
+        ran: list[str] = []
+        previous: dict[str, Any] = {}
         for snap in reversed(snapshots):
             meta = snap.metadata or {}
             attempt = snap.values.get("attempt") or {}
+            # The state carries the last attempt forward; report it only on the step that made it.
+            fresh = attempt if attempt != previous else {}
             rows.append(
                 {
                     "checkpoint_id": snap.config["configurable"].get("checkpoint_id"),
@@ -266,15 +270,18 @@ class SkillDeck:
                     .get("checkpoint_id"),
                     "step": meta.get("step"),
                     "source": meta.get("source"),
+                    "ran": ran,
                     "next": list(snap.next),
                     "created_at": snap.created_at,
                     "status": self._status(snap),
-                    "skill": attempt.get("skill"),
-                    "attempt": attempt.get("attempt"),
-                    "action": attempt.get("action"),
+                    "skill": fresh.get("skill"),
+                    "attempt": fresh.get("attempt"),
+                    "action": fresh.get("action"),
+                    "validation_errors": fresh.get("validation_errors", []),
                     "card": _card(snap.interrupts[0]) if snap.interrupts else None,
                 }
             )
+            ran, previous = list(snap.next), attempt
         return rows
 
     def threads(self) -> list[ThreadSummary]:
