@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from langchain_core.language_models import BaseChatModel
 
@@ -18,7 +19,7 @@ TOOLS_NODE = "tools"
 CARD_NODE = "card"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class NodeContext:
     """The loaded skills, tools, host settings and model lookup shared by the nodes."""
 
@@ -28,7 +29,7 @@ class NodeContext:
     model_for: Callable[[str], BaseChatModel]
     model_label: Callable[[str], str]
 
-    @property
+    @cached_property
     def data_keys(self) -> tuple[str, ...]:
         """Every data field of every skill, in load order, without repeats."""
         keys: dict[str, None] = {}

@@ -11,7 +11,14 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import REVIEW_TYPES
 
-__all__ = ["SUBMIT_TOOL", "render_feedback", "render_prompt", "state_view"]
+__all__ = [
+    "SUBMIT_TOOL",
+    "render_feedback",
+    "render_prompt",
+    "render_system",
+    "render_user",
+    "state_view",
+]
 
 SUBMIT_TOOL = "submit_output"
 
@@ -45,15 +52,8 @@ def state_view(state: Mapping[str, Any], data_keys: tuple[str, ...]) -> dict[str
     return {k: v for k, v in view.items() if v not in (None, {}, [])}
 
 
-def render_prompt(
-    bundle: SkillBundle,
-    state: Mapping[str, Any],
-    data_keys: tuple[str, ...],
-    *,
-    output_mode: str,
-    prepared: Mapping[str, Any] | None = None,
-) -> list[BaseMessage]:
-    """The system and user messages that open a skill's turn."""
+def render_system(bundle: SkillBundle, *, output_mode: str) -> SystemMessage:
+    """The system message of a skill: the same for every turn, so runners render it once."""
     parts = [f"# Skill: {bundle.name}\n{bundle.description}", bundle.instructions]
     if bundle.references:
         refs = "\n\n".join(f"### {r.name}\n{r.text.strip()}" for r in bundle.references)
@@ -66,10 +66,31 @@ def render_prompt(
             schema=json.dumps(bundle.output_schema, ensure_ascii=False, indent=1),
         )
     )
+    return SystemMessage("\n\n".join(parts))
+
+
+def render_user(
+    state: Mapping[str, Any],
+    data_keys: tuple[str, ...],
+    prepared: Mapping[str, Any] | None = None,
+) -> HumanMessage:
+    """The user message that opens a turn: the state view and any prepared context."""
     user = ["## State", _dump(state_view(state, data_keys))]
     if prepared:
         user += ["## Prepared context", _dump(prepared)]
-    return [SystemMessage("\n\n".join(parts)), HumanMessage("\n".join(user))]
+    return HumanMessage("\n".join(user))
+
+
+def render_prompt(
+    bundle: SkillBundle,
+    state: Mapping[str, Any],
+    data_keys: tuple[str, ...],
+    *,
+    output_mode: str,
+    prepared: Mapping[str, Any] | None = None,
+) -> list[BaseMessage]:
+    """The system and user messages that open a skill's turn."""
+    return [render_system(bundle, output_mode=output_mode), render_user(state, data_keys, prepared)]
 
 
 def render_feedback(errors: list[dict[str, str]], retry_prompt: str | None) -> HumanMessage:
@@ -83,4 +104,5 @@ def render_feedback(errors: list[dict[str, str]], retry_prompt: str | None) -> H
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True, default=str)
+    # Compact separators keep json on its C encoder: this runs on every turn.
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)

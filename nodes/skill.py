@@ -27,7 +27,7 @@ from langgraph.types import Command
 
 from skilldeck._internal.paths import deep_merge
 from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
-from skilldeck.nodes.prompt import SUBMIT_TOOL, render_feedback, render_prompt
+from skilldeck.nodes.prompt import SUBMIT_TOOL, render_feedback, render_system, render_user
 from skilldeck.nodes.router import route
 from skilldeck.nodes.transcript import append_messages, read_messages
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
@@ -64,6 +64,16 @@ def parse_output(message: AIMessage) -> tuple[dict[str, Any] | None, Errors]:
     return value, []
 
 
+def _command(state: Mapping[str, Any], goto: str, update: dict[str, Any]) -> Command[str]:
+    """``Command`` with only the keys that change: each written key costs a checkpoint write."""
+    changes = {
+        k: v
+        for k, v in update.items()
+        if (v if k == "profile" else k not in state or state[k] != v)
+    }
+    return Command(goto=goto, update=changes)
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -75,6 +85,7 @@ class SkillNode:
         self.ctx = ctx
         self.bundle = bundle
         self.name = bundle.name
+        self.system = render_system(bundle, output_mode=ctx.settings.output_mode)
 
     # -- the node -------------------------------------------------------------------------
     def __call__(
@@ -82,23 +93,28 @@ class SkillNode:
     ) -> Command[str]:
         thread_id = str(config["configurable"]["thread_id"])
         turn = state.get("turn")
-        if not turn or turn.get("skill") != self.name:
+        opening: list[BaseMessage] = []
+        if turn and turn.get("skill") == self.name:
+            conversation = read_messages(store, thread_id, turn["id"])
+        else:
             try:
-                turn = self._open_turn(state, thread_id, store)
+                turn, opening = self._open_turn(state)
             except Exception as exc:
                 return self._fail(state, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
+            conversation = list(opening)
         calls = dict(state.get("calls") or {})
         index = calls.get(self.name, 0)
         rounds_left = self._max_rounds() - turn["round"]
-        conversation = read_messages(store, thread_id, turn["id"])
         try:
             message = self._call_model(conversation, index, tools=rounds_left > 0)
         except Exception as exc:
             return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
         calls[self.name] = index + 1
+        # The turn's new messages go to the store in one transaction.
+        new = [*opening, message]
         turn = {
             **turn,
-            "pos": append_messages(store, thread_id, turn["id"], turn["pos"], [message]),
+            "pos": append_messages(store, thread_id, turn["id"], turn["pos"], new),
             "tokens": _add_tokens(turn.get("tokens"), message),
         }
         pending = [c for c in message.tool_calls if c["name"] != SUBMIT_TOOL]
@@ -108,7 +124,7 @@ class SkillNode:
                 turn["pending"] = [
                     {"id": c["id"], "name": c["name"], "args": c["args"]} for c in pending
                 ]
-                return Command(goto=TOOLS_NODE, update={"turn": turn, "calls": calls})
+                return _command(state, TOOLS_NODE, {"turn": turn, "calls": calls})
             errors = [
                 {
                     "path": "$",
@@ -120,29 +136,22 @@ class SkillNode:
         return self._finish_attempt(state, turn, calls, message, thread_id, store)
 
     # -- steps ----------------------------------------------------------------------------
-    def _open_turn(
-        self, state: Mapping[str, Any], thread_id: str, store: BaseStore
-    ) -> dict[str, Any]:
+    def _open_turn(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], list[BaseMessage]]:
+        """A new turn and its opening messages (not yet stored)."""
         prepared = self.bundle.preprocess(dict(state)) if self.bundle.preprocess else None
-        messages = render_prompt(
-            self.bundle,
-            state,
-            self.ctx.data_keys,
-            output_mode=self.ctx.settings.output_mode,
-            prepared=prepared,
-        )
-        turn_id = uuid.uuid4().hex
-        return {
-            "id": turn_id,
+        messages = [self.system, render_user(state, self.ctx.data_keys, prepared)]
+        turn = {
+            "id": uuid.uuid4().hex,
             "skill": self.name,
             "attempt": 1,
             "round": 0,
-            "pos": append_messages(store, thread_id, turn_id, 0, messages),
+            "pos": 0,
             "pending": [],
             "tool_calls": [],
             "started_at": _now(),
             "t0": time.time(),
         }
+        return turn, messages
 
     def _max_rounds(self) -> int:
         own = self.bundle.execution.max_tool_rounds
@@ -226,7 +235,7 @@ class SkillNode:
             "calls": calls,
         }
         if action == "finish":
-            return Command(goto=END, update={**update, "status": "finished"})
+            return _command(state, END, {**update, "status": "finished"})
         if action == "ask_user":
             source = verdict if verdict["action"] == "ask_user" else control
             update["card"] = {
@@ -235,9 +244,9 @@ class SkillNode:
                 "review_type": source["review_type"],
                 "questions": source["questions"],
             }
-            return Command(goto=CARD_NODE, update={**update, "status": "interrupted"})
+            return _command(state, CARD_NODE, {**update, "status": "interrupted"})
         goto, routed = route(self.ctx, merged)
-        return Command(goto=goto, update={**update, **routed})
+        return _command(state, goto, {**update, **routed})
 
     def _run_validate(self, output: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
         """Normalise ``scripts/validate.py``'s verdict: continue, retry, ask_user or error."""
@@ -332,7 +341,7 @@ class SkillNode:
         }
         if turn is not None:
             update["attempt"] = self._record(turn, "failed", [])
-        return Command(goto=END, update=update)
+        return _command(state, END, update)
 
     def _record(self, turn: Mapping[str, Any], action: str, errors: Errors) -> dict[str, Any]:
         """The attempt record kept in the state (the checkpoint history keeps them all)."""

@@ -23,7 +23,7 @@ def read_messages(store: BaseStore, thread_id: str, turn_id: str) -> list[BaseMe
     """The messages of one turn, in order."""
     items = store.search(namespace(thread_id, turn_id), limit=_MAX_MESSAGES)
     items.sort(key=lambda item: item.key)
-    return messages_from_dict([item.value["message"] for item in items])
+    return messages_from_dict([m for item in items for m in item.value["messages"]])
 
 
 def append_messages(
@@ -31,8 +31,9 @@ def append_messages(
 ) -> int:
     """Write ``messages`` at positions ``start, start+1, ...``; returns the next position.
 
-    Keys are positions, so writing the same messages again (a node re-run) is idempotent.
+    One store item per call, keyed by its first position: a node re-run writes the same key
+    again (idempotent), and a step costs one row, not one per message.
     """
-    for offset, data in enumerate(messages_to_dict(list(messages))):
-        store.put(namespace(thread_id, turn_id), f"{start + offset:06d}", {"message": data})
+    value = {"messages": messages_to_dict(list(messages))}
+    store.put(namespace(thread_id, turn_id), f"{start:06d}", value)
     return start + len(messages)

@@ -145,6 +145,8 @@ def build_output_schema(
 
 def format_errors(validator: Draft202012Validator, instance: Any) -> list[dict[str, str]]:
     """All schema errors as ``{"path": "$.a[0].b", "message": ...}``, in document order."""
+    if validator.is_valid(instance):
+        return []
     out = []
     for err in sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.path]):
         path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
