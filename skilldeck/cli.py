@@ -10,13 +10,16 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
 from skilldeck.checkpoints import open_persistence
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import InvalidAnswersError, SkillDeckError
+from skilldeck.services import open_memory
 from skilldeck.settings import Settings
+from skilldeck.tools.importers import read_messages_file
 from skilldeck.types import Card, RunResult
 
 app = typer.Typer(
@@ -323,6 +326,67 @@ def demo(
     else:
         _print_result(result, False)
         out.print(f"inspect it: skilldeck show {result.thread_id}")
+
+
+messages_app = typer.Typer(help="The message store behind the memory tools.", no_args_is_help=True)
+app.add_typer(messages_app, name="messages")
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+
+
+@messages_app.command("import")
+def messages_import(
+    file: Annotated[Path, typer.Argument(help="JSONL/JSON messages, or a LoCoMo file.")],
+    user: Annotated[str, typer.Option(help="The user the messages belong to.")],
+    batch: Annotated[int, typer.Option(help="Messages per transaction.", min=1)] = 500,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import messages (idempotent: messages already stored are skipped)."""
+    settings = Settings()
+    try:
+        messages = list(read_messages_file(file, user))
+        memory = open_memory(settings)
+        added = 0
+        with _progress() as progress:
+            task = progress.add_task(f"importing {file.name}", total=len(messages))
+            for start in range(0, len(messages), batch):
+                chunk = messages[start : start + batch]
+                added += len(memory.add(chunk))
+                progress.advance(task, len(chunk))
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    summary = {
+        "file": str(file),
+        "user": user,
+        "read": len(messages),
+        "added": added,
+        "skipped": len(messages) - added,
+    }
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        out.print(f"{added} new messages, {len(messages) - added} already stored", highlight=False)
+
+
+@messages_app.command("rebuild")
+def messages_rebuild(
+    user: Annotated[str, typer.Option(help="Whose indexes to rebuild.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild a user's lexical and semantic indexes from the message store."""
+    memory = open_memory(Settings())
+    memory.rebuild(user)
+    count = memory.store.count(user)
+    print(json.dumps({"user": user, "messages": count}) if as_json else f"rebuilt {count} messages")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from skilldeck.errors import (
 from skilldeck.graph import build_graph
 from skilldeck.models import ModelSpec, build_model, resolve_model
 from skilldeck.nodes import NodeContext, validate_answers
+from skilldeck.services import lazy, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.tools import IDENTITY_KEYS, ToolRegistry, default_registry
@@ -70,7 +71,9 @@ class SkillDeck:
     ) -> None:
         self.settings = settings or Settings()
         self.bundles = _load(skills, self.settings)
-        self.tools = tools or default_registry(self.settings.files_root)
+        self.tools = tools or default_registry(
+            self.settings.files_root, memory=lazy(lambda: open_memory(self.settings))
+        )
         self._models: dict[str, BaseChatModel] = {}
         self._specs: dict[str, ModelSpec] = {}
         self._ctx = NodeContext(

@@ -51,3 +51,17 @@ class Settings(BaseSettings):
     durability: Literal["sync", "async", "exit"] = "sync"
     sqlite_timeout_s: float = Field(default=5.0, gt=0, description="Wait for a locked database.")
     files_root: str = "."
+
+    messages_path: str = Field(
+        default=".skilldeck/messages.sqlite", description="The message store (SQLite file)."
+    )
+    chroma_path: str = Field(default=".skilldeck/chroma", description="Embedded Chroma folder.")
+    chroma_url: str | None = Field(
+        default=None, description="A `chroma run` server, e.g. http://127.0.0.1:8000."
+    )
+    embedding_model: str | None = Field(
+        default=None,
+        description="An embeddings model on an OpenAI-compatible endpoint "
+        "(SKILLDECK_EMBEDDING_BASE_URL); default: the offline multilingual USE model.",
+    )
+    embedding_base_url: str | None = None

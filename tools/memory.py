@@ -1,0 +1,376 @@
+"""Message memory: ``messages_list``, ``lexical_search``, ``semantic_search``, ``neighbors``.
+
+The tools of seed 001, over the :class:`~skilldeck.tools.messages.MessageStore`. ``user_id`` is
+always bound by the runtime. The explicit-filter rules are enforced here, by the tools: listing
+and searching need a ``role`` (``any`` allowed) and at least one of ``since``/``until``.
+
+Each user's lexical index (BM25) is built from the store on first use and kept up to date by
+:meth:`Memory.add`; the semantic index lives in Chroma. Role and time filters are applied before
+ranking, never after truncation.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from skilldeck.errors import ToolError
+from skilldeck.tools.bm25 import BM25Index
+from skilldeck.tools.messages import Message, MessageStore, parse_ts
+from skilldeck.tools.text import Tokenizer, parse_query
+from skilldeck.tools.vectors import VectorIndex
+
+__all__ = ["Memory", "SearchFilter"]
+
+RRF_K = 60
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """A validated filter: ``role`` (``None`` = any) and a time range in epoch seconds."""
+
+    role: str | None
+    since: float | None
+    until: float | None
+
+    @classmethod
+    def parse(cls, tool: str, raw: Any, *, nested: bool) -> SearchFilter:
+        """Check seed 001's explicit-filter rule and parse the times.
+
+        ``nested`` is the search form ``{role, time_range: {since, until}}``; otherwise
+        ``raw`` holds ``role``, ``since`` and ``until`` directly (``messages_list``).
+        """
+        prefix = "filter." if nested else ""
+        if nested and not isinstance(raw, Mapping):
+            raise ToolError(
+                f"{tool} needs filter={{role, time_range: {{since, until}}}}: filters must be "
+                "explicit (role may be 'any')"
+            )
+        if nested and set(raw) - {"role", "time_range"}:
+            unknown = ", ".join(sorted(set(raw) - {"role", "time_range"}))
+            raise ToolError(f"{tool}: unknown filter key(s) {unknown}; use role and time_range")
+        role = raw.get("role")
+        if not isinstance(role, str) or not role:
+            raise ToolError(f"{tool} needs {prefix}role (use 'any' for every role)")
+        times = raw.get("time_range") if nested else raw
+        if nested and times is not None and not isinstance(times, Mapping):
+            raise ToolError(f"{tool}: filter.time_range must be an object {{since, until}}")
+        times = times or {}
+        where = f"{prefix}time_range." if nested else ""
+        if times.get("since") is None and times.get("until") is None:
+            raise ToolError(
+                f"{tool} needs {where}since or {where}until (ISO 8601, Z allowed): "
+                "the time range must be explicit"
+            )
+        since = _epoch(times.get("since"), f"{where}since")
+        until = _epoch(times.get("until"), f"{where}until")
+        if since is not None and until is not None and since >= until:
+            raise ToolError(f"{tool}: {where}since must be before {where}until")
+        return cls(None if role == "any" else role, since, until)
+
+
+def _epoch(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ToolError(f"{name} must be an ISO 8601 string")
+    return parse_ts(value, name=name).timestamp()
+
+
+def _encode_cursor(payload: Mapping[str, Any]) -> str:
+    raw = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, kind: str, query: str) -> dict[str, Any]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        payload = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, TypeError):
+        raise ToolError("cursor is not valid; pass a next_cursor from an earlier call") from None
+    if not isinstance(payload, dict) or payload.get("k") != kind or payload.get("q") != query:
+        raise ToolError("cursor belongs to another query; pass it with the same arguments")
+    return payload
+
+
+def _query_key(*parts: Any) -> str:
+    blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class _Column:
+    """A growable numpy column, so per-message filters are vectorised without copies."""
+
+    def __init__(self, dtype: Any) -> None:
+        self.data = np.empty(1024, dtype=dtype)
+        self.size = 0
+
+    def append(self, value: Any) -> None:
+        if self.size == len(self.data):
+            self.data = np.resize(self.data, 2 * len(self.data))
+        self.data[self.size] = value
+        self.size += 1
+
+    def view(self) -> np.ndarray:
+        return self.data[: self.size]
+
+
+@dataclass
+class _Lexicon:
+    """One user's BM25 index and the columns its filters need, aligned by document index."""
+
+    index: BM25Index = field(default_factory=BM25Index)
+    ids: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    roles: _Column = field(default_factory=lambda: _Column(np.int32))
+    ts: _Column = field(default_factory=lambda: _Column(np.float64))
+    role_codes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, message: Message, tokens: Sequence[str]) -> None:
+        self.index.add(tokens)
+        self.ids.append(message.id)
+        self.texts.append(message.text)
+        self.roles.append(self.role_codes.setdefault(message.role, len(self.role_codes)))
+        self.ts.append(message.ts_epoch)
+
+    def mask(self, flt: SearchFilter, limit: int) -> np.ndarray:
+        keep = np.zeros(len(self.ids), dtype=bool)
+        keep[:limit] = True
+        if flt.role is not None:
+            keep &= self.roles.view() == self.role_codes.get(flt.role, -1)
+        ts = self.ts.view()
+        if flt.since is not None:
+            keep &= ts >= flt.since
+        if flt.until is not None:
+            keep &= ts < flt.until
+        return keep
+
+
+def _contains(tokens: Sequence[str], phrase: Sequence[str]) -> bool:
+    n = len(phrase)
+    return any(list(tokens[i : i + n]) == list(phrase) for i in range(len(tokens) - n + 1))
+
+
+class Memory:
+    """The memory tools over a message store, a BM25 index per user and a vector index.
+
+    Args:
+        store: the source of truth.
+        vectors: the semantic index; ``None`` disables ``semantic_search``.
+        tokenizer: how text becomes BM25 tokens (English and Chinese by default).
+    """
+
+    def __init__(
+        self,
+        store: MessageStore,
+        vectors: VectorIndex | None = None,
+        *,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.store = store
+        self.vectors = vectors
+        self.tokenizer = tokenizer or Tokenizer()
+        self._lexicons: dict[str, _Lexicon] = {}
+        self._lock = threading.RLock()
+
+    # -- writing ------------------------------------------------------------------------------
+    def add(self, messages: Iterable[Message]) -> list[Message]:
+        """Store ``messages`` and index the new ones; returns the new ones."""
+        added = self.store.add(messages)
+        with self._lock:
+            for m in added:
+                lexicon = self._lexicons.get(m.user_id)
+                if lexicon is not None:
+                    lexicon.add(m, self.tokenizer.tokens(m.text))
+        if self.vectors is not None and added:
+            by_user: dict[str, list[Message]] = {}
+            for m in added:
+                by_user.setdefault(m.user_id, []).append(m)
+            for user, items in by_user.items():
+                self._index_vectors(user, items)
+        return added
+
+    def _index_vectors(self, user_id: str, items: Sequence[Message]) -> None:
+        assert self.vectors is not None
+        self.vectors.add(
+            user_id,
+            ids=[m.id for m in items],
+            texts=[m.text for m in items],
+            roles=[m.role for m in items],
+            ts=[m.ts_epoch for m in items],
+            thread_ids=[m.thread_id for m in items],
+        )
+
+    def rebuild(self, user_id: str) -> None:
+        """Rebuild both indexes of ``user_id`` from the store."""
+        with self._lock:
+            self._lexicons.pop(user_id, None)
+            self._lexicon(user_id)
+        if self.vectors is not None:
+            self.vectors.reset(user_id)
+            batch: list[Message] = []
+            for m in self.store.iter_user(user_id):
+                batch.append(m)
+                if len(batch) == 1000:
+                    self._index_vectors(user_id, batch)
+                    batch = []
+            if batch:
+                self._index_vectors(user_id, batch)
+
+    def _lexicon(self, user_id: str) -> _Lexicon:
+        with self._lock:
+            lexicon = self._lexicons.get(user_id)
+            if lexicon is None:
+                lexicon = _Lexicon()
+                for m in self.store.iter_user(user_id):
+                    lexicon.add(m, self.tokenizer.tokens(m.text))
+                self._lexicons[user_id] = lexicon
+            return lexicon
+
+    # -- the tools ------------------------------------------------------------------------------
+    def messages_list(
+        self,
+        user_id: str,
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        role: str | None = None,
+        page_size: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """Messages in time order, filtered by role and time range, paged by cursor."""
+        flt = SearchFilter.parse(
+            "messages_list", {"role": role, "since": since, "until": until}, nested=False
+        )
+        key = _query_key(user_id, flt.role, flt.since, flt.until)
+        after = None
+        if cursor:
+            payload = _decode_cursor(cursor, "list", key)
+            after = (float(payload["t"]), int(payload["s"]))
+        rows = self.store.select(
+            user_id,
+            since=flt.since,
+            until=flt.until,
+            role=flt.role,
+            after=after,
+            limit=page_size + 1,
+        )
+        page = rows[:page_size]
+        next_cursor = None
+        if len(rows) > page_size:
+            last = page[-1]
+            next_cursor = _encode_cursor({"k": "list", "q": key, "t": last.ts_epoch, "s": last.seq})
+        return {"hits": [m.hit() for m in page], "next_cursor": next_cursor}
+
+    def lexical_search(
+        self,
+        user_id: str,
+        *,
+        query_text: str,
+        filter: Mapping[str, Any] | None = None,
+        page_size: int = 20,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """BM25 over the user's messages; ``"quoted phrases"`` must match contiguously."""
+        flt = SearchFilter.parse("lexical_search", filter, nested=True)
+        query = parse_query(query_text, self.tokenizer)
+        if not query.terms:
+            raise ToolError("lexical_search: query_text has no searchable words")
+        lexicon = self._lexicon(user_id)
+        key = _query_key(user_id, query_text, flt.role, flt.since, flt.until)
+        offset, limit = 0, len(lexicon.ids)
+        if cursor:
+            payload = _decode_cursor(cursor, "lex", key)
+            offset, limit = int(payload["o"]), int(payload["n"])
+        mask = lexicon.mask(flt, limit)
+        for phrase in query.phrases:
+            phrase_ok = np.zeros_like(mask)
+            for doc in lexicon.index.docs_with_all(phrase):
+                if mask[doc] and _contains(self.tokenizer.tokens(lexicon.texts[doc]), phrase):
+                    phrase_ok[doc] = True
+            mask &= phrase_ok
+        total = lexicon.index.count_matches(query.terms, mask=mask)
+        ranked = lexicon.index.top(query.terms, page_size, mask=mask, offset=offset)
+        found = {m.id: m for m in self.store.get(user_id, [lexicon.ids[d] for d, _ in ranked])}
+        hits = [found[lexicon.ids[d]].hit(round(s, 6)) for d, s in ranked]
+        next_cursor = None
+        if offset + page_size < total:
+            page = {"k": "lex", "q": key, "o": offset + page_size, "n": limit}
+            next_cursor = _encode_cursor(page)
+        return {"hits": hits, "total": total, "next_cursor": next_cursor}
+
+    def semantic_search(
+        self,
+        user_id: str,
+        *,
+        query_text: str | None = None,
+        query_embedding: Sequence[float] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        top_k: int = 10,
+        min_score: float | None = None,
+    ) -> dict[str, Any]:
+        """Nearest messages by embedding (cosine similarity), filtered before ranking."""
+        flt = SearchFilter.parse("semantic_search", filter, nested=True)
+        if (query_text is None) == (query_embedding is None):
+            raise ToolError("semantic_search needs exactly one of query_text or query_embedding")
+        if self.vectors is None:
+            raise ToolError("semantic_search is not configured on this deployment")
+        found = self.vectors.query(
+            user_id,
+            text=query_text,
+            embedding=query_embedding,
+            top_k=top_k,
+            role=flt.role,
+            since=flt.since,
+            until=flt.until,
+            min_score=min_score,
+        )
+        messages = {m.id: m for m in self.store.get(user_id, [h.id for h in found])}
+        hits = [messages[h.id].hit(round(h.score, 6)) for h in found if h.id in messages]
+        return {"hits": hits}
+
+    def neighbors(
+        self, user_id: str, *, message_id: str, before: int = 8, after: int = 0
+    ) -> dict[str, Any]:
+        """The anchor message with up to ``before``/``after`` messages around it, in order."""
+        rows = self.store.neighbors(user_id, message_id, before, after)
+        return {"anchor": message_id, "hits": [m.hit() for m in rows]}
+
+    # -- retrieval for skills and benchmarks -------------------------------------------------------
+    def hybrid_search(
+        self,
+        user_id: str,
+        query_text: str,
+        *,
+        role: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        top_k: int = 10,
+        depth: int = 50,
+    ) -> list[tuple[Message, float]]:
+        """BM25 and semantic rankings fused by reciprocal rank (``1 / (60 + rank)``)."""
+        flt = SearchFilter(None if role in (None, "any") else role, since, until)
+        lexicon = self._lexicon(user_id)
+        scores: dict[str, float] = {}
+        query = parse_query(query_text, self.tokenizer)
+        if query.terms:
+            ranked = lexicon.index.top(query.terms, depth, mask=lexicon.mask(flt, len(lexicon.ids)))
+            for rank, (doc, _) in enumerate(ranked):
+                key = lexicon.ids[doc]
+                scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
+        if self.vectors is not None:
+            found = self.vectors.query(
+                user_id, text=query_text, top_k=depth, role=flt.role, since=since, until=until
+            )
+            for rank, hit in enumerate(found):
+                scores[hit.id] = scores.get(hit.id, 0.0) + 1.0 / (RRF_K + rank + 1)
+        best = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]
+        messages = {m.id: m for m in self.store.get(user_id, [k for k, _ in best])}
+        return [(messages[k], s) for k, s in best if k in messages]
