@@ -76,8 +76,9 @@ def _client(path: Path) -> ClientAPI:
     return open_chroma(path=path)
 
 
-def _add(index: VectorIndex, user_id: str = USER, corpus: Corpus = CORPUS) -> int:
-    return index.add(user_id, *corpus)
+def _add(index: VectorIndex) -> int:
+    """Index CORPUS for USER, embedding its texts."""
+    return index.add(USER, *CORPUS)
 
 
 @pytest.fixture(scope="module")
@@ -314,6 +315,38 @@ def test_filtered_fast_path_is_exact(
     assert set(chroma["ids"][0]) == {h.id for h in hits}
 
 
+@pytest.mark.parametrize(
+    ("role", "since", "until"),
+    [("tool", 0.0, 600.0), ("user", 100.0, 300.0), ("assistant", 0.0, 600.0), (None, 50.0, 60.0)],
+    ids=["sparse-gather", "narrow-span", "dense", "time-only"],
+)
+def test_fast_path_matches_numpy_on_sparse_and_dense_filters(
+    tmp_path: Path, role: str | None, since: float, until: float
+) -> None:
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(600, 32)).astype(np.float32)
+    roles = ["tool" if i % 20 == 0 else "user" if i % 2 else "assistant" for i in range(600)]
+    ids = [f"r{i:03d}" for i in range(600)]
+    index = VectorIndex(_client(tmp_path))
+    index.add(
+        USER,
+        ids,
+        [""] * 600,
+        roles,
+        [float(i) for i in range(600)],
+        ["t"] * 600,
+        embeddings=vectors,
+    )
+    query = rng.normal(size=32)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    scores = unit.astype(np.float64) @ (query / np.linalg.norm(query))
+    keep = [i for i in range(600) if role in (None, roles[i]) and since <= i < until]
+    expected = sorted(keep, key=lambda i: -scores[i])[:10]
+    hits = index.query(USER, embedding=query.tolist(), role=role, since=since, until=until)
+    assert [h.id for h in hits] == [ids[i] for i in expected]
+    assert np.allclose([h.score for h in hits], scores[expected], atol=1e-5)
+
+
 def test_cache_catches_up_when_another_index_adds(index: VectorIndex, tmp_path: Path) -> None:
     assert index.query(USER, text=SPICY_EN, role="user")[0].id == SPICY_ZH_ID  # cache loaded
     other = VectorIndex(_client(tmp_path / "chroma"))
@@ -380,10 +413,10 @@ def test_bad_arguments_are_refused(index: VectorIndex, tmp_path: Path) -> None:
         index.query(USER, text=TRAIN, top_k=0)
     with pytest.raises(ValueError, match="dimensions"):
         index.query(USER, embedding=[1.0, 0.0], role="user")
-    with pytest.raises(ValueError, match="not both"):
-        open_chroma(path=tmp_path, url="http://127.0.0.1:8000")
     with pytest.raises(ValueError, match="http://host:port"):
-        open_chroma(url="ftp://example.org")
+        open_chroma(path=tmp_path, url="ftp://example.org")
+    with pytest.raises(ValueError, match="path"):
+        open_chroma(url="http://127.0.0.1:8000/chroma")
     assert index.add(USER, [], [], [], [], []) == 0
 
 

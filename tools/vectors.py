@@ -48,7 +48,8 @@ def open_chroma(path: str | Path | None = None, url: str | None = None) -> Clien
     Args:
         path: Folder of an embedded (persistent) database; default ``./.skilldeck/chroma``.
         url: A ``chroma run`` server such as ``http://127.0.0.1:8000`` (the value of
-            ``SKILLDECK_CHROMA_URL``); several app processes can share it.
+            ``SKILLDECK_CHROMA_URL``); several app processes can share it. It wins over
+            ``path``, so settings may always pass both.
 
     Returns:
         An HTTP client if ``url`` is given, else a persistent embedded client.
@@ -56,8 +57,6 @@ def open_chroma(path: str | Path | None = None, url: str | None = None) -> Clien
     settings = Settings(anonymized_telemetry=False)
     if url is None:
         return chromadb.PersistentClient(path=str(path or _DEFAULT_PATH), settings=settings)
-    if path is not None:
-        raise ValueError("pass either path or url to open_chroma, not both")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"Chroma url must look like http://host:port, got {url!r}")
