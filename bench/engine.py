@@ -54,18 +54,14 @@ import skilldeck.graph
 import skilldeck.nodes
 import skilldeck.skills
 import skilldeck.tools
-from skilldeck import Settings, SkillDeck
+from skilldeck import Settings, SkillDeck, demo
 from skilldeck.checkpoints.open import strict_serde
 
 CHAIN = 10
 DURABILITY = "sync"  # the deck's default (Settings.durability)
-DEMO = Path(skilldeck.__file__).parent / "demo"
-DEMO_SCRIPT = DEMO / "litigation-intake.yaml"
-DEMO_FILES = DEMO / "files"
-DEMO_ANSWERS = {
-    "profile.defendant.name": "Acme Logistics Ltd.",
-    "profile.defendant.type": "organisation",
-}
+DEMO_SCRIPT = demo.SCRIPT
+DEMO_FILES = demo.FILES
+DEMO_ANSWERS = demo.ANSWERS
 TARGET_OVERHEAD = 2.0  # engine / bare, per skill step
 TARGET_GROWTH = 2.0  # bytes/step at the last step / bytes/step at step 10
 TARGET_RESUME_MS = 100.0
@@ -461,7 +457,7 @@ def bench_growth(tmp: Path, steps: int) -> dict[str, Any]:
 _CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-from skilldeck import Settings, SkillDeck
+from skilldeck import Settings, SkillDeck, demo
 t1 = time.perf_counter()
 url, model, files, cold, warm, answers = sys.argv[1:7]
 deck = SkillDeck(checkpointer=url, settings=Settings(model=model, files_root=files))

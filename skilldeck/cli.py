@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
+from skilldeck import demo as demo_data
 from skilldeck.checkpoints import open_persistence
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import InvalidAnswersError, SkillDeckError
@@ -30,7 +31,6 @@ app = typer.Typer(
 out = Console()
 err = Console(stderr=True)
 
-DEMO = Path(__file__).parent / "demo"
 _BOOKKEEPING = {
     "turn",
     "guard",
@@ -288,14 +288,15 @@ def demo(
     as_json: JsonOpt = False,
 ) -> None:
     """The litigation-intake example end to end, on the scripted model: run, card, resume."""
-    script = DEMO / "litigation-intake.yaml"
     try:
-        with _deck(None, checkpoint, f"scripted:{script}", files_root=str(DEMO / "files")) as deck:
+        with _deck(
+            None, checkpoint, f"scripted:{demo_data.SCRIPT}", files_root=str(demo_data.FILES)
+        ) as deck:
             result = deck.run(
-                {"documents": ["complaint.txt"]},
-                context="matter",
+                demo_data.INPUT,
+                context=demo_data.CONTEXT,
                 user_id="demo-user",
-                matter_id="demo-matter",
+                matter_id=demo_data.MATTER_ID,
             )
             steps = [_summary(result)]
             if not as_json:

@@ -11,16 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-import skilldeck
-from skilldeck import Settings, SkillDeck
+from skilldeck import Settings, SkillDeck, demo
 
-DEMO = Path(skilldeck.__file__).parent / "demo"
-DEMO_SCRIPT = DEMO / "litigation-intake.yaml"
-DEMO_FILES = DEMO / "files"
-DEMO_ANSWERS = {
-    "profile.defendant.name": "Acme Logistics Ltd.",
-    "profile.defendant.type": "organisation",
-}
+DEMO_SCRIPT = demo.SCRIPT
+DEMO_FILES = demo.FILES
+DEMO_ANSWERS = demo.ANSWERS
 
 
 def write_bundle(
