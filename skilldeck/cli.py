@@ -18,7 +18,7 @@ from skilldeck import demo as demo_data
 from skilldeck.checkpoints import open_persistence
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import InvalidAnswersError, SkillDeckError
-from skilldeck.services import open_memory
+from skilldeck.services import open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.tools.importers import read_messages_file
 from skilldeck.types import Card, RunResult
@@ -388,6 +388,35 @@ def messages_rebuild(
     memory.rebuild(user)
     count = memory.store.count(user)
     print(json.dumps({"user": user, "messages": count}) if as_json else f"rebuilt {count} messages")
+
+
+knowledge_app = typer.Typer(help="The knowledge base behind rag_retrieve.", no_args_is_help=True)
+app.add_typer(knowledge_app, name="knowledge")
+
+
+@knowledge_app.command("index")
+def knowledge_index(
+    folder: Annotated[
+        Path, typer.Argument(help="Documents (md, txt, pdf) and tables (csv, xlsx).")
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Index a folder into the knowledge base (incremental: unchanged files are skipped)."""
+    if not folder.is_dir():
+        _fail(SkillDeckError(f"no such folder: {folder}"), as_json)
+    kb = open_knowledge(Settings())
+    with _progress() as progress:
+        task = progress.add_task(f"indexing {folder}", total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        counts = kb.index(folder, progress=advance)
+    kb.close()
+    if as_json:
+        print(json.dumps(counts))
+    else:
+        out.print(", ".join(f"{v} {k}" for k, v in counts.items()), highlight=False)
 
 
 if __name__ == "__main__":

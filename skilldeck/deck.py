@@ -28,7 +28,7 @@ from skilldeck.errors import (
 from skilldeck.graph import build_graph
 from skilldeck.models import ModelSpec, build_model, resolve_model
 from skilldeck.nodes import NodeContext, validate_answers
-from skilldeck.services import lazy, open_memory
+from skilldeck.services import lazy, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.tools import IDENTITY_KEYS, ToolRegistry, default_registry
@@ -72,7 +72,9 @@ class SkillDeck:
         self.settings = settings or Settings()
         self.bundles = _load(skills, self.settings)
         self.tools = tools or default_registry(
-            self.settings.files_root, memory=lazy(lambda: open_memory(self.settings))
+            self.settings.files_root,
+            memory=lazy(lambda: open_memory(self.settings)),
+            knowledge=lazy(lambda: open_knowledge(self.settings)),
         )
         self._models: dict[str, BaseChatModel] = {}
         self._specs: dict[str, ModelSpec] = {}

@@ -65,3 +65,6 @@ class Settings(BaseSettings):
         "(SKILLDECK_EMBEDDING_BASE_URL); default: the offline multilingual USE model.",
     )
     embedding_base_url: str | None = None
+    knowledge_path: str = Field(
+        default=".skilldeck/knowledge", description="Where the knowledge base keeps its index."
+    )

@@ -7,13 +7,17 @@ from pathlib import Path
 
 from skilldeck.tools.elements import element_tools, extract_elements
 from skilldeck.tools.files import file_tools, jailed_path
+from skilldeck.tools.knowledge import KnowledgeBase
+from skilldeck.tools.knowledge_tools import KNOWLEDGE_ALIASES, knowledge_tools
 from skilldeck.tools.memory import Memory
 from skilldeck.tools.memory_tools import MEMORY_ALIASES, memory_tools
 from skilldeck.tools.registry import IDENTITY_KEYS, ToolRegistry, ToolResult
 
 __all__ = [
     "IDENTITY_KEYS",
+    "KNOWLEDGE_ALIASES",
     "MEMORY_ALIASES",
+    "KnowledgeBase",
     "Memory",
     "ToolRegistry",
     "ToolResult",
@@ -22,20 +26,28 @@ __all__ = [
     "extract_elements",
     "file_tools",
     "jailed_path",
+    "knowledge_tools",
     "memory_tools",
 ]
 
 
 def default_registry(
-    files_root: str | Path = ".", *, memory: Callable[[], Memory] | None = None
+    files_root: str | Path = ".",
+    *,
+    memory: Callable[[], Memory] | None = None,
+    knowledge: Callable[[], KnowledgeBase] | None = None,
 ) -> ToolRegistry:
     """A registry with the built-in tools, files jailed to ``files_root``.
 
-    ``memory`` (called on first use) adds the ``memory__*`` tools, with seed 001's bare names
-    (``lexical_search``, ...) as aliases.
+    ``memory`` and ``knowledge`` (each called on first use) add the ``memory__*`` and
+    ``knowledge__*`` tools and ``file__local_search``, with the seeds' bare names
+    (``lexical_search``, ``rag_retrieve``, ``local_file_search``, ...) as aliases.
     """
     registry = ToolRegistry([*file_tools(files_root), *element_tools()])
     if memory is not None:
         for tool in memory_tools(memory):
             registry.register(tool, aliases=[MEMORY_ALIASES[tool.name]])
+    if knowledge is not None:
+        for tool in knowledge_tools(knowledge, files_root):
+            registry.register(tool, aliases=[KNOWLEDGE_ALIASES[tool.name]])
     return registry

@@ -10,7 +10,9 @@ changed file re-embeds only its new chunks.
 Retrieval is hybrid. BM25 (stemmed, without stop words, over heading + text) and the dense
 index each rank their top ``N`` items, and the two rankings are fused by reciprocal rank
 fusion: ``score(item) = sum over rankings of 1 / (60 + rank)``, ranks counted from 1, so an item
-near the top of both rankings beats one at the top of only one. Dense hits count only above a
+near the top of both rankings beats one at the top of only one. ``N`` is ``max(top_k, 50)`` for
+chunks; rows take every BM25 match and the 1,000 nearest rows, so that a table result counts
+every match it omits. Dense hits count only above a
 cosine similarity floor (0.25 for chunks, 0.35 for rows, whose short "header: value" texts all
 look alike), so a query that matches nothing returns nothing. The in-memory BM25 indexes are
 rebuilt from SQLite, from stored tokens, whenever the base has changed since they were built.
@@ -369,6 +371,9 @@ class KnowledgeBase:
         embedding_function: Chroma embedding function; default the offline multilingual USE
             model. Chroma refuses to reopen a collection with a function of another name.
         tokenizer: BM25 tokenizer; default English stems without stop words, CJK bigrams.
+
+    The collection names are fixed, so a Chroma database holds one knowledge base. Queries may
+    run from many threads; :meth:`index` runs one call at a time.
     """
 
     def __init__(
@@ -391,6 +396,7 @@ class KnowledgeBase:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.executescript(_SCHEMA)
         self._lock = threading.RLock()
+        self._index_lock = threading.Lock()  # two index() calls would race on the same files
         self._lexicons: dict[str, _Lexicon] = {}
         self._retokenize_if_needed()
 
@@ -420,21 +426,22 @@ class KnowledgeBase:
         root = Path(folder).resolve()
         if not root.is_dir():
             raise ValueError(f"{folder} is not a folder")
-        paths = list(walk_files(root, DOCUMENT_SUFFIXES | TABLE_SUFFIXES))
-        with self._lock:
-            known = dict(self._conn.execute("SELECT path, sha256 FROM files").fetchall())
-        counts = dict.fromkeys(("files", "chunks", "rows", "skipped", "removed", "failed"), 0)
-        seen: set[str] = set()
-        for done, path in enumerate(paths, start=1):
-            file = path.relative_to(root).as_posix()
-            seen.add(file)
-            self._index_file(path, file, known.get(file), counts)
-            if progress is not None:
-                progress(done, len(paths))
-        for file in sorted(known.keys() - seen):
-            self._replace(file, None, [], [])
-            counts["removed"] += 1
-        return counts
+        with self._index_lock:
+            paths = list(walk_files(root, DOCUMENT_SUFFIXES | TABLE_SUFFIXES))
+            with self._lock:
+                known = dict(self._conn.execute("SELECT path, sha256 FROM files").fetchall())
+            counts = dict.fromkeys(("files", "chunks", "rows", "skipped", "removed", "failed"), 0)
+            seen: set[str] = set()
+            for done, path in enumerate(paths, start=1):
+                file = path.relative_to(root).as_posix()
+                seen.add(file)
+                self._index_file(path, file, known.get(file), counts)
+                if progress is not None:
+                    progress(done, len(paths))
+            for file in sorted(known.keys() - seen):
+                self._replace(file, None, [], [])
+                counts["removed"] += 1
+            return counts
 
     def _index_file(self, path: Path, file: str, known: str | None, counts: dict[str, int]) -> None:
         try:
@@ -659,16 +666,18 @@ class KnowledgeBase:
             "SELECT id, table_ref, number, cells FROM table_rows WHERE id IN ({})",
             [item_id for item_id, _ in fused],
         )
-        ranked = [
-            (str(row[0]), TableRow(int(row[1]), tuple(json.loads(row[2]))))
-            for row in (found.get(item_id) for item_id, _ in fused)
-            if row is not None
-        ]
         with self._lock:
             headers = {
                 ref: json.loads(header)
                 for ref, header in self._conn.execute("SELECT ref, header FROM tables")
             }
+        # Rows and headers are read apart, so a file re-indexed in between by another process
+        # may leave a row without its table: such a row is dropped, like a leftover vector.
+        ranked = [
+            (str(row[0]), TableRow(int(row[1]), tuple(json.loads(row[2]))))
+            for row in (found.get(item_id) for item_id, _ in fused)
+            if row is not None and row[0] in headers
+        ]
         return _table_result(query, ranked, headers, max_rows)
 
     def _fetch(self, sql: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
