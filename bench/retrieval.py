@@ -436,7 +436,7 @@ def bench_locomo(path: Path, limit: int | None, tmp: Path) -> dict[str, Any]:
     }
     for pair_name, (lex_lists, dense_lists) in pairs_to_fuse.items():
         for fdepth in (50, 100, 200):
-            for w_lex, w_dense in ((1.0, 1.0), (2.0, 1.0), (1.0, 2.0)):
+            for w_lex, w_dense in ((1.0, 1.0), (2.0, 1.0), (4.0, 1.0), (1.0, 2.0)):
                 name = f"RRF {pair_name}, depth {fdepth}, weights {w_lex:g}:{w_dense:g}"
                 fusion[name] = [
                     dia(rrf([(lex, w_lex), (dense, w_dense)], fdepth)[:depth])
@@ -617,7 +617,7 @@ def bench_cmrc(path: Path, limit: int | None, tmp: Path) -> dict[str, Any]:
                 runs["hybrid"].append(hybrid_ids(memory, user, q, 50))
             bar.advance(task)
     for fdepth in (50, 100, 200):
-        for w_lex, w_dense in ((1.0, 1.0), (2.0, 1.0), (1.0, 2.0)):
+        for w_lex, w_dense in ((1.0, 1.0), (2.0, 1.0), (4.0, 1.0), (1.0, 2.0)):
             runs[f"RRF depth {fdepth}, weights {w_lex:g}:{w_dense:g}"] = [
                 rrf([(lex, w_lex), (dense, w_dense)], fdepth)
                 for lex, dense in zip(runs["lexical"], runs["semantic"], strict=True)

@@ -21,14 +21,11 @@ rebuilt from SQLite, from stored tokens, whenever the base has changed since the
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -37,10 +34,18 @@ from chromadb.api import ClientAPI
 from chromadb.api.types import Documents, EmbeddingFunction
 
 from skilldeck.errors import ToolError
-from skilldeck.skills.tokens import estimate_tokens
 from skilldeck.tools.bm25 import BM25Index
+from skilldeck.tools.chunking import (
+    CHUNK_TOKENS,
+    DOCUMENT_SUFFIXES,
+    Chunk,
+    chunk_document,
+    chunk_id,
+    document_chunks,
+)
 from skilldeck.tools.embeddings import default_embedding_function
-from skilldeck.tools.local_files import decode_text, walk_files
+from skilldeck.tools.fusion import rrf
+from skilldeck.tools.local_files import walk_files
 from skilldeck.tools.tables import TABLE_SUFFIXES, Table, TableRow, read_tables, row_text
 from skilldeck.tools.tables import table_result as _table_result
 from skilldeck.tools.text import Tokenizer, parse_query
@@ -49,204 +54,16 @@ __all__ = ["CHUNK_TOKENS", "Chunk", "KnowledgeBase", "chunk_document"]
 
 log = logging.getLogger(__name__)
 
-CHUNK_TOKENS = 220
-RRF_K = 60
 CHUNK_MIN_SIMILARITY = 0.25
 ROW_MIN_SIMILARITY = 0.35
 ROW_DENSE_DEPTH = 1000  # dense row matches are looked for among this many nearest rows
 CHUNKS_COLLECTION = "skilldeck_knowledge"
 ROWS_COLLECTION = "skilldeck_table_rows"
-DOCUMENT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".pdf"})
 CITE_INSTRUCTION = (
     "[INSTRUCTION] Place the <CITATION .../> of each chunk you use right after the paragraph "
     "that uses it."
 )
-_MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
 _BATCH = 256  # texts per embedding call and per Chroma write
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """A piece of a document, cited as ``file#Lstart-Lend``.
-
-    Attributes:
-        id: Derived from the file, lines, heading and text, so it changes with them.
-        file: Path relative to the indexed folder, posix.
-        start_line: First line, from 1.
-        end_line: Last line.
-        heading: The Markdown heading path, e.g. ``Guide > Install`` (``Page 3`` in a PDF).
-        text: The chunk's text.
-    """
-
-    id: str
-    file: str
-    start_line: int
-    end_line: int
-    heading: str
-    text: str
-
-
-# -- chunking ----------------------------------------------------------------------------------
-_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_SENTENCE = re.compile(r"[^.!?;。！？；]*(?:[.!?;。！？；]+|$)\s*")
-_WORD = re.compile(r"\S+\s*")
-
-
-@dataclass(frozen=True, slots=True)
-class _Piece:
-    start: int
-    end: int
-    text: str
-
-
-def _split_text(text: str, limit: int) -> list[str]:
-    """``text`` cut at sentences, then words, then characters into parts of <= ``limit``."""
-    if estimate_tokens(text) <= limit:
-        return [text]
-    for pattern in (_SENTENCE, _WORD):
-        parts = [p for p in pattern.findall(text) if p]
-        if len(parts) > 1:
-            return [small for part in parts for small in _split_text(part, limit)]
-    # One unbroken run (CJK text has no spaces): a character is at most one token.
-    return [text[i : i + limit] for i in range(0, len(text), limit)]
-
-
-def _paragraph_pieces(lines: Sequence[tuple[int, str]], limit: int) -> list[_Piece]:
-    """A paragraph as one piece, or as line and sentence pieces if it is over ``limit``."""
-    text = "\n".join(line for _, line in lines)
-    if estimate_tokens(text) <= limit:
-        return [_Piece(lines[0][0], lines[-1][0], text)]
-    return [
-        _Piece(number, number, part)
-        for number, line in lines
-        for part in _split_text(line, limit)
-        if part.strip()
-    ]
-
-
-def _pack(pieces: Iterable[_Piece], limit: int) -> list[_Piece]:
-    """Greedily join consecutive pieces while the result fits ``limit`` tokens."""
-    packed: list[_Piece] = []
-    for piece in pieces:
-        if packed:
-            last = packed[-1]
-            gap = piece.start - last.end
-            # Same line: the pieces are sentences that kept their own spacing.
-            joined = (
-                last.text + piece.text
-                if gap == 0
-                else last.text.rstrip() + "\n" * min(gap, 2) + piece.text
-            )
-            if estimate_tokens(joined) <= limit:
-                packed[-1] = _Piece(last.start, piece.end, joined)
-                continue
-        packed.append(piece)
-    return packed
-
-
-def _sections(
-    lines: Iterable[tuple[int, str]], markdown: bool, heading: str
-) -> list[tuple[str, list[list[tuple[int, str]]]]]:
-    """Paragraphs (runs of non-blank lines) grouped by the heading path above them."""
-    sections: list[tuple[str, list[list[tuple[int, str]]]]] = [(heading, [])]
-    path: list[tuple[int, str]] = []
-    paragraph: list[tuple[int, str]] = []
-    fence: str | None = None
-
-    def flush() -> None:
-        if paragraph:
-            sections[-1][1].append(paragraph.copy())
-            paragraph.clear()
-
-    for number, line in lines:
-        if markdown:
-            fenced = _FENCE.match(line)
-            if fenced:
-                mark = fenced.group(1)
-                if fence is None:
-                    fence = mark
-                elif mark[0] == fence[0] and len(mark) >= len(fence):
-                    fence = None
-            elif fence is None and (match := _HEADING.match(line)):
-                flush()
-                level = len(match.group(1))
-                path = [(lv, title) for lv, title in path if lv < level]
-                path.append((level, match.group(2).strip()))
-                titles = [heading] if heading else []
-                sections.append((" > ".join(titles + [title for _, title in path]), []))
-                continue
-        # Blank lines inside a code fence belong to the code, not a paragraph break.
-        if line.strip() or fence is not None:
-            paragraph.append((number, line.rstrip()))
-        else:
-            flush()
-    flush()
-    return [(title, paragraphs) for title, paragraphs in sections if paragraphs]
-
-
-def _chunk_id(*parts: object) -> str:
-    blob = "\0".join(str(part) for part in parts)
-    return hashlib.sha256(blob.encode()).hexdigest()[:32]
-
-
-def chunk_document(
-    text: str,
-    file: str,
-    *,
-    markdown: bool = True,
-    heading: str = "",
-    first_line: int = 1,
-    max_tokens: int = CHUNK_TOKENS,
-) -> list[Chunk]:
-    """Cut a document into chunks of at most ``max_tokens`` estimated tokens.
-
-    Paragraphs (separated by blank lines) are packed in order into chunks that never cross a
-    heading; a paragraph too long for one chunk is cut at lines, then sentences, then words.
-
-    Args:
-        text: The document.
-        file: Its path relative to the indexed folder, posix.
-        markdown: Read ``#`` headings (outside code fences) into each chunk's heading path.
-        heading: A heading above the whole text, e.g. ``Page 3`` of a PDF.
-        first_line: The number of the text's first line.
-        max_tokens: The chunk size, estimated with ``estimate_tokens``.
-    """
-    numbered = enumerate(text.splitlines(), start=first_line)
-    chunks: list[Chunk] = []
-    for title, paragraphs in _sections(numbered, markdown, heading):
-        pieces = [piece for para in paragraphs for piece in _paragraph_pieces(para, max_tokens)]
-        for piece in _pack(pieces, max_tokens):
-            body = piece.text.strip()
-            if body:
-                chunk_id = _chunk_id(file, piece.start, piece.end, title, body)
-                chunks.append(Chunk(chunk_id, file, piece.start, piece.end, title, body))
-    return chunks
-
-
-def _pdf_chunks(data: bytes, file: str) -> list[Chunk]:
-    """Chunks of a PDF's text, page by page; lines are numbered across the extracted text."""
-    from pypdf import PdfReader  # imported here: only PDF files need it
-
-    chunks: list[Chunk] = []
-    line = 1
-    for number, page in enumerate(PdfReader(io.BytesIO(data)).pages, start=1):
-        text = page.extract_text() or ""
-        chunks += chunk_document(
-            text, file, markdown=False, heading=f"Page {number}", first_line=line
-        )
-        line += len(text.splitlines())
-    return chunks
-
-
-def _document_chunks(data: bytes, file: str) -> list[Chunk]:
-    suffix = Path(file).suffix.lower()
-    if suffix == ".pdf":
-        return _pdf_chunks(data, file)
-    text = decode_text(data)
-    if text is None:
-        raise ValueError(f"{file} is not a text file")
-    return chunk_document(text, file, markdown=suffix in _MARKDOWN_SUFFIXES)
 
 
 # -- storage -----------------------------------------------------------------------------------
@@ -345,15 +162,6 @@ class _Vectors:
             for item_id, distance in zip(result["ids"][0], distances, strict=True)
             if 1.0 - distance >= min_similarity
         ]
-
-
-def _fuse(*rankings: Sequence[str]) -> list[tuple[str, float]]:
-    """Reciprocal rank fusion: ``sum 1 / (RRF_K + rank)``, best first, ties by id."""
-    scores: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, item_id in enumerate(ranking, start=1):
-            scores[item_id] = scores.get(item_id, 0.0) + 1.0 / (RRF_K + rank)
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 
 def _attr(value: str) -> str:
@@ -461,7 +269,7 @@ class KnowledgeBase:
             if path.suffix.lower() in TABLE_SUFFIXES:
                 tables = read_tables(data, file)
             else:
-                chunks = _document_chunks(data, file)
+                chunks = document_chunks(data, file)
         except Exception as exc:
             # Parsers raise many kinds of errors on broken files; one bad file must not stop
             # the rest of the folder from being indexed.
@@ -492,7 +300,7 @@ class KnowledgeBase:
             for row in table.rows:
                 text = row_text(table.header, row.cells)
                 cells = json.dumps(row.cells, ensure_ascii=False)
-                row_id = _chunk_id(table.ref, row.number, text)
+                row_id = chunk_id(table.ref, row.number, text)
                 values = self._tokens("\n".join(row.cells))
                 row_records.append(
                     (row_id, file, table.ref, row.number, cells, text, self._tokens(text), values)
@@ -609,7 +417,7 @@ class KnowledgeBase:
         terms = parse_query(query, self._tokenizer).terms
         lexical = self._lexicon("chunks").top(terms, depth)
         dense = self._chunk_vectors.nearest(query, depth, CHUNK_MIN_SIMILARITY)
-        fused = _fuse(lexical, dense)
+        fused = rrf(lexical, dense)
         found = self._fetch(
             "SELECT id, file, start_line, end_line, heading, text FROM chunks WHERE id IN ({})",
             [item_id for item_id, _ in fused],
@@ -661,7 +469,7 @@ class KnowledgeBase:
         if by_value:
             lexical = [item_id for item_id in lexical if item_id in by_value]
         dense = self._row_vectors.nearest(query, ROW_DENSE_DEPTH, ROW_MIN_SIMILARITY)
-        fused = _fuse(lexical, dense)
+        fused = rrf(lexical, dense)
         found = self._fetch(
             "SELECT id, table_ref, number, cells FROM table_rows WHERE id IN ({})",
             [item_id for item_id, _ in fused],

@@ -23,13 +23,12 @@ import numpy as np
 
 from skilldeck.errors import ToolError
 from skilldeck.tools.bm25 import BM25Index
+from skilldeck.tools.fusion import RRF_K, rrf
 from skilldeck.tools.messages import Message, MessageStore, parse_ts
 from skilldeck.tools.text import Tokenizer, parse_query
 from skilldeck.tools.vectors import VectorIndex
 
-__all__ = ["Memory", "SearchFilter"]
-
-RRF_K = 60
+__all__ = ["RRF_K", "Memory", "SearchFilter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,22 +354,20 @@ class Memory:
         top_k: int = 10,
         depth: int = 50,
     ) -> list[tuple[Message, float]]:
-        """BM25 and semantic rankings fused by reciprocal rank (``1 / (60 + rank)``)."""
+        """BM25 and semantic rankings, fused by :func:`~skilldeck.tools.fusion.rrf`."""
         flt = SearchFilter(None if role in (None, "any") else role, since, until)
         lexicon = self._lexicon(user_id)
-        scores: dict[str, float] = {}
+        lexical: list[str] = []
         query = parse_query(query_text, self.tokenizer)
         if query.terms:
-            ranked = lexicon.index.top(query.terms, depth, mask=lexicon.mask(flt, len(lexicon.ids)))
-            for rank, (doc, _) in enumerate(ranked):
-                key = lexicon.ids[doc]
-                scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
+            mask = lexicon.mask(flt, len(lexicon.ids))
+            lexical = [lexicon.ids[d] for d, _ in lexicon.index.top(query.terms, depth, mask=mask)]
+        dense: list[str] = []
         if self.vectors is not None:
             found = self.vectors.query(
                 user_id, text=query_text, top_k=depth, role=flt.role, since=since, until=until
             )
-            for rank, hit in enumerate(found):
-                scores[hit.id] = scores.get(hit.id, 0.0) + 1.0 / (RRF_K + rank + 1)
-        best = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]
+            dense = [hit.id for hit in found]
+        best = rrf(lexical, dense)[:top_k]
         messages = {m.id: m for m in self.store.get(user_id, [k for k, _ in best])}
         return [(messages[k], s) for k, s in best if k in messages]
