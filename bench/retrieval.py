@@ -81,8 +81,13 @@ DEFAULT_DATA = {
 LOCOMO_KS = (5, 10, 25, 50)
 LOCOMO_TARGETS = {5: 60.0, 10: 70.0}
 LOCOMO_DRAGON = {5: 56.7, 10: 66.2, 25: 76.7, 50: 82.7}
-LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop",
-                     5: "adversarial"}
+LOCOMO_CATEGORIES = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
 SCIFACT_TARGET = 0.66
 SCIFACT_PUBLISHED = {"Anserini flat (test)": 0.679, "BEIR paper (test)": 0.665}
 SPEED_LEX_RATIO_TARGET = 10.0
@@ -90,8 +95,10 @@ SPEED_SEM_P50_TARGET_MS = 20.0
 SPEED_ADD_TARGET_MS = 10.0
 
 # A filter that lets every message through (the tools require an explicit one).
-ALL_TIME = {"role": "any", "time_range": {"since": "1970-01-01T00:00:00Z",
-                                          "until": "2200-01-01T00:00:00Z"}}
+ALL_TIME = {
+    "role": "any",
+    "time_range": {"since": "1970-01-01T00:00:00Z", "until": "2200-01-01T00:00:00Z"},
+}
 TOKENIZERS = {
     "plain": Tokenizer(),
     "stem": Tokenizer(stem=True),
@@ -101,8 +108,29 @@ TOKENIZERS = {
 # Words that only make a sentence a question; dropped by the "question words" query rewrite.
 QUESTION_WORDS = frozenset(
     {
-        "what", "when", "where", "which", "who", "whom", "whose", "why", "how", "did", "does",
-        "do", "is", "are", "was", "were", "has", "have", "had", "would", "could", "can", "will",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "why",
+        "how",
+        "did",
+        "does",
+        "do",
+        "is",
+        "are",
+        "was",
+        "were",
+        "has",
+        "have",
+        "had",
+        "would",
+        "could",
+        "can",
+        "will",
         "should",
     }
 )
@@ -153,9 +181,7 @@ def rewrite(query: str, drop: frozenset[str]) -> str:
     return " ".join(kept) or query
 
 
-def rrf(
-    rankings: Sequence[tuple[Sequence[str], float]], depth: int, k: int = RRF_K
-) -> list[str]:
+def rrf(rankings: Sequence[tuple[Sequence[str], float]], depth: int, k: int = RRF_K) -> list[str]:
     """Weighted reciprocal-rank fusion of ``(ranked ids, weight)`` lists, ties by id.
 
     With weights 1 and the same depth this is :meth:`Memory.hybrid_search`'s formula.
@@ -243,9 +269,7 @@ def recall_at(ranked_dia: Sequence[str], evidence: Sequence[str], k: int) -> flo
     return sum(e in top for e in evidence) / len(evidence)
 
 
-def locomo_scores(
-    questions: Sequence[Question], rankings: Sequence[list[str]]
-) -> dict[str, Any]:
+def locomo_scores(questions: Sequence[Question], rankings: Sequence[list[str]]) -> dict[str, Any]:
     """Recall@k (percent) over all questions, per category and per conversation (R@5, R@10);
     ``rankings`` hold dia ids."""
     per_k: dict[int, list[float]] = {k: [] for k in LOCOMO_KS}
@@ -340,8 +364,9 @@ def bench_locomo(path: Path, limit: int | None, tmp: Path) -> dict[str, Any]:
         order = [str(m.meta["dia_id"]) for m in ts]
         docs = {
             "speaker in text": [stem_stop.tokens(spoken(m)) for m in ts],
-            "speaker + previous turn": [stem_stop.tokens(with_previous(ts, i))
-                                        for i in range(len(ts))],
+            "speaker + previous turn": [
+                stem_stop.tokens(with_previous(ts, i)) for i in range(len(ts))
+            ],
         }
         for text_name, tokens in docs.items():
             for k1, b in ((1.2, 0.75), (0.9, 0.4)):
@@ -425,13 +450,16 @@ def bench_locomo(path: Path, limit: int | None, tmp: Path) -> dict[str, Any]:
         "plain + semantic": (lex_deep["plain"], dense_deep),
         "stem+stop + semantic": (lex_deep["stem+stop"], dense_deep),
         "stem+stop + semantic, both speaker in text": (
-            lex_deep["stem+stop, speaker in text"], dense_spk
+            lex_deep["stem+stop, speaker in text"],
+            dense_spk,
         ),
         "stem+stop + semantic, both speaker + previous turn": (
-            lex_deep["stem+stop, speaker + previous turn"], dense_ctx
+            lex_deep["stem+stop, speaker + previous turn"],
+            dense_ctx,
         ),
         "stem+stop + semantic w/o question words, both speaker + previous turn": (
-            lex_deep["stem+stop, speaker + previous turn"], dense_ctx_rw
+            lex_deep["stem+stop, speaker + previous turn"],
+            dense_ctx_rw,
         ),
     }
     for pair_name, (lex_lists, dense_lists) in pairs_to_fuse.items():
@@ -476,9 +504,7 @@ def bench_locomo(path: Path, limit: int | None, tmp: Path) -> dict[str, Any]:
         "best_overall_by_r10": best_any,
         "targets": {str(k): v for k, v in LOCOMO_TARGETS.items()},
         "dragon_paper": {str(k): v for k, v in LOCOMO_DRAGON.items()},
-        "pass": {
-            str(k): results[best]["recall"][str(k)] >= v for k, v in LOCOMO_TARGETS.items()
-        },
+        "pass": {str(k): results[best]["recall"][str(k)] >= v for k, v in LOCOMO_TARGETS.items()},
         "pass_best_variant": {
             str(k): {**results, **fused}[best_any]["recall"][str(k)] >= v
             for k, v in LOCOMO_TARGETS.items()
@@ -514,8 +540,11 @@ def bench_scifact(path: Path, qrels_path: Path, limit: int | None) -> dict[str, 
         qids = qids[:limit]
     doc_ids = [str(d["_id"]) for d in corpus]
     texts = [f"{d.get('title', '')} {d.get('text', '')}".strip() for d in corpus]
-    params = {"rank-bm25 default k1=1.5 b=0.75": (1.5, 0.75), "k1=1.2 b=0.75": (1.2, 0.75),
-              "Anserini k1=0.9 b=0.4": (0.9, 0.4)}
+    params = {
+        "rank-bm25 default k1=1.5 b=0.75": (1.5, 0.75),
+        "k1=1.2 b=0.75": (1.2, 0.75),
+        "Anserini k1=0.9 b=0.4": (0.9, 0.4),
+    }
     variants: dict[str, Any] = {}
     tokens_by_tok: dict[str, list[list[str]]] = {}
     with progress_bar() as bar:
@@ -531,7 +560,9 @@ def bench_scifact(path: Path, qrels_path: Path, limit: int | None) -> dict[str, 
                     ranked = [doc_ids[d] for d, _ in index.top(terms, 10)]
                     scores.append(ndcg_at(ranked, qrels[qid]))
                 variants[f"{tname}, {pname}"] = {
-                    "tokenizer": tname, "k1": k1, "b": b,
+                    "tokenizer": tname,
+                    "k1": k1,
+                    "b": b,
                     "ndcg@10": round(float(np.mean(scores)), 4),
                 }
                 bar.advance(task)
@@ -593,8 +624,9 @@ def bench_cmrc(path: Path, limit: int | None, tmp: Path) -> dict[str, Any]:
     user = "cmrc"
     base = datetime(2024, 1, 1, tzinfo=UTC)
     messages = [
-        Message(str(p["id"]), user, "cmrc", "user", format_ts(base + timedelta(minutes=i)),
-                p["context"])
+        Message(
+            str(p["id"]), user, "cmrc", "user", format_ts(base + timedelta(minutes=i)), p["context"]
+        )
         for i, p in enumerate(paragraphs)
     ]
     questions = [(q["question"], str(p["id"])) for p in paragraphs for q in p["qas"]]
@@ -631,8 +663,11 @@ def bench_cmrc(path: Path, limit: int | None, tmp: Path) -> dict[str, Any]:
             if gold in ranked[:50]:
                 mrr += 1 / (ranked.index(gold) + 1)
         n = max(len(questions), 1)
-        return {"R@1": round(100 * r1 / n, 2), "R@5": round(100 * r5 / n, 2),
-                "MRR@50": round(mrr / n, 4)}
+        return {
+            "R@1": round(100 * r1 / n, 2),
+            "R@5": round(100 * r5 / n, 2),
+            "MRR@50": round(mrr / n, 4),
+        }
 
     return {
         "paragraphs": len(messages),
@@ -671,8 +706,7 @@ def speed_texts(root: Path) -> tuple[list[str], list[str], dict[str, int]]:
         for p in article["paragraphs"]:
             zh += [s.strip() for s in _ZH_SENTENCE.split(p["context"]) if len(s.strip()) >= 8]
             c_queries += [q["question"] for q in p["qas"]]
-    counts = {"locomo_turns": len(turns), "scifact_sentences": len(sci),
-              "cmrc_sentences": len(zh)}
+    counts = {"locomo_turns": len(turns), "scifact_sentences": len(sci), "cmrc_sentences": len(zh)}
     unique = list(dict.fromkeys(turns + sci + zh))
     counts["unique"] = len(unique)
     rng = random.Random(0)
@@ -698,8 +732,9 @@ def speed_messages(user: str, n: int, unique: Sequence[str]) -> list[Message]:
     for i in range(n):
         ts = SPEED_T0 + i * step + rng.random() * step * 0.5
         role = "user" if rng.random() < 0.5 else "assistant"
-        out.append(Message(f"m{i:06d}", user, f"t{i // 50:05d}", role, iso(ts),
-                           unique[i % len(unique)]))
+        out.append(
+            Message(f"m{i:06d}", user, f"t{i // 50:05d}", role, iso(ts), unique[i % len(unique)])
+        )
     return out
 
 
@@ -712,8 +747,13 @@ def speed_filter(rng: random.Random) -> tuple[str, float, float]:
 
 
 def bench_speed_size(
-    n: int, memory: Memory, store: MessageStore, vectors: VectorIndex,
-    unique: Sequence[str], queries: Sequence[str], embeddings: np.ndarray,
+    n: int,
+    memory: Memory,
+    store: MessageStore,
+    vectors: VectorIndex,
+    unique: Sequence[str],
+    queries: Sequence[str],
+    embeddings: np.ndarray,
     reps: dict[str, int],
 ) -> dict[str, Any]:
     user = f"speed-{n}"
@@ -803,9 +843,9 @@ def bench_speed_size(
         "tool_top10_equals_index": tool_same,
         "max_abs_score_diff": max_diff,
     }
-    row["lexical"]["pass"] = (
-        row["lexical"]["ratio_p50"] >= SPEED_LEX_RATIO_TARGET and identical == len(lex_q)
-    )
+    row["lexical"]["pass"] = row["lexical"][
+        "ratio_p50"
+    ] >= SPEED_LEX_RATIO_TARGET and identical == len(lex_q)
 
     # -- semantic ---------------------------------------------------------------------------
     sem_q = list(queries[: reps["semantic"]])
@@ -816,7 +856,9 @@ def bench_speed_size(
     role, since, until = speed_filter(rng)
     t0 = time.perf_counter()
     memory.semantic_search(  # the first filtered query loads the in-process copy
-        user, query_embedding=q_vectors[0].tolist(), top_k=10,
+        user,
+        query_embedding=q_vectors[0].tolist(),
+        top_k=10,
         filter={"role": role, "time_range": {"since": iso(since), "until": iso(until)}},
     )
     row["semantic_cache_load_s"] = round(time.perf_counter() - t0, 2)
@@ -829,8 +871,7 @@ def bench_speed_size(
         for i, (q, vec) in enumerate(zip(sem_q, q_vectors, strict=True)):
             role, since, until = speed_filter(rng)
             flt = {"role": role, "time_range": {"since": iso(since), "until": iso(until)}}
-            where: Any = {"$and": [{"role": role}, {"ts": {"$gte": since}},
-                                   {"ts": {"$lt": until}}]}
+            where: Any = {"$and": [{"role": role}, {"ts": {"$gte": since}}, {"ts": {"$lt": until}}]}
             first_ours = i % 2 == 0
             for turn in (0, 1):
                 if (turn == 0) == first_ours:
@@ -841,7 +882,9 @@ def bench_speed_size(
                 else:
                     with stopwatch(chroma_t):
                         result = collection.query(
-                            query_embeddings=[vec], n_results=10, where=where,
+                            query_embeddings=[vec],
+                            n_results=10,
+                            where=where,
                             include=["distances"],
                         )
             with stopwatch(text_t):
@@ -878,16 +921,24 @@ def bench_speed_size(
         task = bar.add_task(f"Memory.add of one message, {n} messages", total=adds)
         for i in range(adds):
             text = unique[(n + 7 * i) % len(unique)]
-            message = Message(f"add{i:04d}", user, "t-add", ("user", "assistant")[i % 2],
-                              iso(end + i), text)
+            message = Message(
+                f"add{i:04d}", user, "t-add", ("user", "assistant")[i % 2], iso(end + i), text
+            )
             with stopwatch(add_t):
                 memory.add([message])
             # The parts: embedding, Chroma upsert of a given vector, SQLite + BM25 only.
             with stopwatch(embed_t):
                 vec = vectors.embed([text])
             with stopwatch(upsert_t):
-                vectors.add(user, ids=[f"vec{i:04d}"], texts=[text], roles=["user"],
-                            ts=[end + i], thread_ids=["t-add"], embeddings=vec)
+                vectors.add(
+                    user,
+                    ids=[f"vec{i:04d}"],
+                    texts=[text],
+                    roles=["user"],
+                    ts=[end + i],
+                    thread_ids=["t-add"],
+                    embeddings=vec,
+                )
             with stopwatch(store_lex_t):
                 lex_only.add([replace(message, id=f"lex{i:04d}")])
             bar.advance(task)
@@ -948,32 +999,49 @@ def verdict(ok: bool) -> str:
 
 
 def print_locomo(out: Console, r: dict[str, Any]) -> None:
-    table = Table(title=f"LoCoMo turn retrieval, recall of gold evidence (%), {r['questions']} "
-                        f"questions, {r['conversations']} conversations, {r['turns']} turns")
+    table = Table(
+        title=f"LoCoMo turn retrieval, recall of gold evidence (%), {r['questions']} "
+        f"questions, {r['conversations']} conversations, {r['turns']} turns"
+    )
     table.add_column("retriever")
     for k in LOCOMO_KS:
         table.add_column(f"R@{k}", justify="right")
     table.add_row("DRAGON (paper, reference)", *[f"{LOCOMO_DRAGON[k]:.1f}" for k in LOCOMO_KS])
-    table.add_row("target", *[f">= {LOCOMO_TARGETS[k]:.0f}" if k in LOCOMO_TARGETS else ""
-                              for k in LOCOMO_KS])
+    table.add_row(
+        "target", *[f">= {LOCOMO_TARGETS[k]:.0f}" if k in LOCOMO_TARGETS else "" for k in LOCOMO_KS]
+    )
     for name, res in {**r["retrievers"], **r["fusion_variants"]}.items():
         label = f"[bold]{name}[/bold]" if name == r["best_product_default"] else name
         table.add_row(label, *[f"{res['recall'][str(k)]:.1f}" for k in LOCOMO_KS])
     out.print(table)
     best = r["best_product_default"]
-    out.print(f"best product retriever (default settings): {best}: " + ", ".join(
-        f"R@{k} {r['retrievers'][best]['recall'][k]:.1f} {verdict(ok)}"
-        for k, ok in r["pass"].items()))
+    out.print(
+        f"best product retriever (default settings): {best}: "
+        + ", ".join(
+            f"R@{k} {r['retrievers'][best]['recall'][k]:.1f} {verdict(ok)}"
+            for k, ok in r["pass"].items()
+        )
+    )
     best_any = r["best_overall_by_r10"]
     every = {**r["retrievers"], **r["fusion_variants"]}
-    out.print(f"best of every variant by R@10: {best_any}: " + ", ".join(
-        f"R@{k} {every[best_any]['recall'][k]:.1f} {verdict(ok)}"
-        for k, ok in r["pass_best_variant"].items()))
+    out.print(
+        f"best of every variant by R@10: {best_any}: "
+        + ", ".join(
+            f"R@{k} {every[best_any]['recall'][k]:.1f} {verdict(ok)}"
+            for k, ok in r["pass_best_variant"].items()
+        )
+    )
     cats = Table(title="by category, R@5 / R@10")
     cats.add_column("retriever")
-    names = ["rank-bm25 whitespace lowercase (baseline)", "lexical plain", "lexical stem+stop",
-             "lexical stem+stop, speaker + previous turn", "semantic", "hybrid plain",
-             "hybrid stem+stop, speaker + previous turn"]
+    names = [
+        "rank-bm25 whitespace lowercase (baseline)",
+        "lexical plain",
+        "lexical stem+stop",
+        "lexical stem+stop, speaker + previous turn",
+        "semantic",
+        "hybrid plain",
+        "hybrid stem+stop, speaker + previous turn",
+    ]
     first = r["retrievers"][names[0]]["by_category"]
     for c in first:
         cats.add_column(f"{c} (n={first[c]['n']})", justify="right")
@@ -990,9 +1058,11 @@ def print_locomo(out: Console, r: dict[str, Any]) -> None:
         bc = r["retrievers"][name]["by_conversation"]
         convs.add_row(name, *[f"{bc[c]['5']:.1f} / {bc[c]['10']:.1f}" for c in first])
     out.print(convs)
-    out.print(f"evidence ids skipped (name no turn): {len(r['skipped_evidence_ids'])} questions; "
-              f"questions without evidence: {r['questions_without_evidence']}; bench RRF = "
-              f"hybrid_search top 10 on {100 * (r['bench_rrf_matches_hybrid_top10'] or 0):.1f}%")
+    out.print(
+        f"evidence ids skipped (name no turn): {len(r['skipped_evidence_ids'])} questions; "
+        f"questions without evidence: {r['questions_without_evidence']}; bench RRF = "
+        f"hybrid_search top 10 on {100 * (r['bench_rrf_matches_hybrid_top10'] or 0):.1f}%"
+    )
 
 
 def print_scifact(out: Console, r: dict[str, Any]) -> None:
@@ -1005,19 +1075,25 @@ def print_scifact(out: Console, r: dict[str, Any]) -> None:
     for name, v in r["published"].items():
         table.add_row(f"published: {name}", f"{v:.3f}")
     out.print(table)
-    out.print(f"target >= {r['target']}: best {r['best_ndcg@10']:.4f} {verdict(r['pass_best'])}; "
-              f"product default {r['product_default_ndcg@10']:.4f} "
-              f"{verdict(r['pass_product_default'])}")
+    out.print(
+        f"target >= {r['target']}: best {r['best_ndcg@10']:.4f} {verdict(r['pass_best'])}; "
+        f"product default {r['product_default_ndcg@10']:.4f} "
+        f"{verdict(r['pass_product_default'])}"
+    )
     c = r["rank_bm25_crosscheck"]
-    out.print(f"rank-bm25 cross-check ({c['tokenizer']}, {c['queries']} queries): top-10 "
-              f"identical {c['top10_identical']}/{c['queries']}, max |score diff| "
-              f"{c['max_abs_score_diff']:.2e}; p50 {c['bm25index_top10']['p50_ms']:.2f} ms vs "
-              f"{c['rank_bm25_get_scores_argsort']['p50_ms']:.2f} ms ({c['speed_ratio_p50']}x)")
+    out.print(
+        f"rank-bm25 cross-check ({c['tokenizer']}, {c['queries']} queries): top-10 "
+        f"identical {c['top10_identical']}/{c['queries']}, max |score diff| "
+        f"{c['max_abs_score_diff']:.2e}; p50 {c['bm25index_top10']['p50_ms']:.2f} ms vs "
+        f"{c['rank_bm25_get_scores_argsort']['p50_ms']:.2f} ms ({c['speed_ratio_p50']}x)"
+    )
 
 
 def print_cmrc(out: Console, r: dict[str, Any]) -> None:
-    table = Table(title=f"CMRC 2018 question -> paragraph, {r['questions']} questions, "
-                        f"{r['paragraphs']} paragraphs")
+    table = Table(
+        title=f"CMRC 2018 question -> paragraph, {r['questions']} questions, "
+        f"{r['paragraphs']} paragraphs"
+    )
     for column in ("retriever", "R@1", "R@5", "MRR@50"):
         table.add_column(column, justify="left" if column == "retriever" else "right")
     for name, v in r["retrievers"].items():
@@ -1034,50 +1110,87 @@ def print_speed(out: Console, r: dict[str, Any]) -> None:
     def cell(get: Callable[[dict[str, Any]], dict[str, float]]) -> list[str]:
         return [f"{get(s)['p50_ms']:.2f} / {get(s)['p95_ms']:.2f}" for s in sizes]
 
-    table.add_row("lexical_search top 10 (any, all time)",
-                  *cell(lambda s: s["lexical"]["lexical_search_any_all_time"]), "")
-    table.add_row("rank-bm25 get_scores + argsort",
-                  *cell(lambda s: s["lexical"]["rank_bm25_get_scores_argsort"]), "")
-    table.add_row("  speed ratio (p50)", *[
-        f"{s['lexical']['ratio_p50']}x {verdict(s['lexical']['pass'])}" for s in sizes],
-        f">= {SPEED_LEX_RATIO_TARGET:.0f}x")
-    table.add_row("  top-10 identical to rank-bm25", *[
-        f"{s['lexical']['top10_identical_to_rank_bm25']}/{s['lexical']['queries']}"
-        for s in sizes], "all")
-    table.add_row("lexical_search role + time filter",
-                  *cell(lambda s: s["lexical"]["lexical_search_role_and_time"]), "")
-    table.add_row("semantic_search role + time, embedding given",
-                  *cell(lambda s: s["semantic"]["semantic_search_embedding_given"]),
-                  f"p50 <= {SPEED_SEM_P50_TARGET_MS:.0f}")
+    table.add_row(
+        "lexical_search top 10 (any, all time)",
+        *cell(lambda s: s["lexical"]["lexical_search_any_all_time"]),
+        "",
+    )
+    table.add_row(
+        "rank-bm25 get_scores + argsort",
+        *cell(lambda s: s["lexical"]["rank_bm25_get_scores_argsort"]),
+        "",
+    )
+    table.add_row(
+        "  speed ratio (p50)",
+        *[f"{s['lexical']['ratio_p50']}x {verdict(s['lexical']['pass'])}" for s in sizes],
+        f">= {SPEED_LEX_RATIO_TARGET:.0f}x",
+    )
+    table.add_row(
+        "  top-10 identical to rank-bm25",
+        *[
+            f"{s['lexical']['top10_identical_to_rank_bm25']}/{s['lexical']['queries']}"
+            for s in sizes
+        ],
+        "all",
+    )
+    table.add_row(
+        "lexical_search role + time filter",
+        *cell(lambda s: s["lexical"]["lexical_search_role_and_time"]),
+        "",
+    )
+    table.add_row(
+        "semantic_search role + time, embedding given",
+        *cell(lambda s: s["semantic"]["semantic_search_embedding_given"]),
+        f"p50 <= {SPEED_SEM_P50_TARGET_MS:.0f}",
+    )
     table.add_row("  result", *[verdict(s["semantic"]["pass"]) for s in sizes], "")
-    table.add_row("Chroma collection.query with where",
-                  *cell(lambda s: s["semantic"]["chroma_where_query"]), "")
-    table.add_row("  Chroma / semantic_search (p50)",
-                  *[f"{s['semantic']['ratio_p50']}x" for s in sizes], "")
-    table.add_row("semantic_search role + time, query text",
-                  *cell(lambda s: s["semantic"]["semantic_search_query_text"]), "")
-    table.add_row("Memory.add one message", *cell(lambda s: s["add"]["memory_add_one"]),
-                  f"p50 <= {SPEED_ADD_TARGET_MS:.0f}")
+    table.add_row(
+        "Chroma collection.query with where",
+        *cell(lambda s: s["semantic"]["chroma_where_query"]),
+        "",
+    )
+    table.add_row(
+        "  Chroma / semantic_search (p50)", *[f"{s['semantic']['ratio_p50']}x" for s in sizes], ""
+    )
+    table.add_row(
+        "semantic_search role + time, query text",
+        *cell(lambda s: s["semantic"]["semantic_search_query_text"]),
+        "",
+    )
+    table.add_row(
+        "Memory.add one message",
+        *cell(lambda s: s["add"]["memory_add_one"]),
+        f"p50 <= {SPEED_ADD_TARGET_MS:.0f}",
+    )
     table.add_row("  result", *[verdict(s["add"]["pass"]) for s in sizes], "")
-    table.add_row("  part: USE embedding of the text",
-                  *cell(lambda s: s["add"]["part_embed_one_text"]), "")
-    table.add_row("  part: Chroma upsert, vector given",
-                  *cell(lambda s: s["add"]["part_chroma_upsert_given_vector"]), "")
-    table.add_row("  part: SQLite insert + BM25 add",
-                  *cell(lambda s: s["add"]["part_sqlite_plus_bm25"]), "")
+    table.add_row(
+        "  part: USE embedding of the text", *cell(lambda s: s["add"]["part_embed_one_text"]), ""
+    )
+    table.add_row(
+        "  part: Chroma upsert, vector given",
+        *cell(lambda s: s["add"]["part_chroma_upsert_given_vector"]),
+        "",
+    )
+    table.add_row(
+        "  part: SQLite insert + BM25 add", *cell(lambda s: s["add"]["part_sqlite_plus_bm25"]), ""
+    )
     out.print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--dataset", required=True,
-                        choices=["locomo", "scifact", "cmrc2018", "speed"])
+    parser.add_argument(
+        "--dataset", required=True, choices=["locomo", "scifact", "cmrc2018", "speed"]
+    )
     parser.add_argument("--data", type=Path, help="dataset file or folder (see the docstring)")
     parser.add_argument("--qrels", type=Path, help="SciFact qrels (default qrels/train.tsv)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--limit", type=int, help="a smaller run (meaning per dataset)")
-    parser.add_argument("--embeddings-cache", type=Path,
-                        help="speed: .npy file to reuse embeddings across runs (outside the repo)")
+    parser.add_argument(
+        "--embeddings-cache",
+        type=Path,
+        help="speed: .npy file to reuse embeddings across runs (outside the repo)",
+    )
     args = parser.parse_args(argv)
     data = (args.data or DEFAULT_DATA[args.dataset]).resolve()
     if not data.exists():
@@ -1107,8 +1220,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     else:
         out = Console(width=None if sys.stdout.isatty() else 140)
-        {"locomo": print_locomo, "scifact": print_scifact, "cmrc2018": print_cmrc,
-         "speed": print_speed}[args.dataset](out, report[args.dataset])
+        {
+            "locomo": print_locomo,
+            "scifact": print_scifact,
+            "cmrc2018": print_cmrc,
+            "speed": print_speed,
+        }[args.dataset](out, report[args.dataset])
         out.print(f"{report['date']}, {report['machine']}, wall {report['wall_s']} s")
     return 0
 

@@ -16,12 +16,12 @@ from skilldeck.errors import BundleError
 from skilldeck.graph.state import build_state_schema
 from skilldeck.nodes import (
     CARD_NODE,
+    MODES,
     ROUTER_NODE,
     TOOLS_NODE,
     CardNode,
     NodeContext,
     RouterNode,
-    SkillNode,
     ToolsNode,
 )
 from skilldeck.skills.bundle import SkillBundle
@@ -47,6 +47,13 @@ def check_tools(ctx: NodeContext) -> None:
 def build_graph(bundles: Sequence[SkillBundle], ctx: NodeContext) -> StateGraph[Any]:
     """The uncompiled graph of ``bundles``; compile it with a checkpointer and a store."""
     for bundle in bundles:
+        if bundle.execution.mode not in MODES:
+            raise BundleError(
+                str(bundle.path / "skill.meta.json"),
+                "$.execution_config.mode",
+                f"execution mode {bundle.execution.mode!r} is not available; "
+                f"available: {', '.join(MODES)}",
+            )
         if bundle.name in _RESERVED_NODES:
             raise BundleError(
                 str(bundle.path), "$.name", f"{bundle.name!r} is a reserved node name; rename it"
@@ -58,7 +65,9 @@ def build_graph(bundles: Sequence[SkillBundle], ctx: NodeContext) -> StateGraph[
     graph: Any = StateGraph(build_state_schema(bundles))
     graph.add_node(ROUTER_NODE, RouterNode(ctx), destinations=(*skills, END))
     for bundle in bundles:
-        graph.add_node(bundle.name, SkillNode(ctx, bundle), destinations=after_skill)
+        graph.add_node(
+            bundle.name, MODES[bundle.execution.mode](ctx, bundle), destinations=after_skill
+        )
     graph.add_node(TOOLS_NODE, ToolsNode(ctx), destinations=skills)
     graph.add_node(CARD_NODE, CardNode(), destinations=(*skills, CARD_NODE, ROUTER_NODE))
     graph.add_edge(START, ROUTER_NODE)

@@ -6,8 +6,12 @@ from skilldeck.nodes.router import RouterNode, candidates, route
 from skilldeck.nodes.skill import SkillNode, parse_output
 from skilldeck.nodes.tools import ToolsNode
 
+#: The node class of each ``execution_config.mode``.
+MODES: dict[str, type[SkillNode]] = {"single": SkillNode}
+
 __all__ = [
     "CARD_NODE",
+    "MODES",
     "ROUTER_NODE",
     "TOOLS_NODE",
     "CardNode",

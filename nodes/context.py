@@ -28,6 +28,7 @@ class NodeContext:
     settings: Settings
     model_for: Callable[[str], BaseChatModel]
     model_label: Callable[[str], str]
+    has_model: Callable[[str], bool]
 
     @cached_property
     def data_keys(self) -> tuple[str, ...]:

@@ -79,7 +79,13 @@ def _now() -> str:
 
 
 class SkillNode:
-    """Runs one skill; see the module docstring."""
+    """Runs one skill; see the module docstring.
+
+    Other execution modes subclass it and produce their output differently; all of them end in
+    :meth:`accept_output`. ``rules_fallback`` says whether the mode can run without a model.
+    """
+
+    rules_fallback = False
 
     def __init__(self, ctx: NodeContext, bundle: SkillBundle) -> None:
         self.ctx = ctx
@@ -98,7 +104,7 @@ class SkillNode:
             conversation = read_messages(store, thread_id, turn["id"])
         else:
             try:
-                turn, opening = self._open_turn(state)
+                turn, opening = self.open_turn(state)
             except Exception as exc:
                 return self._fail(state, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
             conversation = list(opening)
@@ -136,7 +142,7 @@ class SkillNode:
         return self._finish_attempt(state, turn, calls, message, thread_id, store)
 
     # -- steps ----------------------------------------------------------------------------
-    def _open_turn(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], list[BaseMessage]]:
+    def open_turn(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], list[BaseMessage]]:
         """A new turn and its opening messages (not yet stored)."""
         prepared = self.bundle.preprocess(dict(state)) if self.bundle.preprocess else None
         messages = [self.system, render_user(state, self.ctx.data_keys, prepared)]
@@ -195,6 +201,19 @@ class SkillNode:
         output, errors = parse_output(message)
         if output is None:
             return self._reject(state, turn, calls, errors, None, thread_id, store)
+        return self.accept_output(state, turn, calls, output, thread_id, store)
+
+    def accept_output(
+        self,
+        state: dict[str, Any],
+        turn: dict[str, Any],
+        calls: dict[str, int],
+        output: dict[str, Any],
+        thread_id: str,
+        store: BaseStore,
+    ) -> Command[str]:
+        """Validate a candidate output and merge it, ask, retry or fail: the one path every
+        execution mode ends in."""
         errors = format_errors(self.bundle.validator, output)
         control: dict[str, Any] = (
             output["control"] if isinstance(output.get("control"), dict) else {}
@@ -354,6 +373,7 @@ class SkillNode:
             "validation_errors": errors,
             "action": action,
             "tokens": turn.get("tokens"),
+            "trajectory": turn.get("trajectory"),
             "started_at": turn["started_at"],
             "duration_ms": round((time.time() - turn["t0"]) * 1000, 1),
         }

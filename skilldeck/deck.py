@@ -20,6 +20,7 @@ from skilldeck.checkpoints.open import Persistence, open_persistence
 from skilldeck.errors import (
     CheckpointError,
     InvalidAnswersError,
+    NoModelConfiguredError,
     NoPendingCardError,
     SkillDeckError,
     StaleInterruptError,
@@ -27,7 +28,7 @@ from skilldeck.errors import (
 )
 from skilldeck.graph import build_graph
 from skilldeck.models import ModelSpec, build_model, resolve_model
-from skilldeck.nodes import NodeContext, validate_answers
+from skilldeck.nodes import MODES, NodeContext, validate_answers
 from skilldeck.services import lazy, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
@@ -83,7 +84,8 @@ class SkillDeck:
             registry=self.tools,
             settings=self.settings,
             model_for=self._model_for,
-            model_label=lambda name: self._specs[name].label,
+            model_label=self._model_label,
+            has_model=self._has_model,
         )
         builder = build_graph(self.bundles, self._ctx)
         if checkpointer is None or isinstance(checkpointer, str | Persistence):
@@ -128,9 +130,25 @@ class SkillDeck:
             self._models[skill] = build_model(self.model_spec(skill), self.settings)
         return self._models[skill]
 
+    def _has_model(self, skill: str) -> bool:
+        try:
+            self.model_spec(skill)
+        except NoModelConfiguredError:
+            return False
+        return True
+
+    def _model_label(self, skill: str) -> str:
+        mode = self._ctx.bundles[skill].execution.mode
+        return self.model_spec(skill).label if self._has_model(skill) else f"rules:{mode}"
+
     def check_models(self) -> None:
-        """Build every skill's model now, so a missing key fails before a run starts."""
+        """Build every skill's model now, so a missing key fails before a run starts.
+
+        Skills whose execution mode has a rule-based fallback may run without a model.
+        """
         for bundle in self.bundles:
+            if MODES[bundle.execution.mode].rules_fallback and not self._has_model(bundle.name):
+                continue
             self._model_for(bundle.name)
 
     # -- running --------------------------------------------------------------------------

@@ -16,6 +16,7 @@ __all__ = [
     "ErrorCode",
     "InvalidAnswersError",
     "ModelConfigError",
+    "NoModelConfiguredError",
     "NoPendingCardError",
     "ScriptedModelError",
     "SkillDeckError",
@@ -75,6 +76,10 @@ class BundleError(SkillDeckError):
 
 class ModelConfigError(SkillDeckError):
     code = ErrorCode.MODEL_NOT_CONFIGURED
+
+
+class NoModelConfiguredError(ModelConfigError):
+    """No model is set for a skill; modes with a rule-based fallback use it instead."""
 
 
 class ScriptedModelError(SkillDeckError):

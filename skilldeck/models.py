@@ -12,7 +12,7 @@ from pathlib import Path
 
 from langchain_core.language_models import BaseChatModel
 
-from skilldeck.errors import ModelConfigError
+from skilldeck.errors import ModelConfigError, NoModelConfiguredError
 from skilldeck.scripted import ScriptedChatModel
 from skilldeck.settings import Settings
 from skilldeck.skills.bundle import ExecutionConfig
@@ -65,7 +65,7 @@ def resolve_model(execution: ExecutionConfig, settings: Settings, *, base: Path)
             "SKILLDECK_BASE_URL for any OpenAI-compatible endpoint"
         )
     if not model:
-        raise ModelConfigError(
+        raise NoModelConfiguredError(
             "no model configured: set execution_config.model in skill.meta.json, "
             "SKILLDECK_MODEL, or pass --model (e.g. --model scripted:turns.yaml)"
         )

@@ -27,6 +27,7 @@ class ExecutionConfig:
     max_tokens: int | None = None
     base_url: str | None = None
     max_tool_rounds: int | None = None
+    mode: str = "single"
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ def _ctx(bundles: tuple[SkillBundle, ...], **settings: Any) -> NodeContext:
         settings=Settings(**settings),
         model_for=no_model,
         model_label=lambda name: "none",
+        has_model=lambda name: False,
     )
 
 
