@@ -46,6 +46,12 @@ class Settings(BaseSettings):
     )
     max_steps: int = Field(default=200, ge=1, description="LangGraph recursion limit per call.")
     reference_token_budget: int = Field(default=4000, ge=0)
+    planner_max_rounds: int = Field(
+        default=3, ge=1, description="Planner-mode tool rounds, whatever the skill asks."
+    )
+    planner_max_evidence: int = Field(
+        default=6, ge=1, description="Evidence messages a planner-mode skill may return."
+    )
 
     checkpoint_url: str = "sqlite:///.skilldeck/checkpoints.sqlite"
     durability: Literal["sync", "async", "exit"] = "sync"
