@@ -28,7 +28,7 @@ from skilldeck.tools.messages import Message, MessageStore, parse_ts
 from skilldeck.tools.text import Tokenizer, parse_query
 from skilldeck.tools.vectors import VectorIndex
 
-__all__ = ["RRF_K", "Memory", "SearchFilter"]
+__all__ = ["RRF_K", "Memory", "SearchFilter", "indexed_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +152,16 @@ class _Lexicon:
         return keep
 
 
+def indexed_text(message: Message, previous: Message | None) -> str:
+    """``"speaker: text"`` of the turn, after that of the previous turn when there is one."""
+    own = f"{_speaker(message)}: {message.text}"
+    return own if previous is None else f"{_speaker(previous)}: {previous.text}\n{own}"
+
+
+def _speaker(message: Message) -> str:
+    return str(message.meta.get("speaker") or message.role)
+
+
 def _contains(tokens: Sequence[str], phrase: Sequence[str]) -> bool:
     n = len(phrase)
     return any(list(tokens[i : i + n]) == list(phrase) for i in range(len(tokens) - n + 1))
@@ -163,7 +173,8 @@ class Memory:
     Args:
         store: the source of truth.
         vectors: the semantic index; ``None`` disables ``semantic_search``.
-        tokenizer: how text becomes BM25 tokens (English and Chinese by default).
+        tokenizer: how text becomes BM25 tokens (English with stemming and stop words, and
+            Chinese, by default).
     """
 
     def __init__(
@@ -175,7 +186,8 @@ class Memory:
     ) -> None:
         self.store = store
         self.vectors = vectors
-        self.tokenizer = tokenizer or Tokenizer()
+        # Stemming and stop words: +8.6 R@5 on LoCoMo, SciFact nDCG@10 0.660 -> 0.697 (train).
+        self.tokenizer = tokenizer or Tokenizer(stem=True, stopwords=True)
         self._lexicons: dict[str, _Lexicon] = {}
         self._lock = threading.RLock()
 
@@ -183,28 +195,49 @@ class Memory:
     def add(self, messages: Iterable[Message]) -> list[Message]:
         """Store ``messages`` and index the new ones; returns the new ones."""
         added = self.store.add(messages)
-        with self._lock:
-            for m in added:
-                lexicon = self._lexicons.get(m.user_id)
+        by_user: dict[str, list[Message]] = {}
+        for m in added:
+            by_user.setdefault(m.user_id, []).append(m)
+        for user, items in by_user.items():
+            pairs = self._in_context(user, items, seeded=True)
+            with self._lock:
+                lexicon = self._lexicons.get(user)
                 if lexicon is not None:
-                    lexicon.add(m, self.tokenizer.tokens(m.text))
-        if self.vectors is not None and added:
-            by_user: dict[str, list[Message]] = {}
-            for m in added:
-                by_user.setdefault(m.user_id, []).append(m)
-            for user, items in by_user.items():
-                self._index_vectors(user, items)
+                    for m, text in pairs:
+                        lexicon.add(m, self.tokenizer.tokens(text))
+            self._index_vectors(user, pairs)
         return added
 
-    def _index_vectors(self, user_id: str, items: Sequence[Message]) -> None:
-        assert self.vectors is not None
+    def _in_context(
+        self, user_id: str, messages: Iterable[Message], *, seeded: bool
+    ) -> list[tuple[Message, str]]:
+        """Each message with the text the indexes see: the turn after the previous turn of its
+        thread, each with its speaker. A turn alone ("Yes, last May!") rarely says what it is
+        about; its question does (+19 R@5 on LoCoMo, bench/RESULTS.md).
+
+        ``seeded`` looks up the previous turn of a thread's first message in the store; a full
+        pass over the store in ``seq`` order already holds it.
+        """
+        last: dict[str, Message | None] = {}
+        out = []
+        for m in messages:
+            if m.thread_id not in last and seeded:
+                last[m.thread_id] = self.store.previous_in_thread(user_id, m.thread_id, m.seq)
+            out.append((m, indexed_text(m, last.get(m.thread_id))))
+            last[m.thread_id] = m
+        return out
+
+    def _index_vectors(self, user_id: str, pairs: Sequence[tuple[Message, str]]) -> None:
+        if self.vectors is None or not pairs:
+            return
         self.vectors.add(
             user_id,
-            ids=[m.id for m in items],
-            texts=[m.text for m in items],
-            roles=[m.role for m in items],
-            ts=[m.ts_epoch for m in items],
-            thread_ids=[m.thread_id for m in items],
+            ids=[m.id for m, _ in pairs],
+            texts=[text for _, text in pairs],
+            roles=[m.role for m, _ in pairs],
+            ts=[m.ts_epoch for m, _ in pairs],
+            thread_ids=[m.thread_id for m, _ in pairs],
+            new=True,  # the store inserted them just now, or a rebuild reset the index
         )
 
     def rebuild(self, user_id: str) -> None:
@@ -214,22 +247,18 @@ class Memory:
             self._lexicon(user_id)
         if self.vectors is not None:
             self.vectors.reset(user_id)
-            batch: list[Message] = []
-            for m in self.store.iter_user(user_id):
-                batch.append(m)
-                if len(batch) == 1000:
-                    self._index_vectors(user_id, batch)
-                    batch = []
-            if batch:
-                self._index_vectors(user_id, batch)
+            pairs = self._in_context(user_id, self.store.iter_user(user_id), seeded=False)
+            for start in range(0, len(pairs), 1000):
+                self._index_vectors(user_id, pairs[start : start + 1000])
 
     def _lexicon(self, user_id: str) -> _Lexicon:
         with self._lock:
             lexicon = self._lexicons.get(user_id)
             if lexicon is None:
                 lexicon = _Lexicon()
-                for m in self.store.iter_user(user_id):
-                    lexicon.add(m, self.tokenizer.tokens(m.text))
+                pairs = self._in_context(user_id, self.store.iter_user(user_id), seeded=False)
+                for m, text in pairs:
+                    lexicon.add(m, self.tokenizer.tokens(text))
                 self._lexicons[user_id] = lexicon
             return lexicon
 

@@ -223,6 +223,15 @@ class MessageStore:
         )
         return [*reversed(head), a, *tail]
 
+    def previous_in_thread(self, user_id: str, thread_id: str, seq: int) -> Message | None:
+        """The message stored just before ``seq`` in the same thread, if any."""
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM messages WHERE user_id = ? AND thread_id = ? AND seq < ? "
+            "ORDER BY seq DESC LIMIT 1",
+            [user_id, thread_id, seq],
+        )
+        return rows[0] if rows else None
+
     def iter_user(self, user_id: str, *, batch: int = 5000) -> Iterator[Message]:
         """Every message of ``user_id`` in insertion order (for rebuilding the indexes)."""
         last = 0

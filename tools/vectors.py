@@ -97,6 +97,12 @@ def _upsert(collection: Collection, ids: list[str], vectors: Matrix, metadatas: 
     return len(ids) - len(known)
 
 
+def _insert(collection: Collection, ids: list[str], vectors: Matrix, metadatas: list[Any]) -> int:
+    """Insert a batch the caller knows is new: no lookup, and Chroma's add is cheaper."""
+    collection.add(ids=ids, embeddings=vectors, metadatas=metadatas)
+    return len(ids)
+
+
 class _UserVectors:
     """One user's vectors in memory, with role codes and timestamps, row-aligned with ``ids``.
 
@@ -244,6 +250,7 @@ class VectorIndex:
         thread_ids: Sequence[str],
         *,
         embeddings: npt.ArrayLike | None = None,
+        new: bool = False,
     ) -> int:
         """Index messages of one user; known ids are overwritten, never duplicated.
 
@@ -256,6 +263,8 @@ class VectorIndex:
             thread_ids: Threads the messages belong to.
             embeddings: Precomputed vectors, one row per message, instead of embedding
                 ``texts`` (bulk rebuilds, benchmarks).
+            new: The caller guarantees none of ``ids`` is indexed yet (the message store
+                knows), which skips the existence check on the per-message write path.
 
         Returns:
             How many ids were not in the index before.
@@ -279,7 +288,8 @@ class VectorIndex:
                 {"role": role, "ts": float(t), "thread_id": thread}
                 for role, t, thread in zip(roles[part], ts[part], thread_ids[part], strict=True)
             ]
-            upsert = partial(_upsert, ids=batch_ids, vectors=vectors, metadatas=metadatas)
+            write = _insert if new else _upsert
+            upsert = partial(write, ids=batch_ids, vectors=vectors, metadatas=metadatas)
             added += self._with_collection(user_id, upsert, create=True) or 0
             with self._lock:
                 cache = self._caches.get(user_id)
