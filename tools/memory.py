@@ -28,7 +28,11 @@ from skilldeck.tools.messages import Message, MessageStore, parse_ts
 from skilldeck.tools.text import Tokenizer, parse_query
 from skilldeck.tools.vectors import VectorIndex
 
-__all__ = ["RRF_K", "Memory", "SearchFilter", "indexed_text"]
+__all__ = ["HYBRID_WEIGHTS", "RRF_K", "Memory", "SearchFilter", "indexed_text"]
+
+# Lexical counts four times dense: with the offline USE model, dense is the weaker ranker, and
+# 4:1 beat 1:1 on both LoCoMo (R@5 60.4 vs 54.3) and CMRC 2018 (R@1 92.3 vs 85.2).
+HYBRID_WEIGHTS = (4.0, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +401,6 @@ class Memory:
                 user_id, text=query_text, top_k=depth, role=flt.role, since=since, until=until
             )
             dense = [hit.id for hit in found]
-        best = rrf(lexical, dense)[:top_k]
+        best = rrf(lexical, dense, weights=HYBRID_WEIGHTS)[:top_k]
         messages = {m.id: m for m in self.store.get(user_id, [k for k, _ in best])}
         return [(messages[k], s) for k, s in best if k in messages]
