@@ -8,7 +8,6 @@ the matter's folder in it when the run binds a ``matter_id``, as the other ``fil
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -58,22 +57,15 @@ class LocalSearchArgs(_Args):
 
 
 def knowledge_tools(kb: Callable[[], KnowledgeBase], files_root: str | Path) -> list[BaseTool]:
-    """The three retrieval tools; ``kb`` is called once, on the first knowledge-base call."""
+    """The three retrieval tools; ``kb`` is called on each knowledge-base call, so pass a
+    lazy, cached factory (:func:`skilldeck.services.lazy`) to open the base on first use."""
     base = Path(files_root)
-    lock = threading.Lock()
-    opened: list[KnowledgeBase] = []
-
-    def knowledge() -> KnowledgeBase:
-        with lock:
-            if not opened:
-                opened.append(kb())
-            return opened[0]
 
     def rag_retrieve(query: str, top_k: int = 30) -> dict[str, Any]:
-        return knowledge().rag_retrieve(query, top_k)
+        return kb().rag_retrieve(query, top_k)
 
     def table_rag_retrieve(query: str, max_rows: int = 20) -> dict[str, Any]:
-        return knowledge().table_rag_retrieve(query, max_rows)
+        return kb().table_rag_retrieve(query, max_rows)
 
     def local_search(
         query: str, root: str | None = None, max_results: int = 20, matter_id: str | None = None
