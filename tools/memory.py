@@ -190,7 +190,7 @@ class Memory:
     ) -> None:
         self.store = store
         self.vectors = vectors
-        # Stemming and stop words: +8.6 R@5 on LoCoMo, SciFact nDCG@10 0.660 -> 0.697 (train).
+        # Stemming and stop words: +5.6 R@5 on LoCoMo, SciFact nDCG@10 0.660 -> 0.697 (train).
         self.tokenizer = tokenizer or Tokenizer(stem=True, stopwords=True)
         self._lexicons: dict[str, _Lexicon] = {}
         self._lock = threading.RLock()
@@ -217,7 +217,7 @@ class Memory:
     ) -> list[tuple[Message, str]]:
         """Each message with the text the indexes see: the turn after the previous turn of its
         thread, each with its speaker. A turn alone ("Yes, last May!") rarely says what it is
-        about; its question does (+19 R@5 on LoCoMo, bench/RESULTS.md).
+        about; its question does (+9.0 R@5 lexical and +19.1 dense on LoCoMo, bench/RESULTS.md).
 
         ``seeded`` looks up the previous turn of a thread's first message in the store; a full
         pass over the store in ``seq`` order already holds it.

@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_user_time ON messages (user_id, ts_epoch, seq);
 CREATE INDEX IF NOT EXISTS messages_user_thread ON messages (user_id, thread_id, ts_epoch, seq);
+CREATE INDEX IF NOT EXISTS messages_user_thread_seq ON messages (user_id, thread_id, seq);
 """
 _COLUMNS = "seq, id, user_id, thread_id, role, ts, text, meta"
 
