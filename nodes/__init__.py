@@ -2,12 +2,18 @@
 
 from skilldeck.nodes.card import CardNode, answers_schema, apply_answers, validate_answers
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, TOOLS_NODE, NodeContext
+from skilldeck.nodes.planner import PlannerSkillNode
+from skilldeck.nodes.retrieval import RetrievalSkillNode
 from skilldeck.nodes.router import RouterNode, candidates, route
 from skilldeck.nodes.skill import SkillNode, parse_output
 from skilldeck.nodes.tools import ToolsNode
 
 #: The node class of each ``execution_config.mode``.
-MODES: dict[str, type[SkillNode]] = {"single": SkillNode}
+MODES: dict[str, type[SkillNode]] = {
+    "single": SkillNode,
+    "retrieval": RetrievalSkillNode,
+    "planner": PlannerSkillNode,
+}
 
 __all__ = [
     "CARD_NODE",
@@ -16,6 +22,8 @@ __all__ = [
     "TOOLS_NODE",
     "CardNode",
     "NodeContext",
+    "PlannerSkillNode",
+    "RetrievalSkillNode",
     "RouterNode",
     "SkillNode",
     "ToolsNode",

@@ -6,10 +6,10 @@ they go through the same validation and execution as a model's (see ``nodes/plan
 1. The question's time signal becomes an explicit ``time_range``: a date, a month or a year, or
    最近 / 上次 / recently / last time relative to the user's latest message (stored
    conversations may be old); no signal is an explicit all-time range.
-2. ``lexical_search`` on the question's keywords and their English inflections (the index does
-   not stem), then ``semantic_search`` on the question; too few lexical hits in a narrowed
-   window widen it to all time first (seed 001's Reflect rule).
-3. ``neighbors`` of the top anchor.
+2. ``lexical_search`` on the question's keywords, then ``semantic_search`` on the question
+   (hits above a similarity floor), fused as ``Memory.hybrid_search`` fuses them.
+3. No hit in a narrowed window widens it to all time (seed 001's Reflect rule); otherwise
+   ``neighbors`` of the top anchor, with seed 001's default ``before=8, after=0``.
 
 :func:`extract_view` fills ``memory_view`` from cue patterns in the user's own messages among the
 evidence, each item citing its message.
@@ -18,7 +18,6 @@ evidence, each item citing its message.
 from __future__ import annotations
 
 import calendar
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,15 +25,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from skilldeck.tools.messages import format_ts, parse_ts
-from skilldeck.tools.text import ENGLISH_STOPWORDS, Tokenizer
+from skilldeck.tools.text import ENGLISH_STOPWORDS
 
 __all__ = [
     "ALL_TIME",
+    "LoopView",
     "RulesConfig",
     "RulesPlanner",
     "TimeWindow",
     "extract_view",
-    "inflections",
     "keywords",
     "latest_message_ts",
     "time_window",
@@ -120,7 +119,10 @@ def time_window(question: str, latest: datetime | None) -> TimeWindow:
                     since = datetime(year, month, 1, tzinfo=UTC)
                     until = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
                 else:
-                    since, until = datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+                    since, until = (
+                        datetime(year, 1, 1, tzinfo=UTC),
+                        datetime(year + 1, 1, 1, tzinfo=UTC),
+                    )
         except (ValueError, KeyError):
             continue  # "31 February": not a date, so not a signal
         return TimeWindow(format_ts(since), format_ts(until), kind, signal)
@@ -135,6 +137,8 @@ def _strip_signals(question: str) -> str:
 
 # -- the user's latest message, found with messages_list --------------------------------------
 Call = Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None]
+_FAR_PAST = datetime(1, 1, 2, tzinfo=UTC).timestamp()
+_FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC).timestamp()
 
 
 def latest_message_ts(call: Call, now: datetime | None = None) -> datetime | None:
@@ -155,38 +159,40 @@ def latest_message_ts(call: Call, now: datetime | None = None) -> datetime | Non
 
     hi = ((now or datetime.now(UTC)) + timedelta(days=1)).timestamp()
     if newer(hi):  # messages dated in the future: the bound is the far future instead
-        hi = datetime(9999, 1, 1, tzinfo=UTC).timestamp()
+        hi = _FAR_FUTURE
     step = 86_400.0
-    while not newer(hi - step):
+    while not newer(lo := max(hi - step, _FAR_PAST)):
+        if lo == _FAR_PAST:
+            return None  # no message at all
         step *= 2
-        if hi - step < -62_135_596_800:  # before year 1: there are no messages
-            return None
-    lo = hi - step
+    last = None
     for _ in range(64):
         found = page(lo, 200)
-        if found is None:
-            return None
-        hits = found.get("hits") or []
-        if hits and not found.get("next_cursor"):
-            return parse_ts(str(hits[-1]["ts"]))
+        hits = (found or {}).get("hits") or []
+        if not hits:
+            break
+        last = parse_ts(str(hits[-1]["ts"]))
+        if not (found or {}).get("next_cursor"):
+            break
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if newer(mid) else (lo, mid)
-    return None
+    # Past 64 halvings, over 200 messages share one time: the page's last one has that time.
+    return last
 
 
 # -- queries -----------------------------------------------------------------------------------
 _QUESTION_WORDS = frozenset(
-    "what when where who whom whose which why how did does do is was were are would could "
-    "should can will may might likely tell know remember ever please".split()
+    (
+        *("what", "when", "where", "who", "whom", "whose", "which", "why", "how", "did", "does"),
+        *("do", "is", "was", "were", "are", "would", "could", "should", "can", "will", "may"),
+        *("might", "likely", "tell", "know", "remember", "ever", "please"),
+    )
 )
 _ZH_FILLERS = re.compile(
     r"什么|哪些|哪里|哪儿|怎么样|怎么|为什么|是否|有没有|多少|还记得|记得|知道|告诉|请问|"
     r"之前|以前|聊过|说过|提到过|提到|[吗呢吧啊呀谁几]"
 )
 _WORD = re.compile(r"[^\W\d_](?:[\w'’-]*\w)?|\d+", re.UNICODE)
-_STEMMER = Tokenizer(stem=True)
-_SUFFIXES = ("s", "es", "ed", "d", "ing", "er", "ers", "ion", "ions", "e")
-_VOWELS = "aeiou"
 
 
 def keywords(question: str) -> list[str]:
@@ -202,50 +208,17 @@ def keywords(question: str) -> list[str]:
     return out
 
 
-def inflections(word: str) -> list[str]:
-    """English forms that share ``word``'s stem ("painted" -> paint, paints, painting, ...).
-
-    The lexical index does not stem, so the query carries the forms instead. Forms no message
-    uses cost nothing: BM25 ignores terms outside the vocabulary.
-    """
-    lower = word.lower()
-    if len(lower) < 3 or not (lower.isascii() and lower.isalpha()):
-        return [lower]
-    stem = _STEMMER.tokens(lower)[0]
-    bases = {stem}
-    if stem.endswith("i"):
-        bases.add(stem[:-1] + "y")  # studi -> study
-    if len(stem) >= 3 and stem[-1] not in _VOWELS + "wxy" and stem[-2] in _VOWELS:
-        if stem[-3] not in _VOWELS:
-            bases.add(stem + stem[-1])  # plan -> plann(ed)
-    forms = {lower, stem}
-    for base in bases:
-        forms.update(base + suffix for suffix in _SUFFIXES)
-        if base.endswith("e"):
-            forms.update((base[:-1] + "ing", base[:-1] + "ion"))
-        if base.endswith("y"):
-            forms.update((base[:-1] + "ies", base[:-1] + "ied"))
-    return sorted(forms)
-
-
-def lexical_query(question: str, *, expand: bool = True) -> str:
-    """Keywords, then their inflections: a keyword counts twice, each other form once."""
-    words = keywords(question)
-    if not expand:
-        return " ".join(words)
-    return " ".join([*words, *(form for w in words for form in inflections(w))])
-
-
 # -- the planner -----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class RulesConfig:
     """Settings of the deterministic planner (the benchmark compares variants)."""
 
-    depth: int = 20  # page_size / top_k of each search
+    depth: int = 50  # page_size / top_k of each search, as Memory.hybrid_search
+    # Dense hits below this cosine are not evidence: without a floor a dense search always
+    # "finds" top_k messages, and a question about something never said must find nothing.
+    semantic_floor: float | None = 0.3
     before: int = 8  # seed 001's neighbors default
-    after: int = 2  # the reply to an anchor follows it
-    semantic_min_score: float | None = 0.6  # used only when lexical search found enough
-    expand: bool = True  # English inflections in the lexical query
+    after: int = 0
     time_signals: bool = True
 
 
@@ -253,9 +226,9 @@ class RulesConfig:
 class LoopView:
     """What the planner may read about the rounds so far (the runtime keeps the loop)."""
 
-    searches: Sequence[Mapping[str, Any]]  # {"tool", "args", "hits": int} of each search round
+    searches: Sequence[Mapping[str, Any]]  # {"tool", "args", "hits", "ok"} of each search run
     anchors: Sequence[str]  # fused ranking of every search hit
-    expanded: frozenset[str]  # anchors whose neighbors were fetched
+    expanded: frozenset[str]  # anchors whose neighbors were fetched (or failed to be)
 
 
 class RulesPlanner:
@@ -266,62 +239,55 @@ class RulesPlanner:
         question: str,
         latest: datetime | None,
         *,
-        anchors: int,
+        empty: bool = False,
         config: RulesConfig | None = None,
     ) -> None:
         self.config = config or RulesConfig()
         self.question = question.strip()
-        self.anchors = anchors
         self.window = (
             time_window(self.question, latest)
             if self.config.time_signals
             else TimeWindow(ALL_TIME, None, "all")
         )
-        self.query = lexical_query(self.question, expand=self.config.expand)
+        self.query = " ".join(keywords(self.question))
         stripped = " ".join(_strip_signals(self.question).split())
         self.semantic_query = stripped or self.question
-        self.has_messages = latest is not None
-
-    def _filter(self, window: TimeWindow) -> dict[str, Any]:
-        return {"role": "any", "time_range": window.as_filter()}
+        self.empty = empty  # the user has no messages at all: nothing to search
 
     def plan(self, loop: LoopView) -> dict[str, Any]:
         """The next plan: one of the four tools with explicit filters, or stop."""
-        if not self.question or not self.has_messages:
+        if not self.question or self.empty:
             return {"stop": True}
         done = {s["tool"] for s in loop.searches}
-        lexical = [s for s in loop.searches if s["tool"] == "lexical_search"]
-        found = sum(int(s["hits"]) for s in lexical)
-        window = self.window
-        widened = any(s["args"]["filter"]["time_range"].get("until") is None for s in lexical)
-        if lexical and found < self.anchors and window.narrowed and not widened:
-            # Reflect: too few hits in the window -> widen it to all time and search again.
-            window = TimeWindow(ALL_TIME, None, "all")
-            return self._lexical(window)
-        if widened:
-            window = TimeWindow(ALL_TIME, None, "all")
-        if self.query.strip() and "lexical_search" not in done:
-            return self._lexical(window)
+        if self.query and "lexical_search" not in done:
+            return self._search("lexical_search", self.window)
         if "semantic_search" not in done:
-            args: dict[str, Any] = {
-                "query_text": self.semantic_query,
-                "filter": self._filter(window),
-                "top_k": self.config.depth,
-            }
-            if found >= self.anchors and self.config.semantic_min_score is not None:
-                # Lexical search found enough: only confident semantic hits join the fusion.
-                args["min_score"] = self.config.semantic_min_score
-            return {"stop": False, "tool": "semantic_search", "args": args}
+            return self._search("semantic_search", self.window)
+        widened = any("until" not in s["args"]["filter"]["time_range"] for s in loop.searches)
+        if self.window.narrowed and not widened and not loop.anchors:
+            # Reflect: nothing in the window, so widen it to all time. One hit is an anchor
+            # already: its neighbors are the better use of the round.
+            tool = "lexical_search" if self.query else "semantic_search"
+            return self._search(tool, TimeWindow(ALL_TIME, None, "all"))
         pending = [a for a in loop.anchors[:1] if a not in loop.expanded]
         if pending:
             args = {"message_id": pending[0], "before": self.config.before}
-            args["after"] = self.config.after
-            return {"stop": False, "tool": "neighbors", "args": args}
+            return {
+                "stop": False,
+                "tool": "neighbors",
+                "args": {**args, "after": self.config.after},
+            }
         return {"stop": True}
 
-    def _lexical(self, window: TimeWindow) -> dict[str, Any]:
-        args = {"query_text": self.query, "filter": self._filter(window)}
-        return {"stop": False, "tool": "lexical_search", "args": {**args, "page_size": self.config.depth}}
+    def _search(self, tool: str, window: TimeWindow) -> dict[str, Any]:
+        args: dict[str, Any] = {"filter": {"role": "any", "time_range": window.as_filter()}}
+        if tool == "lexical_search":
+            args.update(query_text=self.query, page_size=self.config.depth)
+        else:
+            args.update(query_text=self.semantic_query, top_k=self.config.depth)
+            if self.config.semantic_floor is not None:
+                args["min_score"] = self.config.semantic_floor
+        return {"stop": False, "tool": tool, "args": args}
 
 
 # -- synthesis from cue patterns --------------------------------------------------------------
@@ -332,7 +298,8 @@ _CUES: dict[str, re.Pattern[str]] = {
         re.IGNORECASE,
     ),
     "constraints": re.compile(
-        r"\b(?:can['’]?t|cannot|allergic|must|never|don['’]?t eat|do not eat)\b|不能|过敏|必须|不要",
+        r"\b(?:can['’]?t|cannot|allergic|must|never|don['’]?t eat|do not eat)\b|"
+        r"不能|过敏|必须|不要",
         re.IGNORECASE,
     ),
     "profile": re.compile(
@@ -361,7 +328,9 @@ def extract_view(evidence: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[s
     Each sentence with a cue becomes an item citing its message; English sentences must speak
     in the first person (a user quoting someone else states nothing about themselves).
     """
-    view: dict[str, list[dict[str, Any]]] = {k: [] for k in ("preferences", "profile", "constraints")}
+    view: dict[str, list[dict[str, Any]]] = {
+        k: [] for k in ("preferences", "profile", "constraints")
+    }
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for message in evidence:
         if message.get("role") != "user":
@@ -381,8 +350,3 @@ def extract_view(evidence: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[s
                 if message["message_id"] not in item["evidence"]:
                     item["evidence"].append(message["message_id"])
     return view
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON, as plans and views are written to the transcript."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

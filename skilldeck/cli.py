@@ -419,5 +419,72 @@ def knowledge_index(
         out.print(", ".join(f"{v} {k}" for k, v in counts.items()), highlight=False)
 
 
+@app.command()
+def recall(
+    question: Annotated[str, typer.Argument(help="What to recall, e.g. 'What food do I avoid?'")],
+    user: Annotated[str, typer.Option(help="Whose messages to search (bound to the tools).")],
+    skills: SkillsOpt = None,
+    checkpoint: CheckpointOpt = None,
+    model: ModelOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recall a user's preferences, profile and constraints from the message store.
+
+    Runs the nomemory-recall skill (context "recall"), or the recall skills under --skills;
+    without a model its rule-based planner runs. A failed run exits with code 1.
+    """
+    from skilldeck.skills import builtin_skills_dir
+
+    bundles = skills or [builtin_skills_dir() / "nomemory-recall"]
+    try:
+        with _deck(bundles, checkpoint, model) as deck:
+            result = deck.run({"question": question}, context="recall", user_id=user)
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    state, attempt = result.state, result.state.get("attempt") or {}
+    body: dict[str, Any] = {
+        "status": result.status,
+        "thread_id": result.thread_id,
+        "model": attempt.get("model"),
+        "response": state.get("response"),
+        "memory_view": state.get("memory_view"),
+        "evidence": state.get("evidence"),
+        "trajectory": attempt.get("trajectory"),
+    }
+    if result.error:
+        body["error"] = result.error
+    if as_json:
+        print(json.dumps(body, ensure_ascii=False, default=str))
+    else:
+        _print_recall(body)
+    if result.status == "failed":
+        raise typer.Exit(1)
+
+
+def _print_recall(body: dict[str, Any]) -> None:
+    colour = "green" if body["status"] == "finished" else "red"
+    err.print(f"[dim]model: {body['model']}[/]", highlight=False)
+    out.print(f"[bold {colour}]{body['status']}[/] thread {body['thread_id']}", highlight=False)
+    if body.get("error"):
+        out.print_json(data=body["error"], default=str)
+        return
+    if body["response"]:
+        out.print(Panel(str(body["response"]), title="response"))
+    view = body["memory_view"] or {}
+    items = Table("kind", "item", "evidence", title="memory_view", show_lines=True)
+    for kind in ("preferences", "profile", "constraints"):
+        for item in view.get(kind) or []:
+            items.add_row(kind, item["text"], ", ".join(item["evidence"]))
+    if items.row_count:
+        out.print(items)
+    else:
+        out.print("memory_view is empty: no evidence supports an item")
+    evidence = Table("message_id", "ts", "role", "text", title="evidence", show_lines=True)
+    for e in body["evidence"] or []:
+        evidence.add_row(e["message_id"], e["ts"], e["role"], e["text"])
+    if evidence.row_count:
+        out.print(evidence)
+
+
 if __name__ == "__main__":
     app()

@@ -1,0 +1,465 @@
+"""The ``retrieval`` execution mode: seed 002's retrieval policy run as graph logic.
+
+One node call runs the whole policy, bounded: skill-enabled tools (those the meta lists besides
+the three standard ones), then ``table_rag_retrieve`` and ``rag_retrieve`` (table first unless
+the question is clearly pure text), then local files, strictly one after another. After each
+step the sufficiency rules judge the evidence so far; the first sufficient step ends the
+search. ``rag_retrieve`` starts at ``top_k`` 30, 50 or 100 by the question's breadth and
+expands along 30 -> 50 -> 100 while its results fill ``top_k`` but fall short; every other
+source runs once. No source stands in for another: the other RAG tool and the local files are
+tried whatever the first one found, and "no relevant information" is said only after all.
+
+With a model, the model rewrites the question (JSON) and writes the answer from the evidence;
+without one, :mod:`~skilldeck.nodes.retrieval_rules` does both. Either answer must pass the
+citation contract (:func:`~skilldeck.nodes.retrieval_rules.check_answer`); a failing answer goes
+back through the re-ask path with the errors. The trajectory (rewrite, plan, every step with its
+tool, args, result summary and verdict) is kept in the attempt record, the tool calls and model
+turns in the transcript, and the evidence in the store for a re-ask.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.store.base import BaseStore
+from langgraph.types import Command
+
+from skilldeck.nodes.context import NodeContext
+from skilldeck.nodes.retrieval_rules import (
+    EXPANDABLE,
+    INTENTS,
+    LOCAL,
+    RAG,
+    REWRITE_SCHEMA,
+    STANDARD,
+    TABLE,
+    TOP_K,
+    Evidence,
+    Plan,
+    Rewrite,
+    check_answer,
+    citations_in,
+    compose_answer,
+    judge,
+    make_plan,
+    parse_result,
+    rewrite_question,
+    select_evidence,
+)
+from skilldeck.nodes.skill import SkillNode, _add_tokens, parse_output
+from skilldeck.nodes.transcript import append_messages, read_messages
+from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
+from skilldeck.skills.bundle import SkillBundle
+from skilldeck.skills.contract import format_errors
+from skilldeck.tools.registry import IDENTITY_KEYS, ToolResult
+
+__all__ = ["PolicyRun", "RetrievalSkillNode", "run_policy", "source_order"]
+
+Invoke = Callable[[str, dict[str, Any]], ToolResult]
+_REWRITE_VALIDATOR = Draft202012Validator(REWRITE_SCHEMA)
+_MAX_ROWS = 20  # table rows and local lines shown per call, the tools' defaults
+_ALIASES = {RAG: "rag_retrieve", TABLE: "table_rag_retrieve", LOCAL: "local_file_search"}
+_MODE_NOTE = """\
+## How this skill runs
+The runtime executes the retrieval policy above as code: it picks the sources, their order,
+top_k and the fallbacks, and judges whether results suffice. You are asked twice: to rewrite
+the question for retrieval, then to answer from the evidence it gathered. Reply to each request
+with the one JSON object it asks for, nothing else."""
+_REWRITE_ASK = """\
+## Rewrite the question for retrieval
+Question: {question}
+
+Reply with one JSON object: {{"entity": [...], "time_scope": [...], "attributes": [...],
+"intent": "...", "variants": ["main query", ...]}}
+- entity: the core entities (names, products, organisations, topics) as written.
+- time_scope: the years, dates or periods the question is limited to; [] if none.
+- attributes: what is asked about them (price, stock, supplier, ...); [] if nothing specific.
+- intent: one of {intents}. Use a text intent (the first five) only for a pure concept,
+  definition, workflow, policy or explanation question; "mixed" for data plus explanation;
+  "unclear" when unsure.
+- variants: 1 to 3 search queries, the main one first: keywords for entity, scope and
+  attributes, plus synonyms, aliases, abbreviations, historical names and category terms
+  (more of them for list, timeline and overview questions). Preserve the meaning; add no
+  unrelated topic."""
+_ANSWER_ASK = """\
+## Answer the question from the evidence
+Question: {question}
+Sources tried, in order: {sources}
+Coverage: {coverage}
+
+## Evidence
+{evidence}
+
+## Reply
+One JSON object: {{"answer": "..."}}. Use only the evidence above. Write one paragraph or
+bullet list per point, separated by blank lines, and end each one that uses the evidence with
+the <CITATION .../> tag(s) of what it uses (copied exactly, 1-2 per paragraph); never collect
+citations at the end. If you use a truncated table result, state its total matches (N+M), the
+displayed count (N) and the omitted count (M). If the coverage is partial, say so."""
+_RETRY = (
+    'Reply with {"answer": "..."} only: every paragraph that uses the evidence ends with its '
+    "<CITATION .../> tag(s), copied exactly as given."
+)
+
+
+# -- the policy --------------------------------------------------------------------------------
+def source_order(
+    tools: Sequence[str], resolve: Callable[[str], str | None], table_first: bool
+) -> list[str]:
+    """Sources in policy order: skill-enabled tools (meta order), the two RAG tools, files."""
+    enabled = [c for c in dict.fromkeys(map(resolve, tools)) if c and c not in STANDARD]
+    pair = [TABLE, RAG] if table_first else [RAG, TABLE]
+    return [*enabled, *pair, LOCAL]
+
+
+@dataclass
+class PolicyRun:
+    """What the policy did: its steps, all evidence gathered, the usable part, who answered."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    gathered: list[Evidence] = field(default_factory=list)
+    usable: list[Evidence] = field(default_factory=list)
+    answered_by: str | None = None
+
+
+def _attempts(tool: str, plan: Plan) -> list[dict[str, Any]]:
+    """The argument sets a source may be called with, in order (only RAG expands)."""
+    if tool == RAG:
+        steps = [k for k in TOP_K if k >= plan.top_k]
+        last = len(plan.variants) - 1
+        return [{"query": plan.variants[min(i, last)], "top_k": k} for i, k in enumerate(steps)]
+    if tool == TABLE:
+        return [{"query": plan.variants[0], "max_rows": _MAX_ROWS}]
+    if tool == LOCAL:
+        return [{"query": plan.variants[0], "max_results": _MAX_ROWS}]
+    return [{"query": plan.variants[0]}]
+
+
+def run_policy(plan: Plan, sources: Sequence[str], allowed: Set[str], invoke: Invoke) -> PolicyRun:
+    """Try ``sources`` in order, one call at a time, until the evidence suffices.
+
+    A source not in ``allowed`` is refused and recorded, never called. Each step records its
+    tool, args, a result summary and the verdict; ``rag_retrieve`` moves to the next ``top_k``
+    only when its results filled ``top_k`` and fell short for a reason more results can fix.
+    """
+    run = PolicyRun()
+    seen: set[str] = set()
+    for tool in sources:
+        if tool not in allowed:
+            why = "refused: not among the skill's tools"
+            run.steps.append({"tool": tool, "args": {}, "refused": True, "why": why})
+            continue
+        attempts = _attempts(tool, plan)
+        for i, args in enumerate(attempts):
+            started = time.perf_counter()
+            result = invoke(tool, args)
+            ms = round((time.perf_counter() - started) * 1000, 1)
+            parsed = parse_result(tool, result.content, len(run.steps))
+            top_k = args.get("top_k") if tool == RAG else None
+            verdict = judge(
+                plan, parsed, ok=result.ok, content=result.content, before=run.usable, top_k=top_k
+            )
+            run.gathered += parsed.items
+            fresh = [e for e in verdict.usable if e.citation not in seen]
+            seen.update(e.citation for e in fresh)
+            run.usable += fresh
+            step: dict[str, Any] = {
+                "tool": tool,
+                "args": args,
+                "ok": result.ok,
+                "summary": parsed.summary if result.ok else result.content[:200],
+                "usable": len(verdict.usable),
+                "sufficient": verdict.sufficient,
+                "why": verdict.why,
+                "ms": ms,
+            }
+            run.steps.append(step)
+            if verdict.sufficient:
+                run.answered_by = tool
+                return run
+            more = i + 1 < len(attempts) and top_k is not None and parsed.returned >= top_k
+            if not (more and verdict.code in EXPANDABLE):
+                break
+            step["next"] = f"top_k {top_k} -> {attempts[i + 1]['top_k']}"
+    return run
+
+
+# -- the node ----------------------------------------------------------------------------------
+def _question(state: Mapping[str, Any]) -> str | None:
+    """``input.question``, whitespace-normalised; None when missing or blank."""
+    given = state.get("input")
+    value = given.get("question") if isinstance(given, Mapping) else None
+    return " ".join(value.split()) if isinstance(value, str) and value.strip() else None
+
+
+def _evidence_block(index: int, item: Evidence) -> str:
+    where = f"{_ALIASES.get(item.source, item.source)} · {item.ref}"
+    if item.heading:
+        where += f" · {item.heading}"
+    if item.counts:
+        t, s, o = item.counts
+        where += f" · truncated: {t} rows matched (N+M), {s} shown (N), {o} omitted (M)"
+    body = item.text
+    if item.kind == "table":
+        body = "\n".join([" | ".join(item.header), *(" | ".join(r) for r in item.rows)])
+    return f"[{index}] {where}\n{body}\ncite as: {item.citation}"
+
+
+def _store_key(thread_id: str, turn_id: str) -> tuple[str, ...]:
+    return ("skilldeck", "retrieval", thread_id, turn_id)
+
+
+def _tried(steps: Sequence[Mapping[str, Any]]) -> list[str]:
+    names = [str(s["tool"]) for s in steps if not s.get("refused")]
+    return [_ALIASES.get(n, n) for n in dict.fromkeys(names)]
+
+
+class RetrievalSkillNode(SkillNode):
+    """Runs a skill with ``execution_config.mode: retrieval``; see the module docstring."""
+
+    rules_fallback = True
+
+    def __init__(self, ctx: NodeContext, bundle: SkillBundle) -> None:
+        super().__init__(ctx, bundle)
+        parts = [f"# Skill: {bundle.name}\n{bundle.description}", bundle.instructions, _MODE_NOTE]
+        self.system = SystemMessage("\n\n".join(p for p in parts if p))
+
+    def __call__(
+        self, state: dict[str, Any], config: RunnableConfig, store: BaseStore
+    ) -> Command[str]:
+        configurable = config.get("configurable", {})
+        thread_id = str(configurable["thread_id"])
+        calls = dict(state.get("calls") or {})
+        turn = state.get("turn")
+        if turn and turn.get("skill") == self.name:
+            return self._answer_again(state, turn, calls, thread_id, store)
+        question = _question(state)
+        if question is None:
+            message = "input.question is missing: pass the question to answer"
+            return self._fail(state, "INVALID_INPUT", message, None)
+        turn, new = self.open_turn(state)
+        try:
+            rewrite, note = self._rewrite(question, new, calls, turn)
+        except Exception as exc:
+            return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
+        # The model sees the rewrite exchange again when it answers; tool calls it does not.
+        conversation = list(new)
+        plan = make_plan(question, rewrite)
+        # Identity is the run's (deck.run binds it into the config), never the input's.
+        identity = {k: configurable.get(k) for k in IDENTITY_KEYS}
+        invoke = self._invoker(turn, new, identity)
+        run = run_policy(plan, self._sources(plan), self._allowed(), invoke)
+        shown = select_evidence(plan, run.usable)
+        known = {e.citation: e.counts for e in run.gathered}
+        turn["trajectory"] = {
+            "question": question,
+            "rewrite": {**rewrite.to_dict(), **({"model_error": note} if note else {})},
+            "plan": plan.summary(),
+            "steps": run.steps,
+            "answered_by": run.answered_by,
+            "complete": run.answered_by is not None,
+            "answer_by": "model" if self.ctx.has_model(self.name) and shown else "rules",
+        }
+        store.put(
+            _store_key(thread_id, turn["id"]),
+            "evidence",
+            {"shown": [e.to_dict() for e in shown], "known": known},
+        )
+        if turn["trajectory"]["answer_by"] == "model":
+            ask = HumanMessage(self._answer_ask(plan, run.steps, shown, run.answered_by))
+            try:
+                reply = self._ask([*conversation, ask], calls, turn)
+            except Exception as exc:
+                self._save(store, thread_id, turn, new)
+                return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
+            new += [ask, reply]
+            self._save(store, thread_id, turn, new)
+            return self._finish(state, turn, calls, reply, shown, known, thread_id, store)
+        answer = self._rules_answer(plan, turn["trajectory"], shown)
+        new.append(AIMessage(json.dumps({"answer": answer}, ensure_ascii=False)))
+        self._save(store, thread_id, turn, new)
+        return self._finish(state, turn, calls, answer, shown, known, thread_id, store)
+
+    # -- steps ----------------------------------------------------------------------------
+    def _rewrite(
+        self, question: str, new: list[BaseMessage], calls: dict[str, int], turn: dict[str, Any]
+    ) -> tuple[Rewrite, str | None]:
+        """The model's rewrite (JSON) when there is a model, else the rules'.
+
+        Invalid model output does not stop the policy, which still needs queries: the rules
+        rewrite stands in, and why is kept in the trajectory.
+        """
+        if not self.ctx.has_model(self.name):
+            return rewrite_question(question), None
+        intents = ", ".join(map(repr, INTENTS))
+        ask = HumanMessage(_REWRITE_ASK.format(question=question, intents=intents))
+        reply = self._ask([*new, ask], calls, turn)
+        new += [ask, reply]
+        value, errors = parse_output(reply)
+        errors = errors or format_errors(_REWRITE_VALIDATOR, value)
+        if value is not None and not errors:
+            return Rewrite.from_model(value), None
+        return rewrite_question(question), "; ".join(f"{e['path']}: {e['message']}" for e in errors)
+
+    def _allowed(self) -> set[str]:
+        """Canonical names of the tools the meta lists: the only ones the policy may call."""
+        return {c for c in map(self.ctx.registry.resolve, self.bundle.tools) if c}
+
+    def _sources(self, plan: Plan) -> list[str]:
+        return source_order(self.bundle.tools, self.ctx.registry.resolve, plan.table_first)
+
+    def _invoker(
+        self, turn: dict[str, Any], new: list[BaseMessage], identity: Mapping[str, Any]
+    ) -> Invoke:
+        """Tool calls through the registry, bound to the run's identity, into the transcript."""
+        registry = self.ctx.registry
+
+        def invoke(name: str, args: dict[str, Any]) -> ToolResult:
+            call_id = f"{turn['id'][:12]}-{len(turn['tool_calls'])}"
+            started = time.perf_counter()
+            result = registry.invoke(name, args, identity)
+            call = {"name": name, "args": args, "id": call_id, "type": "tool_call"}
+            new.append(AIMessage(content="", tool_calls=[call]))
+            status = "success" if result.ok else "error"
+            new.append(ToolMessage(result.content, tool_call_id=call_id, name=name, status=status))
+            turn["tool_calls"].append(
+                {
+                    "id": call_id,
+                    "name": name,
+                    "status": "ok" if result.ok else "error",
+                    "ms": round((time.perf_counter() - started) * 1000, 2),
+                    "ref": f"{turn['id']}/{turn['pos'] + len(new) - 1:06d}",
+                }
+            )
+            return result
+
+        return invoke
+
+    def _ask(
+        self, conversation: list[BaseMessage], calls: dict[str, int], turn: dict[str, Any]
+    ) -> AIMessage:
+        """One model call for a JSON object; counts the call and its tokens."""
+        model = self.ctx.model_for(self.name).bind(response_format={"type": "json_object"})
+        index = calls.get(self.name, 0)
+        meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index}
+        reply = model.invoke(conversation, config={"metadata": meta})
+        calls[self.name] = index + 1
+        if not isinstance(reply, AIMessage):
+            raise TypeError(f"model returned {type(reply).__name__}, not an AIMessage")
+        turn["tokens"] = _add_tokens(turn.get("tokens"), reply)
+        return reply
+
+    def _answer_ask(
+        self,
+        plan: Plan,
+        steps: Sequence[Mapping[str, Any]],
+        shown: Sequence[Evidence],
+        answered_by: str | None,
+    ) -> str:
+        sources = ", ".join(
+            f"{_ALIASES.get(str(s['tool']), s['tool'])} "
+            f"({'sufficient' if s.get('sufficient') else 'insufficient'})"
+            for s in steps
+            if not s.get("refused")
+        )
+        coverage = (
+            "complete"
+            if answered_by
+            else "partial: every source was tried and none covered the whole request"
+        )
+        evidence = "\n\n".join(_evidence_block(i, e) for i, e in enumerate(shown, start=1))
+        return _ANSWER_ASK.format(
+            question=plan.question, sources=sources, coverage=coverage, evidence=evidence
+        )
+
+    def _rules_answer(
+        self, plan: Plan, trajectory: Mapping[str, Any], shown: Sequence[Evidence]
+    ) -> str:
+        complete = bool(trajectory["complete"])
+        return compose_answer(plan, shown, complete=complete, sources=_tried(trajectory["steps"]))
+
+    def _save(
+        self, store: BaseStore, thread_id: str, turn: dict[str, Any], new: list[BaseMessage]
+    ) -> None:
+        """The turn's new messages go to the store in one write."""
+        if new:
+            turn["pos"] = append_messages(store, thread_id, turn["id"], turn["pos"], new)
+            new.clear()
+
+    def _answer_again(
+        self,
+        state: dict[str, Any],
+        turn: dict[str, Any],
+        calls: dict[str, int],
+        thread_id: str,
+        store: BaseStore,
+    ) -> Command[str]:
+        """After a rejected answer: answer again from the stored evidence (no new retrieval)."""
+        trajectory = turn.get("trajectory") or {}
+        item = store.get(_store_key(thread_id, turn["id"]), "evidence")
+        question = _question(state)
+        if item is None or question is None or not trajectory:
+            message = "the retrieval turn's evidence is gone from the store; start a new run"
+            return self._fail(state, "SCRIPT_ERROR", message, turn)
+        shown = [Evidence.from_dict(e) for e in item.value["shown"]]
+        known = {k: (tuple(v) if v else None) for k, v in item.value["known"].items()}
+        plan = make_plan(question, Rewrite.from_dict(trajectory["rewrite"]))
+        if trajectory.get("answer_by") != "model":
+            answer = self._rules_answer(plan, trajectory, shown)
+            return self._finish(state, turn, calls, answer, shown, known, thread_id, store)
+        conversation = [
+            m
+            for m in read_messages(store, thread_id, turn["id"])
+            if not isinstance(m, ToolMessage) and not (isinstance(m, AIMessage) and m.tool_calls)
+        ]
+        try:
+            reply = self._ask(conversation, calls, turn)
+        except Exception as exc:
+            return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
+        self._save(store, thread_id, turn, [reply])
+        return self._finish(state, turn, calls, reply, shown, known, thread_id, store)
+
+    def _finish(
+        self,
+        state: dict[str, Any],
+        turn: dict[str, Any],
+        calls: dict[str, int],
+        answer: AIMessage | str,
+        shown: Sequence[Evidence],
+        known: Mapping[str, Any],
+        thread_id: str,
+        store: BaseStore,
+    ) -> Command[str]:
+        """Check the citation contract, then hand the four-part output to ``accept_output``."""
+        if isinstance(answer, AIMessage):
+            value, errors = parse_output(answer)
+            text = value.get("answer") if value is not None else None
+            if value is not None and not (isinstance(text, str) and text.strip()):
+                errors = [{"path": "$.answer", "message": 'reply with {"answer": "<text>"}'}]
+            if errors:
+                return self._reject(state, turn, calls, errors, _RETRY, thread_id, store)
+            answer = str(text)
+        question = str(turn["trajectory"]["question"])
+        errors = check_answer(answer, question=question, shown=shown, known=known)
+        if errors:
+            return self._reject(state, turn, calls, errors, _RETRY, thread_id, store)
+        citations = citations_in(answer)
+        output = {
+            "response": answer,
+            "profile": {},
+            "data": {
+                "answer": answer,
+                "citations": citations,
+                "sources_tried": turn["trajectory"]["steps"],
+                "found": bool(citations),
+            },
+            "control": {"action": "finish"},
+        }
+        return self.accept_output(state, turn, calls, output, thread_id, store)

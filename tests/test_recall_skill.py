@@ -1,0 +1,428 @@
+"""The nomemory-recall bundle, its no-model planner end to end, its cases and ``recall``."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from skilldeck import RunResult, Settings, SkillDeck
+from skilldeck.cli import app
+from skilldeck.nodes.planner import PlannerSkillNode
+from skilldeck.nodes.planner_rules import (
+    ALL_TIME,
+    RulesPlanner,
+    extract_view,
+    keywords,
+    latest_message_ts,
+    time_window,
+)
+from skilldeck.skills import builtin_skills_dir, load_skills
+from skilldeck.tools import default_registry
+from skilldeck.tools.memory import Memory
+from skilldeck.tools.messages import Message, MessageStore
+from skilldeck.tools.vectors import VectorIndex, open_chroma
+
+pytestmark = pytest.mark.L2
+
+BUNDLE = builtin_skills_dir() / "nomemory-recall"
+SEED = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "001_0fee95d1ec7294ad.txt"
+EMPTY_VIEW = {"preferences": [], "profile": [], "constraints": []}
+TEXTS = [
+    ("m1", "user", "2026-01-03T09:00:00Z", "I don't eat spicy food, 我不吃辣."),
+    ("m2", "assistant", "2026-01-03T09:00:05Z", "Noted: no spicy dishes for you."),
+    ("m3", "user", "2026-01-10T12:00:00Z", "我不吃香菜，也不太吃辣的东西。"),
+    ("m4", "user", "2026-02-01T08:30:00Z", "I work as a nurse in Lyon and I love hiking."),
+    ("m5", "assistant", "2026-02-01T08:31:00Z", "Hiking near Lyon sounds great! Any trail?"),
+    ("m6", "user", "2026-03-15T18:00:00Z", "I'm allergic to peanuts, please remember that."),
+    ("m7", "user", "2026-03-15T18:01:00Z", "Spicy curry is fine for my husband, not for me."),
+]
+CASES = yaml.safe_load((BUNDLE / "cases.yaml").read_text("utf-8"))
+
+
+def _case_messages(case: Mapping[str, Any]) -> list[Message]:
+    """What the harness imports for a case: its base fixture, then its own messages."""
+    spec = case["input"]
+    user, records = spec["user_id"], []
+    if spec.get("base_fixture"):
+        fixture = BUNDLE / "fixtures" / f"{spec['base_fixture']}.jsonl"
+        records = [json.loads(line) for line in fixture.read_text("utf-8").splitlines()]
+    records += [{**r, "thread_id": "case"} for r in spec["messages"]]
+    return [Message(r["id"], user, r["thread_id"], r["role"], r["ts"], r["text"]) for r in records]
+
+
+@pytest.fixture(scope="module")
+def memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
+    """u1's messages and every case's fixture, each case as its own user."""
+    root = tmp_path_factory.mktemp("recall")
+    mem = Memory(MessageStore(root / "m.sqlite"), VectorIndex(open_chroma(root / "chroma")))
+    mem.add(Message(i, "u1", "t1", role, ts, text) for i, role, ts, text in TEXTS)
+    for case in CASES:
+        mem.add(_case_messages(case))
+    yield mem
+    mem.store.close()
+
+
+@pytest.fixture(scope="module")
+def deck(memory: Memory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkillDeck]:
+    """The built-in bundle with no model: the rule-based planner runs."""
+    tools = default_registry(tmp_path_factory.mktemp("files"), memory=lambda: memory)
+    with SkillDeck(
+        BUNDLE, checkpointer="memory://", settings=Settings(model=None), tools=tools
+    ) as d:
+        yield d
+
+
+def ask(deck: SkillDeck, question: str, user: str = "u1") -> RunResult:
+    return deck.run({"question": question}, context="recall", user_id=user)
+
+
+# -- the bundle -----------------------------------------------------------------------------------
+def test_the_bundle_is_the_seed_skill() -> None:
+    (bundle,) = load_skills(BUNDLE)
+    assert bundle.name == "nomemory-recall" and bundle.contexts == ("recall",)
+    assert bundle.tools == ("messages_list", "lexical_search", "semantic_search", "neighbors")
+    assert bundle.execution.mode == "planner"
+    assert bundle.execution.provider is None and bundle.execution.model is None
+    assert bundle.data_keys == ("memory_view", "evidence")
+    skill_md = (BUNDLE / "SKILL.md").read_text("utf-8")
+    assert "name: nomemory-recall\n" in skill_md
+    if SEED.is_file():  # the seed text as given; only the name follows the folder
+        seed = SEED.read_text("utf-8")
+        assert skill_md == seed.replace(
+            "name: nomemory-recall-default\n", "name: nomemory-recall\n"
+        )
+        description = re.search(r"^description: (.+)$", seed, re.M)
+        assert description is not None and bundle.description == description.group(1)
+    assert (BUNDLE / "scripts" / "tool_call_examples.md").is_file()  # SKILL.md points to it
+
+
+def test_cases_follow_the_seed_003_task_shape() -> None:
+    assert len(CASES) >= 15
+    assert len({c["id"] for c in CASES}) == len(CASES)
+    assert {c["bucket"] for c in CASES} == {"positive", "negative", "ambiguous"}
+    chinese = [c for c in CASES if re.search(r"[\u4e00-\u9fff]", c["input"]["question"])]
+    assert 4 <= len(chinese) < len(CASES)  # English and Chinese
+    for case in CASES:
+        assert set(case) == {"id", "bucket", "input", "graders"}
+        assert {"user_id", "question", "messages"} <= set(case["input"])
+        base = case["input"].get("base_fixture")
+        assert base is None or (BUNDLE / "fixtures" / f"{base}.jsonl").is_file()
+        assert case["graders"] and all(set(g) == {"name", "config"} for g in case["graders"])
+        assert {g["name"] for g in case["graders"]} <= set(GRADERS)
+
+
+# -- the rules: time signals, keywords, the latest message, cues ---------------------------------
+LATEST = datetime(2023, 12, 20, 7, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("question", "since", "until", "kind"),
+    [
+        ("What did I eat in May 2023?", "2023-05-01T00:00:00Z", "2023-06-01T00:00:00Z", "month"),
+        ("May 2023 plans?", "2023-05-01T00:00:00Z", "2023-06-01T00:00:00Z", "month"),
+        ("What happened in 2022?", "2022-01-01T00:00:00Z", "2023-01-01T00:00:00Z", "year"),
+        ("What did I say on October 13, 2023?", "2023-10-13T00:00:00Z", "2023-10-14T00:00:00Z",
+         "day"),
+        ("What did I find on 1 February, 2023?", "2023-02-01T00:00:00Z", "2023-02-02T00:00:00Z",
+         "day"),
+        ("2023年5月我说了什么？", "2023-05-01T00:00:00Z", "2023-06-01T00:00:00Z", "month"),
+        ("2023年5月3日吃了什么", "2023-05-03T00:00:00Z", "2023-05-04T00:00:00Z", "day"),
+        ("When did I go camping in June?", "2023-06-01T00:00:00Z", "2023-07-01T00:00:00Z",
+         "month"),
+        ("What did I do recently?", "2023-11-20T07:30:00Z", "2023-12-20T07:30:01Z", "recent"),
+        ("我最近喜欢什么？", "2023-11-20T07:30:00Z", "2023-12-20T07:30:01Z", "recent"),
+        ("What did I say last time about work?", "2023-09-21T07:30:00Z",
+         "2023-12-20T07:30:01Z", "last"),
+        ("我上次说了什么？", "2023-09-21T07:30:00Z", "2023-12-20T07:30:01Z", "last"),
+        ("我长期的饮食习惯？", ALL_TIME, None, "long"),
+        ("What food do I avoid?", ALL_TIME, None, "all"),
+        # Not a day, so the month it names decides.
+        ("What happened on 31 February, 2023?", "2023-02-01T00:00:00Z", "2023-03-01T00:00:00Z",
+         "month"),
+    ],
+)  # fmt: skip
+def test_time_signals_become_explicit_ranges(
+    question: str, since: str, until: str | None, kind: str
+) -> None:
+    window = time_window(question, LATEST)
+    assert (window.since, window.until, window.kind) == (since, until, kind)
+
+
+def test_relative_signals_count_from_the_latest_message_not_from_today() -> None:
+    old = time_window("recently?", datetime(2019, 3, 1, tzinfo=UTC))
+    assert old.since == "2019-01-30T00:00:00Z"
+
+
+def test_keywords_drop_signals_question_words_and_stop_words() -> None:
+    assert keywords("What did Gina's team perform in May 2023?") == ["Gina", "team", "perform"]
+    assert keywords("我最近对什么过敏？") == ["我", "对", "过敏"]
+    assert keywords("What do you know about me?") == []
+
+
+def test_latest_message_is_found_with_messages_list(memory: Memory, tmp_path: Path) -> None:
+    registry = default_registry(tmp_path, memory=lambda: memory)
+
+    def call(user: str) -> Any:
+        def invoke(tool: str, args: Mapping[str, Any]) -> Any:
+            assert tool == "messages_list"
+            result = registry.invoke(tool, args, {"user_id": user})
+            return json.loads(result.content) if result.ok else None
+
+        return invoke
+
+    assert latest_message_ts(call("u1")) == datetime(2026, 3, 15, 18, 1, tzinfo=UTC)
+    assert latest_message_ts(call("case-en-recent")) == datetime(
+        2023, 12, 20, 7, 30, 10, tzinfo=UTC
+    )
+    assert latest_message_ts(call("nobody")) is None
+    # Messages dated after "now" are found too.
+    now = datetime(2020, 1, 1, tzinfo=UTC)
+    assert latest_message_ts(call("u1"), now) == datetime(2026, 3, 15, 18, 1, tzinfo=UTC)
+
+
+def test_cues_fill_the_view_from_the_users_own_messages() -> None:
+    evidence = [
+        {"message_id": "a", "role": "user", "text": "I love hiking. It looks like rain."},
+        {"message_id": "b", "role": "assistant", "text": "I love spicy food!"},
+        {"message_id": "c", "role": "user", "text": "我对花生过敏。我住在上海。我喜欢喝茶"},
+        {
+            "message_id": "d",
+            "role": "user",
+            "text": "I can't wait for Friday! My sister likes cats",
+        },
+        {"message_id": "e", "role": "user", "text": "I'm a nurse and I must sleep before 10."},
+        {"message_id": "f", "role": "user", "text": "I love hiking."},
+    ]
+    view = extract_view(evidence)
+    assert view["preferences"] == [
+        {"text": "I love hiking.", "evidence": ["a", "f"]},
+        {"text": "我喜欢喝茶", "evidence": ["c"]},
+        {"text": "My sister likes cats", "evidence": ["d"]},
+    ]
+    assert view["constraints"] == [
+        {"text": "我对花生过敏。", "evidence": ["c"]},
+        {"text": "I'm a nurse and I must sleep before 10.", "evidence": ["e"]},
+    ]
+    assert view["profile"] == [
+        {"text": "我住在上海。", "evidence": ["c"]},
+        {"text": "I'm a nurse and I must sleep before 10.", "evidence": ["e"]},
+    ]
+    assert extract_view([]) == EMPTY_VIEW
+
+
+# -- the no-model planner, end to end --------------------------------------------------------------
+def test_no_model_recall_end_to_end(deck: SkillDeck) -> None:
+    result = ask(deck, "What food do I avoid?")
+    assert result.status == "finished", result.error
+    attempt = result.state["attempt"]
+    assert attempt["model"] == "rules:planner" and attempt["action"] == "finish"
+    rounds = attempt["trajectory"]
+    assert [r["tool"] for r in rounds] == ["lexical_search", "semantic_search", "neighbors"]
+    assert all(r["valid"] and not r["errors"] for r in rounds)
+    lexical = rounds[0]["plan"]["args"]
+    assert lexical["query_text"] == "food avoid"
+    assert lexical["filter"] == {"role": "any", "time_range": {"since": ALL_TIME}}
+    assert rounds[1]["plan"]["args"]["min_score"] == PlannerSkillNode.rules.semantic_floor
+    assert rounds[2]["plan"]["args"] == {"message_id": rounds[0]["anchors"][0], "before": 8,
+                                         "after": 0}  # fmt: skip
+    evidence = result.state["evidence"]
+    assert 1 <= len(evidence) <= 6 and evidence[0]["message_id"] == "m1"
+    assert set(evidence[0]) == {"message_id", "text", "ts", "role"}
+    view = result.state["memory_view"]
+    assert {"text": "I don't eat spicy food, 我不吃辣.", "evidence": ["m1"]} in view["constraints"]
+    cited = {i for items in view.values() for item in items for i in item["evidence"]}
+    assert cited <= {e["message_id"] for e in evidence}
+    assert result.state["response"].startswith(f"{len(evidence)} evidence message(s)")
+
+
+def test_no_model_recall_narrows_then_takes_context(deck: SkillDeck) -> None:
+    result = ask(deck, "我最近对什么过敏？")
+    rounds = result.state["attempt"]["trajectory"]
+    window = rounds[0]["plan"]["args"]["filter"]["time_range"]
+    assert window == {"since": "2026-02-13T18:01:00Z", "until": "2026-03-15T18:01:01Z"}
+    assert [r["tool"] for r in rounds] == ["lexical_search", "semantic_search", "neighbors"]
+    # m7 is read after m6 by the index; its neighbors bring m6 itself, and the cue.
+    assert "m6" in [e["message_id"] for e in result.state["evidence"]]
+    constraints = result.state["memory_view"]["constraints"]
+    assert {"text": "I'm allergic to peanuts, please remember that.", "evidence": ["m6"]} in (
+        constraints
+    )
+
+
+def test_no_model_recall_widens_an_empty_window(deck: SkillDeck) -> None:
+    result = ask(deck, "What did I say about hiking in May 2023?")
+    rounds = result.state["attempt"]["trajectory"]
+    assert rounds[0]["plan"]["args"]["filter"]["time_range"]["since"] == "2023-05-01T00:00:00Z"
+    assert rounds[0]["hit_count"] == 0 and rounds[1]["hit_count"] == 0
+    assert rounds[2]["tool"] == "lexical_search"
+    assert rounds[2]["plan"]["args"]["filter"]["time_range"] == {"since": ALL_TIME}
+    assert "m4" in [e["message_id"] for e in result.state["evidence"]]
+
+
+def test_no_model_recall_of_another_user_and_of_nothing(deck: SkillDeck) -> None:
+    other = ask(deck, "What food do I avoid?", user="case-zh-diet")
+    assert all(e["message_id"].startswith("z") for e in other.state["evidence"])
+    empty = ask(deck, "What food do I avoid?", user="nobody")
+    assert empty.status == "finished"
+    assert empty.state["memory_view"] == EMPTY_VIEW and empty.state["evidence"] == []
+    assert [r["plan"] for r in empty.state["attempt"]["trajectory"]] == [{"stop": True}]
+
+
+def test_a_failing_memory_is_reported_not_taken_for_an_empty_one(tmp_path: Path) -> None:
+    def down() -> Memory:
+        raise RuntimeError("message store unavailable")
+
+    tools = default_registry(tmp_path, memory=down)
+    with SkillDeck(
+        BUNDLE, checkpointer="memory://", settings=Settings(model=None), tools=tools
+    ) as d:
+        result = ask(d, "What food do I avoid?")
+    rounds = result.state["attempt"]["trajectory"]
+    assert [r["tool"] for r in rounds] == ["lexical_search", "semantic_search", None]
+    assert all("message store unavailable" in r["errors"][0]["message"] for r in rounds[:2])
+    assert [c["status"] for c in result.state["attempt"]["tool_calls"]] == ["error", "error"]
+    assert result.state["memory_view"] == EMPTY_VIEW
+
+
+def test_the_rules_planner_goes_through_the_same_validation(
+    deck: SkillDeck, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def forged(self: RulesPlanner, loop: Any) -> dict[str, Any]:
+        args = {"query_text": "spicy", "filter": {"role": "any"}, "user_id": "u2"}
+        return {"stop": False, "tool": "lexical_search", "args": args}
+
+    monkeypatch.setattr(RulesPlanner, "plan", forged)
+    result = ask(deck, "What food do I avoid?")
+    rounds = result.state["attempt"]["trajectory"]
+    assert len(rounds) == 3 and not any(r["valid"] for r in rounds)
+    paths = {e["path"] for e in rounds[0]["errors"]}
+    assert paths == {"$.args.user_id", "$.args.filter.time_range"}
+    assert result.state["attempt"]["tool_calls"] == []
+    assert result.state["memory_view"] == EMPTY_VIEW
+
+
+# -- the cases, graded on the no-model path --------------------------------------------------------
+def _path(value: Any, path: str) -> Any:
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        if part.startswith("["):
+            index = int(part[1:-1])
+            value = value[index] if isinstance(value, list) and index < len(value) else None
+        else:
+            value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False).casefold()
+
+
+def _cites_evidence(result: Mapping[str, Any], _: Mapping[str, Any]) -> bool:
+    shown = {e["message_id"] for e in result["state"].get("evidence") or []}
+    view = result["state"].get("memory_view") or {}
+    return all(set(i["evidence"]) <= shown for items in view.values() for i in items)
+
+
+def _trajectory_match(result: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
+    tools = iter(r["tool"] for r in result["state"]["attempt"]["trajectory"])
+    return all(any(t == want for t in tools) for want in config["tools"])
+
+
+GRADERS: dict[str, Any] = {
+    "json_path_equals": lambda r, c: _path(r, c["path"]) == c["value"],
+    "must_contain": lambda r, c: all(s.casefold() in _text(_path(r, c["path"])) for s in
+                                     c["substrings"]),
+    "must_not_contain": lambda r, c: not any(s.casefold() in _text(_path(r, c["path"])) for s in
+                                             c["substrings"]),
+    "tool_called": lambda r, c: c["tool"] in [t["name"] for t in
+                                              r["state"]["attempt"]["tool_calls"]],
+    "trajectory_match": _trajectory_match,
+    "cites_evidence": _cites_evidence,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_case_passes_on_the_no_model_planner(deck: SkillDeck, case: Mapping[str, Any]) -> None:
+    result = ask(deck, case["input"]["question"], user=case["input"]["user_id"])
+    body = {"status": result.status, "state": {**result.state, "status": result.status}}
+    failed = [g for g in case["graders"] if not GRADERS[g["name"]](body, g["config"])]
+    assert not failed, (failed, result.state.get("memory_view"), result.state.get("evidence"))
+
+
+def test_the_graders_can_fail(deck: SkillDeck) -> None:
+    result = ask(deck, "What food do I avoid?")
+    body = {"status": result.status, "state": result.state}
+    assert not GRADERS["must_contain"](body, {"path": "state.evidence", "substrings": ["m99"]})
+    assert not GRADERS["tool_called"](body, {"tool": "messages_list"})
+    assert not GRADERS["trajectory_match"](body, {"tools": ["neighbors", "lexical_search"]})
+    forged = {"state": {**result.state, "memory_view": {"profile": [
+        {"text": "x", "evidence": ["m99"]}]}}}  # fmt: skip
+    assert not GRADERS["cites_evidence"](forged, {})
+
+
+# -- the command line ------------------------------------------------------------------------------
+def test_recall_command(tmp_path: Path) -> None:
+    data = tmp_path / "msgs.json"
+    data.write_text(
+        json.dumps([{"id": i, "role": r, "ts": ts, "text": t} for i, r, ts, t in TEXTS]), "utf-8"
+    )
+    env = {
+        "SKILLDECK_MESSAGES_PATH": str(tmp_path / "m.sqlite"),
+        "SKILLDECK_CHROMA_PATH": str(tmp_path / "chroma"),
+        "SKILLDECK_MODEL": "",
+    }
+    runner = CliRunner(env=env)
+    imported = runner.invoke(app, ["messages", "import", str(data), "--user", "u1"])
+    assert imported.exit_code == 0, imported.output
+    checkpoint = ["--checkpoint", f"sqlite:///{tmp_path / 'c.sqlite'}"]
+    raw = runner.invoke(app, ["recall", "--user", "u1", "What food do I avoid?", "--json",
+                              *checkpoint])  # fmt: skip
+    assert raw.exit_code == 0, (raw.stdout, raw.stderr)
+    body = json.loads(raw.stdout)
+    assert body["status"] == "finished" and body["model"] == "rules:planner"
+    assert body["evidence"][0]["message_id"] == "m1"
+    assert {"text": "I don't eat spicy food, 我不吃辣.", "evidence": ["m1"]} in (
+        body["memory_view"]["constraints"]
+    )
+    assert [r["tool"] for r in body["trajectory"]] == [
+        "lexical_search",
+        "semantic_search",
+        "neighbors",
+    ]
+
+    table = runner.invoke(app, ["recall", "--user", "u1", "What food do I avoid?", *checkpoint])
+    assert table.exit_code == 0, table.output
+    assert "memory_view" in table.stdout and "constraints" in table.stdout
+    assert "I don't eat spicy food" in table.stdout and "m1" in table.stdout
+    assert "model: rules:planner" in table.stderr
+
+    nothing = runner.invoke(app, ["recall", "--user", "u9", "What food do I avoid?", *checkpoint])
+    assert nothing.exit_code == 0 and "memory_view is empty" in nothing.stdout
+
+
+def test_recall_command_reports_a_failed_run(tmp_path: Path) -> None:
+    script = tmp_path / "bad.yaml"
+    script.write_text(yaml.safe_dump({"skills": {"nomemory-recall": [
+        {"output": {"stop": True}},
+        {"output": {"preferences": [{"text": "x", "evidence": ["m1"]}], "profile": [],
+                    "constraints": []}},
+    ]}}), "utf-8")  # fmt: skip
+    env = {
+        "SKILLDECK_MESSAGES_PATH": str(tmp_path / "m.sqlite"),
+        "SKILLDECK_CHROMA_PATH": str(tmp_path / "chroma"),
+        "SKILLDECK_MAX_RETRIES": "0",
+    }
+    args = ["recall", "--user", "u1", "anything", "--model", f"scripted:{script}", "--json",
+            "--checkpoint", f"sqlite:///{tmp_path / 'c.sqlite'}"]  # fmt: skip
+    result = CliRunner(env=env).invoke(app, args)
+    assert result.exit_code == 1, result.output
+    body = json.loads(result.stdout)
+    assert body["status"] == "failed" and body["error"]["code"] == "CONTRACT_VIOLATION"
+    assert body["memory_view"] is None
