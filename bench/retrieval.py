@@ -196,7 +196,8 @@ def stable_top(scores: np.ndarray, k: int) -> list[int]:
 
 def new_memory(tmp: Path, name: str) -> tuple[Memory, MessageStore, VectorIndex]:
     store = MessageStore(tmp / f"{name}.sqlite")
-    vectors = VectorIndex(open_chroma(tmp / f"chroma-{name}"))
+    # As skilldeck.services.open_memory configures it: Chroma writes behind, reads flush first.
+    vectors = VectorIndex(open_chroma(tmp / f"chroma-{name}"), write_behind=True)
     return Memory(store, vectors), store, vectors
 
 
@@ -1029,6 +1030,9 @@ def bench_speed_size(
             )
             with stopwatch(add_t):
                 memory.add([message])  # the product path: VectorIndex.add(..., new=True)
+            # The Chroma write goes on in the background; finish it before the parts below, so
+            # they measure their own cost, not a competing thread.
+            vectors.flush(user)
             # The parts: embedding of the indexed text, Chroma insert of a given vector (the
             # product's new=True path), SQLite + previous-turn lookup + BM25 (no vectors). The
             # first run's path, get + upsert (new=False), for comparison.
@@ -1046,6 +1050,7 @@ def bench_speed_size(
                     new=True,
                     **meta,
                 )
+                vectors.flush(user)  # the Chroma insert itself, done in the background in add
             with stopwatch(upsert_t):
                 vectors.add(user, ids=[f"ups{i:04d}"], thread_ids=["t-vec"], embeddings=vec, **meta)
             with stopwatch(store_lex_t):

@@ -363,6 +363,7 @@ def messages_import(
                 chunk = messages[start : start + batch]
                 added += len(memory.add(chunk))
                 progress.advance(task, len(chunk))
+        memory.close()
     except SkillDeckError as exc:
         _fail(exc, as_json)
     summary = {
@@ -387,6 +388,7 @@ def messages_rebuild(
     memory = open_memory(Settings())
     memory.rebuild(user)
     count = memory.store.count(user)
+    memory.close()
     print(json.dumps({"user": user, "messages": count}) if as_json else f"rebuilt {count} messages")
 
 

@@ -29,7 +29,7 @@ from skilldeck.errors import (
 from skilldeck.graph import build_graph
 from skilldeck.models import ModelSpec, build_model, resolve_model
 from skilldeck.nodes import MODES, NodeContext, validate_answers
-from skilldeck.services import lazy, open_knowledge, open_memory
+from skilldeck.services import Lazy, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.tools import IDENTITY_KEYS, ToolRegistry, default_registry
@@ -72,10 +72,10 @@ class SkillDeck:
     ) -> None:
         self.settings = settings or Settings()
         self.bundles = _load(skills, self.settings)
+        self._memory = Lazy(lambda: open_memory(self.settings))
+        self._knowledge = Lazy(lambda: open_knowledge(self.settings))
         self.tools = tools or default_registry(
-            self.settings.files_root,
-            memory=lazy(lambda: open_memory(self.settings)),
-            knowledge=lazy(lambda: open_knowledge(self.settings)),
+            self.settings.files_root, memory=self._memory, knowledge=self._knowledge
         )
         self._models: dict[str, BaseChatModel] = {}
         self._specs: dict[str, ModelSpec] = {}
@@ -107,7 +107,10 @@ class SkillDeck:
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the checkpoint connections this deck opened."""
+        """Close the checkpoint connections and the tool stores this deck opened."""
+        for opened in (self._memory.made, self._knowledge.made):
+            if opened is not None:
+                opened.close()
         if self._persistence is not None:
             self._persistence.close()
 

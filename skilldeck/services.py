@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from chromadb.api.types import Documents, EmbeddingFunction
 
@@ -17,7 +17,7 @@ from skilldeck.tools.knowledge import KnowledgeBase
 from skilldeck.tools.memory import Memory
 from skilldeck.tools.messages import MessageStore
 
-__all__ = ["lazy", "open_knowledge", "open_memory"]
+__all__ = ["Lazy", "lazy", "open_knowledge", "open_memory"]
 
 T = TypeVar("T")
 
@@ -43,7 +43,7 @@ def open_memory(settings: Settings) -> Memory:
     client = open_chroma(settings.chroma_path, settings.chroma_url)
     return Memory(
         MessageStore(settings.messages_path),
-        VectorIndex(client, embedding_function=_embedding(settings)),
+        VectorIndex(client, embedding_function=_embedding(settings), write_behind=True),
     )
 
 
@@ -55,15 +55,24 @@ def open_knowledge(settings: Settings) -> KnowledgeBase:
     return KnowledgeBase(settings.knowledge_path, client, embedding_function=_embedding(settings))
 
 
-def lazy(factory: Callable[[], T]) -> Callable[[], T]:
+class Lazy(Generic[T]):
     """``factory()`` called once, on first use, thread-safely."""
-    lock = threading.Lock()
-    made: list[T] = []
 
-    def get() -> T:
-        with lock:
-            if not made:
-                made.append(factory())
-            return made[0]
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self._factory = factory
+        self._lock = threading.Lock()
+        self._made: list[T] = []
 
-    return get
+    def __call__(self) -> T:
+        with self._lock:
+            if not self._made:
+                self._made.append(self._factory())
+            return self._made[0]
+
+    @property
+    def made(self) -> T | None:
+        """The object, if it was made; ``None`` otherwise (nothing to close)."""
+        return self._made[0] if self._made else None
+
+
+lazy = Lazy

@@ -344,3 +344,22 @@ def test_deck_runs_bind_the_user(tmp_path: Path, memory: Memory) -> None:
     other = deck.run({}, context="ctx", user_id="u2")
     turn = read_messages(deck.store, other.thread_id, other.state["attempt"]["turn"])
     assert '"hits": []' in str(turn[3].content)
+
+
+def test_write_behind_never_misses_an_add_and_backfill_recovers(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path / "wb.sqlite")
+    vectors = VectorIndex(open_chroma(tmp_path / "wb"), write_behind=True)
+    memory = Memory(store, vectors)
+    memory.add(_messages())
+    # A read right after the add waits for the pending Chroma write.
+    hits = memory.semantic_search("u1", query_text="allergic to peanuts", filter=ALL, top_k=2)
+    assert "m6" in {h["message_id"] for h in hits["hits"]}  # m7 is indexed after m6
+    assert vectors.count("u1") == 7
+    # A message stored by another path (or whose vector write was lost) is indexed on first use.
+    store.add([Message("m9", "u1", "t1", "user", "2026-04-02T00:00:00Z", "I moved to Kyoto")])
+    fresh = Memory(store, VectorIndex(open_chroma(tmp_path / "wb"), write_behind=True))
+    assert fresh.backfill("u1") == 1 and fresh.backfill("u1") == 0
+    found = fresh.semantic_search("u1", query_text="moved to Kyoto", filter=ALL, top_k=1)
+    assert found["hits"][0]["message_id"] == "m9"
+    fresh.close()
+    memory.close()

@@ -193,7 +193,14 @@ class Memory:
         # Stemming and stop words: +5.6 R@5 on LoCoMo, SciFact nDCG@10 0.660 -> 0.697 (train).
         self.tokenizer = tokenizer or Tokenizer(stem=True, stopwords=True)
         self._lexicons: dict[str, _Lexicon] = {}
+        self._backfilled: set[str] = set()
         self._lock = threading.RLock()
+
+    def close(self) -> None:
+        """Finish pending index writes and close the store."""
+        if self.vectors is not None:
+            self.vectors.close()
+        self.store.close()
 
     # -- writing ------------------------------------------------------------------------------
     def add(self, messages: Iterable[Message]) -> list[Message]:
@@ -244,12 +251,34 @@ class Memory:
             new=True,  # the store inserted them just now, or a rebuild reset the index
         )
 
+    def backfill(self, user_id: str) -> int:
+        """Index the user's stored messages that the vector index lacks (a write lost to a
+        crash, or messages stored by another path); returns how many. Checked once per user
+        per process, before the first semantic query."""
+        if self.vectors is None:
+            return 0
+        with self._lock:
+            if user_id in self._backfilled:
+                return 0
+            self._backfilled.add(user_id)
+        if self.vectors.count(user_id) >= self.store.count(user_id):
+            return 0
+        indexed = self.vectors.ids(user_id)
+        pairs = self._in_context(user_id, self.store.iter_user(user_id), seeded=False)
+        missing = [(m, text) for m, text in pairs if m.id not in indexed]
+        for start in range(0, len(missing), 1000):
+            self._index_vectors(user_id, missing[start : start + 1000])
+        self.vectors.flush(user_id)
+        return len(missing)
+
     def rebuild(self, user_id: str) -> None:
         """Rebuild both indexes of ``user_id`` from the store."""
         with self._lock:
             self._lexicons.pop(user_id, None)
             self._lexicon(user_id)
         if self.vectors is not None:
+            with self._lock:
+                self._backfilled.add(user_id)
             self.vectors.reset(user_id)
             pairs = self._in_context(user_id, self.store.iter_user(user_id), seeded=False)
             for start in range(0, len(pairs), 1000):
@@ -354,6 +383,7 @@ class Memory:
             raise ToolError("semantic_search needs exactly one of query_text or query_embedding")
         if self.vectors is None:
             raise ToolError("semantic_search is not configured on this deployment")
+        self.backfill(user_id)
         found = self.vectors.query(
             user_id,
             text=query_text,
@@ -397,6 +427,7 @@ class Memory:
             lexical = [lexicon.ids[d] for d, _ in lexicon.index.top(query.terms, depth, mask=mask)]
         dense: list[str] = []
         if self.vectors is not None:
+            self.backfill(user_id)
             found = self.vectors.query(
                 user_id, text=query_text, top_k=depth, role=flt.role, since=since, until=until
             )

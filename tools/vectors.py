@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
@@ -218,6 +219,11 @@ class VectorIndex:
             multilingual USE model. Chroma refuses to reopen a collection with a function of
             another name, so one index never mixes vector spaces.
         prefix: Start of the collection names; the rest is a hash of the user id.
+        write_behind: Write new items (``add(..., new=True)``) to Chroma on a background
+            thread. ``add`` then returns once the item is embedded and in the in-memory
+            cache; every read of that user first waits for its pending writes, so reads never
+            miss an add. A write lost to a crash is recovered from the message store (the
+            source of truth) by :meth:`skilldeck.tools.memory.Memory.backfill`.
     """
 
     def __init__(
@@ -226,6 +232,7 @@ class VectorIndex:
         *,
         embedding_function: EmbeddingFunction[Documents] | None = None,
         prefix: str = "skilldeck_messages",
+        write_behind: bool = False,
     ) -> None:
         self._client = client
         self._ef = embedding_function or default_embedding_function()
@@ -233,6 +240,26 @@ class VectorIndex:
         self._collections: dict[str, Collection] = {}
         self._caches: dict[str, _UserVectors] = {}
         self._lock = threading.Lock()
+        self._writer = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="skilldeck-chroma")
+            if write_behind
+            else None
+        )
+        self._pending: dict[str, list[Future[int | None]]] = {}
+
+    def flush(self, user_id: str | None = None) -> None:
+        """Wait for pending background writes (of one user, or all); re-raise a failed one."""
+        with self._lock:
+            users = [user_id] if user_id is not None else list(self._pending)
+            futures = [f for user in users for f in self._pending.pop(user, [])]
+        for future in futures:
+            future.result()
+
+    def close(self) -> None:
+        """Finish pending writes and stop the background writer."""
+        self.flush()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         """Embed texts with the embedding function: float32 unit rows, one per text."""
@@ -290,11 +317,21 @@ class VectorIndex:
             ]
             write = _insert if new else _upsert
             upsert = partial(write, ids=batch_ids, vectors=vectors, metadatas=metadatas)
-            added += self._with_collection(user_id, upsert, create=True) or 0
             with self._lock:
                 cache = self._caches.get(user_id)
                 if cache is not None:
                     cache.put(batch_ids, vectors, list(roles[part]), list(ts[part]))
+            if new and self._writer is not None:
+                # Submitted last: the writer holds the GIL while Chroma writes, and nothing
+                # left on this thread should wait for it.
+                with self._lock:
+                    pending = self._pending.setdefault(user_id, [])
+                    pending.append(
+                        self._writer.submit(self._with_collection, user_id, upsert, create=True)
+                    )
+                added += len(batch_ids)
+            else:
+                added += self._with_collection(user_id, upsert, create=True) or 0
         return added
 
     def query(
@@ -329,6 +366,7 @@ class VectorIndex:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         role = None if role == "any" else role
+        self.flush(user_id)
         # Checked before embedding: an unknown user costs no model call.
         if self._collection(user_id, create=False) is None:
             return []
@@ -346,12 +384,29 @@ class VectorIndex:
         with self._lock:
             return cache.search(vector, top_k, role, since, until, min_score)
 
+    def ids(self, user_id: str) -> set[str]:
+        """Every indexed message id of the user."""
+        self.flush(user_id)
+        found: set[str] = set()
+
+        def page_through(collection: Collection) -> None:
+            while True:
+                page = collection.get(include=[], limit=_PAGE, offset=len(found))
+                found.update(page["ids"])
+                if len(page["ids"]) < _PAGE:
+                    return
+
+        self._with_collection(user_id, page_through)
+        return found
+
     def count(self, user_id: str) -> int:
         """How many messages of the user are indexed."""
+        self.flush(user_id)
         return self._with_collection(user_id, lambda collection: collection.count()) or 0
 
     def reset(self, user_id: str) -> None:
         """Delete the user's collection and cached vectors (before a rebuild)."""
+        self.flush(user_id)
         self._forget(user_id)
         with suppress(NotFoundError):
             self._client.delete_collection(self._name(user_id))
