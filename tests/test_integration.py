@@ -39,3 +39,39 @@ def test_litigation_intake_with_a_real_model(tmp_path: Path) -> None:
         else:
             assert not result.state["attempt"]["model"].startswith("scripted:")
             assert result.state["attempt"]["validation_errors"] == []
+
+
+def test_recall_and_rag_with_a_real_model(tmp_path: Path) -> None:
+    """Both seed skills end in a contract-valid result or a clean failure with a real model."""
+    from skilldeck.tools.messages import Message
+
+    settings = Settings(
+        model=os.environ.get("SKILLDECK_MODEL"),
+        messages_path=str(tmp_path / "m.sqlite"),
+        chroma_path=str(tmp_path / "chroma"),
+        knowledge_path=str(tmp_path / "kb"),
+        files_root=str(Path(__file__).parent / "fixtures" / "knowledge"),
+    )
+    with SkillDeck(checkpointer="memory://", settings=settings) as deck:
+        from skilldeck.services import open_memory
+
+        store = open_memory(settings)
+        store.add(
+            [
+                Message("a", "u", "t", "user", "2026-01-01T10:00:00Z", "I'm allergic to peanuts."),
+                Message("b", "u", "t", "user", "2026-01-02T10:00:00Z", "I love hiking."),
+            ]
+        )
+        store.close()
+        recall = deck.run({"question": "What should I never eat?"}, context="recall", user_id="u")
+        assert recall.status in ("finished", "failed")
+        if recall.status == "finished":
+            cited = {
+                eid
+                for items in recall.state["memory_view"].values()
+                for item in items
+                for eid in item["evidence"]
+            }
+            assert cited <= {e["message_id"] for e in recall.state["evidence"]}
+        rag = deck.run({"question": "How do I install it?"}, context="knowledge", user_id="u")
+        assert rag.status in ("finished", "failed")
