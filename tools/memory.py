@@ -28,7 +28,11 @@ from skilldeck.tools.messages import Message, MessageStore, parse_ts
 from skilldeck.tools.text import Tokenizer, parse_query
 from skilldeck.tools.vectors import VectorIndex
 
-__all__ = ["HYBRID_WEIGHTS", "RRF_K", "Memory", "SearchFilter", "indexed_text"]
+__all__ = ["CONTEXT_GAP_S", "HYBRID_WEIGHTS", "RRF_K", "Memory", "SearchFilter", "indexed_text"]
+
+# A turn is read with the previous turn of its thread only if that came at most this long
+# before: the same conversation, not yesterday's, nor an unrelated note in the same thread.
+CONTEXT_GAP_S = 6 * 3600
 
 # Lexical counts four times dense: with the offline USE model, dense is the weaker ranker, and
 # 4:1 beat 1:1 on both LoCoMo (R@5 60.4 vs 54.3) and CMRC 2018 (R@1 92.3 vs 85.2).
@@ -234,7 +238,10 @@ class Memory:
         for m in messages:
             if m.thread_id not in last and seeded:
                 last[m.thread_id] = self.store.previous_in_thread(user_id, m.thread_id, m.seq)
-            out.append((m, indexed_text(m, last.get(m.thread_id))))
+            previous = last.get(m.thread_id)
+            if previous is not None and m.ts_epoch - previous.ts_epoch > CONTEXT_GAP_S:
+                previous = None  # a later session, or unrelated notes filed in one thread
+            out.append((m, indexed_text(m, previous)))
             last[m.thread_id] = m
         return out
 
