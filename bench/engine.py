@@ -42,10 +42,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypedDict
 
+from common import log, median, progress_bar
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import skilldeck
@@ -66,16 +66,6 @@ TARGET_OVERHEAD = 2.0  # engine / bare, per skill step
 TARGET_GROWTH = 2.0  # bytes/step at the last step / bytes/step at step 10
 TARGET_RESUME_MS = 100.0
 
-err = Console(stderr=True)
-
-
-def log(message: str) -> None:
-    err.print(f"[dim]{datetime.now():%H:%M:%S}[/dim] {message}")
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
 
 def quartiles(values: list[float]) -> list[float]:
     """[p25, p75], to show the spread (the machine is shared)."""
@@ -83,11 +73,6 @@ def quartiles(values: list[float]) -> list[float]:
         return [round(v, 3) for v in values * 2]
     q = statistics.quantiles(values, n=4)
     return [round(q[0], 3), round(q[2], 3)]
-
-
-def progress_bar() -> Progress:
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    return Progress(*columns, TimeElapsedColumn(), console=err)
 
 
 # -- fixtures ---------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from common import err, log
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -69,12 +70,6 @@ SOURCES = {
 _AMOUNT = re.compile(r"[$€£(\-–]*\s*[\d,]*\d(?:\.\d+)?\s*%?\)?")
 _YEAR = re.compile(r"(?:19|20)\d\d$")
 _CITE = re.compile(r'<CITATION file="([^"]*)" (lines|rows)="([^"]*)" />')
-
-err = Console(stderr=True)
-
-
-def log(message: str) -> None:
-    err.print(f"[dim]{datetime.now():%H:%M:%S}[/dim] {message}")
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from common import err, log
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -82,13 +83,6 @@ def configure(name: str) -> dict[str, Any]:
     for key, value in settings.items():
         setattr(PlannerSkillNode, key, value)
     return settings
-
-
-err = Console(stderr=True)
-
-
-def log(message: str) -> None:
-    err.print(f"[dim]{datetime.now():%H:%M:%S}[/dim] {message}")
 
 
 @dataclass(frozen=True)

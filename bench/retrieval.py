@@ -50,7 +50,6 @@ import os
 import platform
 import random
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -63,9 +62,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from common import log, median, progress_bar
 from rank_bm25 import BM25Okapi
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from skilldeck.errors import ToolError
@@ -142,21 +141,6 @@ QUESTION_WORDS = frozenset(
     }
 )
 _WORD = re.compile(r"[\w']+")
-
-err = Console(stderr=True)
-
-
-def log(message: str) -> None:
-    err.print(f"[dim]{datetime.now():%H:%M:%S}[/dim] {message}")
-
-
-def progress_bar() -> Progress:
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    return Progress(*columns, TimeElapsedColumn(), console=err)
-
-
-def median(values: Sequence[float]) -> float:
-    return float(statistics.median(values)) if values else float("nan")
 
 
 def p95(values: Sequence[float]) -> float:
