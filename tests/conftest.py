@@ -17,6 +17,17 @@ DEMO_SCRIPT = demo.SCRIPT
 DEMO_FILES = demo.FILES
 DEMO_ANSWERS = demo.ANSWERS
 
+#: A user's small chat history, for the memory tools and the recall skill.
+MEMORY_TEXTS = [
+    ("m1", "user", "2026-01-03T09:00:00Z", "I don't eat spicy food, 我不吃辣."),
+    ("m2", "assistant", "2026-01-03T09:00:05Z", "Noted: no spicy dishes for you."),
+    ("m3", "user", "2026-01-10T12:00:00Z", "我不吃香菜，也不太吃辣的东西。"),
+    ("m4", "user", "2026-02-01T08:30:00Z", "I work as a nurse in Lyon and I love hiking."),
+    ("m5", "assistant", "2026-02-01T08:31:00Z", "Hiking near Lyon sounds great! Any trail?"),
+    ("m6", "user", "2026-03-15T18:00:00Z", "I'm allergic to peanuts, please remember that."),
+    ("m7", "user", "2026-03-15T18:01:00Z", "Spicy curry is fine for my husband, not for me."),
+]
+
 
 def write_bundle(
     root: Path,

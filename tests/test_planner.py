@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import MEMORY_TEXTS
 
 from skilldeck import RunResult, Settings, SkillDeck
 from skilldeck.nodes import MODES
@@ -27,15 +28,6 @@ BUNDLE = builtin_skills_dir() / "nomemory-recall"
 SKILL = "nomemory-recall"
 TOOLS = ("messages_list", "lexical_search", "semantic_search", "neighbors")
 ALL = {"role": "any", "time_range": {"since": "2020-01-01T00:00:00Z"}}
-TEXTS = [
-    ("m1", "user", "2026-01-03T09:00:00Z", "I don't eat spicy food, 我不吃辣."),
-    ("m2", "assistant", "2026-01-03T09:00:05Z", "Noted: no spicy dishes for you."),
-    ("m3", "user", "2026-01-10T12:00:00Z", "我不吃香菜，也不太吃辣的东西。"),
-    ("m4", "user", "2026-02-01T08:30:00Z", "I work as a nurse in Lyon and I love hiking."),
-    ("m5", "assistant", "2026-02-01T08:31:00Z", "Hiking near Lyon sounds great! Any trail?"),
-    ("m6", "user", "2026-03-15T18:00:00Z", "I'm allergic to peanuts, please remember that."),
-    ("m7", "user", "2026-03-15T18:01:00Z", "Spicy curry is fine for my husband, not for me."),
-]
 SPICY = {"query_text": "spicy", "filter": ALL}
 
 
@@ -60,7 +52,7 @@ def memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
     """u1's messages, and one of u2 that u1's runs must never see."""
     root = tmp_path_factory.mktemp("memory")
     mem = Memory(MessageStore(root / "m.sqlite"), VectorIndex(open_chroma(root / "chroma")))
-    mem.add(Message(i, "u1", "t1", role, ts, text) for i, role, ts, text in TEXTS)
+    mem.add(Message(i, "u1", "t1", role, ts, text) for i, role, ts, text in MEMORY_TEXTS)
     mem.add([Message("x1", "u2", "t9", "user", "2026-01-05T10:00:00Z", "u2 loves spicy ramen")])
     yield mem
     mem.store.close()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import MEMORY_TEXTS
 from typer.testing import CliRunner
 
 from skilldeck import RunResult, Settings, SkillDeck
@@ -35,15 +36,6 @@ pytestmark = pytest.mark.L2
 BUNDLE = builtin_skills_dir() / "nomemory-recall"
 SEED = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "001_0fee95d1ec7294ad.txt"
 EMPTY_VIEW = {"preferences": [], "profile": [], "constraints": []}
-TEXTS = [
-    ("m1", "user", "2026-01-03T09:00:00Z", "I don't eat spicy food, 我不吃辣."),
-    ("m2", "assistant", "2026-01-03T09:00:05Z", "Noted: no spicy dishes for you."),
-    ("m3", "user", "2026-01-10T12:00:00Z", "我不吃香菜，也不太吃辣的东西。"),
-    ("m4", "user", "2026-02-01T08:30:00Z", "I work as a nurse in Lyon and I love hiking."),
-    ("m5", "assistant", "2026-02-01T08:31:00Z", "Hiking near Lyon sounds great! Any trail?"),
-    ("m6", "user", "2026-03-15T18:00:00Z", "I'm allergic to peanuts, please remember that."),
-    ("m7", "user", "2026-03-15T18:01:00Z", "Spicy curry is fine for my husband, not for me."),
-]
 CASES = yaml.safe_load((BUNDLE / "cases.yaml").read_text("utf-8"))
 
 
@@ -63,7 +55,7 @@ def memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
     """u1's messages and every case's fixture, each case as its own user."""
     root = tmp_path_factory.mktemp("recall")
     mem = Memory(MessageStore(root / "m.sqlite"), VectorIndex(open_chroma(root / "chroma")))
-    mem.add(Message(i, "u1", "t1", role, ts, text) for i, role, ts, text in TEXTS)
+    mem.add(Message(i, "u1", "t1", role, ts, text) for i, role, ts, text in MEMORY_TEXTS)
     for case in CASES:
         mem.add(_case_messages(case))
     yield mem
@@ -371,7 +363,8 @@ def test_the_graders_can_fail(deck: SkillDeck) -> None:
 def test_recall_command(tmp_path: Path) -> None:
     data = tmp_path / "msgs.json"
     data.write_text(
-        json.dumps([{"id": i, "role": r, "ts": ts, "text": t} for i, r, ts, t in TEXTS]), "utf-8"
+        json.dumps([{"id": i, "role": r, "ts": ts, "text": t} for i, r, ts, t in MEMORY_TEXTS]),
+        "utf-8",
     )
     env = {
         "SKILLDECK_MESSAGES_PATH": str(tmp_path / "m.sqlite"),
