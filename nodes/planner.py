@@ -37,9 +37,8 @@ from skilldeck.nodes.planner_rules import (
     extract_view,
     latest_message_ts,
 )
-from skilldeck.nodes.skill import SkillNode, _add_tokens, _describe, parse_output
+from skilldeck.nodes.skill import SkillNode, _describe, parse_output
 from skilldeck.nodes.transcript import append_messages, read_messages
-from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.tools.fusion import rrf
 from skilldeck.tools.memory import HYBRID_WEIGHTS
@@ -433,17 +432,6 @@ class PlannerSkillNode(SkillNode):
         # A failing probe says nothing about the messages: the searches run and report it.
         return latest, latest is None and not failed
 
-    def _ask(self, conversation: list[BaseMessage], calls: dict[str, int]) -> AIMessage:
-        """One model call in JSON mode: a plan or the view."""
-        index = calls.get(self.name, 0)
-        model = self.ctx.model_for(self.name).bind(response_format={"type": "json_object"})
-        meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index}
-        result = model.invoke(conversation, config={"metadata": meta})
-        calls[self.name] = index + 1
-        if not isinstance(result, AIMessage):
-            raise TypeError(f"model returned {type(result).__name__}, not an AIMessage")
-        return result
-
     def _loop(
         self,
         state: dict[str, Any],
@@ -464,10 +452,9 @@ class PlannerSkillNode(SkillNode):
             plan: Any
             if rules is None:
                 try:
-                    message = self._ask(conversation, calls)
+                    message = self.ask_json(conversation, calls, turn)
                 except Exception as exc:
                     return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
-                turn["tokens"] = _add_tokens(turn.get("tokens"), message)
                 plan, errors = _read_json(message, "plan")
             else:
                 plan, errors = rules.plan(loop.view()), []
@@ -591,10 +578,9 @@ class PlannerSkillNode(SkillNode):
         evidence: list[dict[str, Any]] = turn["planner"]["evidence"]
         if self.ctx.has_model(self.name):
             try:
-                message = self._ask(conversation, calls)
+                message = self.ask_json(conversation, calls, turn)
             except Exception as exc:
                 return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
-            turn["tokens"] = _add_tokens(turn.get("tokens"), message)
             view, errors = _read_json(message, "memory_view")
         else:
             view, errors = extract_view(evidence), []

@@ -53,9 +53,8 @@ from skilldeck.nodes.retrieval_rules import (
     rewrite_question,
     select_evidence,
 )
-from skilldeck.nodes.skill import SkillNode, _add_tokens, parse_output
+from skilldeck.nodes.skill import SkillNode, parse_output
 from skilldeck.nodes.transcript import append_messages, read_messages
-from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import format_errors
 from skilldeck.tools.registry import IDENTITY_KEYS, ToolResult
@@ -275,7 +274,7 @@ class RetrievalSkillNode(SkillNode):
         if turn["trajectory"]["answer_by"] == "model":
             ask = HumanMessage(self._answer_ask(plan, run.steps, shown, run.answered_by))
             try:
-                reply = self._ask([*conversation, ask], calls, turn)
+                reply = self.ask_json([*conversation, ask], calls, turn)
             except Exception as exc:
                 self._save(store, thread_id, turn, new)
                 return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
@@ -300,7 +299,7 @@ class RetrievalSkillNode(SkillNode):
             return rewrite_question(question), None
         intents = ", ".join(map(repr, INTENTS))
         ask = HumanMessage(_REWRITE_ASK.format(question=question, intents=intents))
-        reply = self._ask([*new, ask], calls, turn)
+        reply = self.ask_json([*new, ask], calls, turn)
         new += [ask, reply]
         value, errors = parse_output(reply)
         errors = errors or format_errors(_REWRITE_VALIDATOR, value)
@@ -341,20 +340,6 @@ class RetrievalSkillNode(SkillNode):
             return result
 
         return invoke
-
-    def _ask(
-        self, conversation: list[BaseMessage], calls: dict[str, int], turn: dict[str, Any]
-    ) -> AIMessage:
-        """One model call for a JSON object; counts the call and its tokens."""
-        model = self.ctx.model_for(self.name).bind(response_format={"type": "json_object"})
-        index = calls.get(self.name, 0)
-        meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index}
-        reply = model.invoke(conversation, config={"metadata": meta})
-        calls[self.name] = index + 1
-        if not isinstance(reply, AIMessage):
-            raise TypeError(f"model returned {type(reply).__name__}, not an AIMessage")
-        turn["tokens"] = _add_tokens(turn.get("tokens"), reply)
-        return reply
 
     def _answer_ask(
         self,
@@ -420,7 +405,7 @@ class RetrievalSkillNode(SkillNode):
             if not isinstance(m, ToolMessage) and not (isinstance(m, AIMessage) and m.tool_calls)
         ]
         try:
-            reply = self._ask(conversation, calls, turn)
+            reply = self.ask_json(conversation, calls, turn)
         except Exception as exc:
             return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
         self._save(store, thread_id, turn, [reply])

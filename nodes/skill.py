@@ -172,11 +172,27 @@ class SkillNode:
             model = model.bind_tools(specs)
         else:
             model = model.bind(response_format={"type": "json_object"})
+        return self._invoke(model, conversation, index)
+
+    def _invoke(self, model: Any, conversation: list[BaseMessage], index: int) -> AIMessage:
+        # The call index lets the scripted provider replay the same turn after a resume.
         meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index}
         result = model.invoke(conversation, config={"metadata": meta})
         if not isinstance(result, AIMessage):
             raise TypeError(f"model returned {type(result).__name__}, not an AIMessage")
         return result
+
+    def ask_json(
+        self, conversation: list[BaseMessage], calls: dict[str, int], turn: dict[str, Any]
+    ) -> AIMessage:
+        """One model call in JSON mode (for modes whose steps are JSON objects); counts the
+        call in ``calls`` and its tokens in ``turn``."""
+        index = calls.get(self.name, 0)
+        model = self.ctx.model_for(self.name).bind(response_format={"type": "json_object"})
+        message = self._invoke(model, conversation, index)
+        calls[self.name] = index + 1
+        turn["tokens"] = _add_tokens(turn.get("tokens"), message)
+        return message
 
     def _submit_spec(self) -> dict[str, Any]:
         """The function that carries the final output, for endpoints without json_schema."""

@@ -17,7 +17,7 @@ from skilldeck.tools.knowledge import KnowledgeBase
 from skilldeck.tools.memory import Memory
 from skilldeck.tools.messages import MessageStore
 
-__all__ = ["Lazy", "lazy", "open_knowledge", "open_memory"]
+__all__ = ["Lazy", "open_knowledge", "open_memory"]
 
 T = TypeVar("T")
 
@@ -73,6 +73,3 @@ class Lazy(Generic[T]):
     def made(self) -> T | None:
         """The object, if it was made; ``None`` otherwise (nothing to close)."""
         return self._made[0] if self._made else None
-
-
-lazy = Lazy

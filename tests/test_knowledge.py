@@ -15,7 +15,7 @@ import pytest
 from chromadb.api import ClientAPI
 
 from skilldeck.errors import ToolError
-from skilldeck.services import lazy
+from skilldeck.services import Lazy
 from skilldeck.skills.tokens import estimate_tokens
 from skilldeck.tools.knowledge import CHUNK_TOKENS, KnowledgeBase, chunk_document
 from skilldeck.tools.knowledge_tools import KNOWLEDGE_ALIASES, knowledge_tools
@@ -443,7 +443,7 @@ def _registry(kb: KnowledgeBase, files_root: Path, opened: list[int]) -> ToolReg
         return kb
 
     registry = ToolRegistry()
-    for tool in knowledge_tools(lazy(factory), files_root):
+    for tool in knowledge_tools(Lazy(factory), files_root):
         registry.register(tool, aliases=[KNOWLEDGE_ALIASES[tool.name]])
     return registry
 

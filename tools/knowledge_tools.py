@@ -58,7 +58,7 @@ class LocalSearchArgs(_Args):
 
 def knowledge_tools(kb: Callable[[], KnowledgeBase], files_root: str | Path) -> list[BaseTool]:
     """The three retrieval tools; ``kb`` is called on each knowledge-base call, so pass a
-    lazy, cached factory (:func:`skilldeck.services.lazy`) to open the base on first use."""
+    lazy, cached factory (:class:`skilldeck.services.Lazy`) to open the base on first use."""
     base = Path(files_root)
 
     def rag_retrieve(query: str, top_k: int = 30) -> dict[str, Any]:
