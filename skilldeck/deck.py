@@ -9,8 +9,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels import LastValue
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
@@ -28,7 +30,7 @@ from skilldeck.errors import (
 )
 from skilldeck.graph import build_graph
 from skilldeck.models import ModelSpec, build_model, resolve_model
-from skilldeck.nodes import MODES, NodeContext, validate_answers
+from skilldeck.nodes import MODES, ROUTER_NODE, NodeContext, validate_answers
 from skilldeck.services import Lazy, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
@@ -164,11 +166,16 @@ class SkillDeck:
         user_id: str | None = None,
         matter_id: str | None = None,
         next_skill: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
     ) -> RunResult:
         """Start a run (or a new turn of an existing thread) and run until a card or the end.
 
         Identity (``user_id``, ``matter_id``) is taken from these arguments only; it reaches
         tools through the run's config and is never read from model output or ``input``.
+        ``metadata`` and ``callbacks`` go into the run's LangChain config, so tracing handlers
+        (and the eval harness's recorder) see every model call; ``metadata["skilldeck_case"]``
+        selects a scripted model's per-case turns.
         """
         input = dict(input or {})
         forged = sorted(set(input) & set(IDENTITY_KEYS))
@@ -198,7 +205,7 @@ class SkillDeck:
             "turn": None,
         }
         identity = {"user_id": user_id, "matter_id": matter_id}
-        return self._invoke(update, thread_id, identity)
+        return self._invoke(update, self._config(thread_id, identity, metadata, callbacks))
 
     def resume(
         self,
@@ -206,6 +213,8 @@ class SkillDeck:
         answers: Mapping[str, Any],
         *,
         interrupt_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
     ) -> RunResult:
         """Answer the pending card of ``thread_id`` and run on.
 
@@ -227,19 +236,85 @@ class SkillDeck:
         if errors:
             raise InvalidAnswersError(dict(card), errors)
         self.check_models()
-        values = snapshot.values
-        identity = {k: values.get(k) for k in ("user_id", "matter_id")}
-        return self._invoke(Command(resume={pending.id: dict(answers)}), thread_id, identity)
+        config = self._config(thread_id, _identity(snapshot.values), metadata, callbacks)
+        return self._invoke(Command(resume={pending.id: dict(answers)}), config)
 
-    def _config(self, thread_id: str, identity: Mapping[str, Any] | None = None) -> RunnableConfig:
+    def _config(
+        self,
+        thread_id: str,
+        identity: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+        checkpoint_id: str | None = None,
+    ) -> RunnableConfig:
         configurable = {"thread_id": thread_id, **(identity or {})}
-        return {"configurable": configurable, "recursion_limit": self.settings.max_steps}
+        if checkpoint_id is not None:
+            configurable["checkpoint_id"] = checkpoint_id
+        config: RunnableConfig = {
+            "configurable": configurable,
+            "recursion_limit": self.settings.max_steps,
+        }
+        if metadata:
+            config["metadata"] = dict(metadata)
+        if callbacks:
+            config["callbacks"] = list(callbacks)
+        return config
 
-    def _invoke(self, payload: Any, thread_id: str, identity: Mapping[str, Any]) -> RunResult:
-        config = self._config(thread_id, identity)
+    def _invoke(self, payload: Any, config: RunnableConfig) -> RunResult:
         with _checkpoint_errors():
             self.graph.invoke(payload, config, durability=self.settings.durability, version="v2")
-        return self.get_thread(thread_id)
+        return self.get_thread(config["configurable"]["thread_id"])
+
+    # -- time travel ----------------------------------------------------------------------
+    def fork(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        update: Mapping[str, Any] | None = None,
+        *,
+        new_thread_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+    ) -> RunResult:
+        """Copy ``thread_id`` as it was at ``checkpoint_id`` into a new thread and run it on.
+
+        ``update`` (state keys, e.g. a changed ``input`` or ``next_skill``) is applied first,
+        as if the step that made the checkpoint had written it. The original thread is not
+        touched, so a prompt or model change can be tried against the same starting point.
+
+        Raises:
+            ThreadNotFoundError: ``thread_id`` is unknown.
+            CheckpointError: ``checkpoint_id`` is not a checkpoint of ``thread_id``.
+        """
+        self._require(thread_id)
+        with _checkpoint_errors():
+            source = self.graph.get_state(self._config(thread_id, checkpoint_id=checkpoint_id))
+        if source.created_at is None:
+            raise CheckpointError(
+                f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; list them with "
+                "deck.history(thread_id)"
+            )
+        update = dict(update or {})
+        unknown = sorted(set(update) - set(self.graph.builder.state_schema.__annotations__))
+        if unknown:
+            raise SkillDeckError(f"fork update has unknown state keys: {', '.join(unknown)}")
+        # Keys with a reducer (the deep-merged profile) take both writes, so an update merges
+        # into the source's value as a skill's output would; plain keys are replaced.
+        writes = [
+            (k, v)
+            for k, v in source.values.items()
+            if k not in update or not isinstance(self.graph.channels.get(k), LastValue)
+        ]
+        writes += list(update.items())
+        new_thread_id = new_thread_id or uuid.uuid4().hex
+        if self._snapshot(new_thread_id) is not None:
+            raise SkillDeckError(f"thread {new_thread_id!r} already exists; pick a new id")
+        config = self._config(new_thread_id, _identity(dict(writes)), metadata, callbacks)
+        # Re-enter where the source stood: its pending nodes, or the router when it had ended.
+        goto = list(source.next) or [ROUTER_NODE]
+        with _checkpoint_errors():
+            self.graph.update_state(config, Command(update=writes, goto=goto), as_node=ROUTER_NODE)
+        return self._invoke(None, config)
 
     # -- reading --------------------------------------------------------------------------
     def _snapshot(self, thread_id: str) -> StateSnapshot | None:
@@ -356,6 +431,10 @@ def _load(skills: SkillsSource | None, settings: Settings) -> tuple[SkillBundle,
         return tuple(s for s in skills if isinstance(s, SkillBundle))
     paths = cast("str | Path | Sequence[str | Path]", skills)
     return load_skills(paths, reference_token_budget=settings.reference_token_budget)
+
+
+def _identity(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: values.get(k) for k in ("user_id", "matter_id")}
 
 
 def _card(pending: Interrupt) -> Card:

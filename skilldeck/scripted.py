@@ -11,12 +11,19 @@ Script format::
         - tool_calls: [{name: file__parse, args: {file_id: complaint.txt}}]
         - output: {response: "...", profile: {...}, data: {...}, control: {action: finish}}
         - text: "raw model text, e.g. to test invalid output"
+    cases:                      # optional: per-case turns, e.g. an eval cassette
+      card_event_meeting:       # picked by the run's metadata {"skilldeck_case": ...}
+        skills:
+          card-agent: [...]
+
+A run whose ``skilldeck_case`` names a case uses that case's turns; other runs use ``skills``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +34,23 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
+from pydantic import Field
 
 from skilldeck.errors import ModelConfigError, ScriptedModelError
 
-__all__ = ["CALL_INDEX_KEY", "SKILL_KEY", "ScriptedChatModel", "load_script"]
+__all__ = ["CALL_INDEX_KEY", "CASE_KEY", "SKILL_KEY", "Script", "ScriptedChatModel", "load_script"]
 
 SKILL_KEY = "skilldeck_skill"
 CALL_INDEX_KEY = "skilldeck_call"
+CASE_KEY = "skilldeck_case"
+
+#: Turns by skill name.
+Turns = dict[str, list[dict[str, Any]]]
 _TURN_KINDS = ("output", "text", "tool_calls")
 
 
-def load_script(
-    source: str | Path | Mapping[str, Any],
-) -> tuple[str, dict[str, list[dict[str, Any]]]]:
-    """Read and check a script; returns ``(label, turns by skill)``."""
+def load_script(source: str | Path | Mapping[str, Any]) -> Script:
+    """Read and check a script (see the module docstring)."""
     if isinstance(source, Mapping):
         label, raw = "inline", source
     else:
@@ -52,32 +62,61 @@ def load_script(
             raw = yaml.safe_load(path.read_text("utf-8"))
         except yaml.YAMLError as exc:
             raise ModelConfigError(f"{label}: invalid YAML/JSON: {exc}") from None
-    skills = raw.get("skills") if isinstance(raw, Mapping) else None
-    if not isinstance(skills, Mapping):
+    if not isinstance(raw, Mapping) or not ({"skills", "cases"} & set(raw)):
         raise ModelConfigError(f"{label}: $.skills: must map skill names to lists of turns")
+    cases = raw.get("cases") or {}
+    if not isinstance(cases, Mapping):
+        raise ModelConfigError(f"{label}: $.cases: must map case keys to {{skills: ...}}")
+    return Script(
+        label=label,
+        skills=_turns(label, "$.skills", raw.get("skills") or {}),
+        cases={
+            str(key): _turns(
+                label,
+                f"$.cases.{key}.skills",
+                case.get("skills") if isinstance(case, Mapping) else None,
+            )
+            for key, case in cases.items()
+        },
+    )
+
+
+def _turns(label: str, where: str, skills: Any) -> Turns:
+    if not isinstance(skills, Mapping):
+        raise ModelConfigError(f"{label}: {where}: must map skill names to lists of turns")
     for skill, turns in skills.items():
         if not isinstance(turns, list):
-            raise ModelConfigError(f"{label}: $.skills.{skill}: must be a list of turns")
+            raise ModelConfigError(f"{label}: {where}.{skill}: must be a list of turns")
         for i, turn in enumerate(turns):
             kinds = [k for k in _TURN_KINDS if isinstance(turn, Mapping) and k in turn]
             if len(kinds) != 1:
                 raise ModelConfigError(
-                    f"{label}: $.skills.{skill}[{i}]: a turn has exactly one of "
+                    f"{label}: {where}.{skill}[{i}]: a turn has exactly one of "
                     f"{', '.join(_TURN_KINDS)}"
                 )
-    return label, {str(k): list(v) for k, v in skills.items()}
+    return {str(k): list(v) for k, v in skills.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A loaded script: default turns by skill, and per-case turns by case key."""
+
+    label: str
+    skills: Turns
+    cases: dict[str, Turns] = field(default_factory=dict)
 
 
 class ScriptedChatModel(BaseChatModel):
     """A chat model that replays a script; see the module docstring for the format."""
 
     label: str
-    turns: dict[str, list[dict[str, Any]]]
+    turns: Turns
+    cases: dict[str, Turns] = Field(default_factory=dict)
 
     @classmethod
     def from_source(cls, source: str | Path | Mapping[str, Any]) -> ScriptedChatModel:
-        label, turns = load_script(source)
-        return cls(label=label, turns=turns)
+        script = load_script(source)
+        return cls(label=script.label, turns=script.skills, cases=script.cases)
 
     @property
     def _llm_type(self) -> str:
@@ -111,11 +150,15 @@ class ScriptedChatModel(BaseChatModel):
                 f"{self.model_name}: called without {SKILL_KEY}/{CALL_INDEX_KEY} metadata; "
                 "the scripted provider only runs inside a SkillDeck"
             )
-        turns = self.turns.get(skill, [])
+        case = meta.get(CASE_KEY)
+        if case is not None and case in self.cases:
+            turns, where = self.cases[case].get(skill, []), f"cases.{case}.skills.{skill}"
+        else:
+            turns, where = self.turns.get(skill, []), f"skills.{skill}"
         if index >= len(turns):
             raise ScriptedModelError(
                 f"{self.model_name}: no turn {index} for skill {skill!r} (the script has "
-                f"{len(turns)}); add turns under skills.{skill}"
+                f"{len(turns)}); add turns under {where}"
             )
         message = _message(turns[index], skill, index)
         message.response_metadata = {"model_name": self.model_name, "scripted": True}
