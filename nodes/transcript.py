@@ -16,7 +16,9 @@ _MAX_MESSAGES = 10_000
 
 
 def namespace(thread_id: str, turn_id: str) -> tuple[str, ...]:
-    return ("skilldeck", "transcript", thread_id, turn_id)
+    # Store namespace labels may not contain periods; thread ids (chosen by apps) may.
+    label = thread_id.replace("%", "%25").replace(".", "%2E")
+    return ("skilldeck", "transcript", label, turn_id)
 
 
 def read_messages(store: BaseStore, thread_id: str, turn_id: str) -> list[BaseMessage]:

@@ -456,3 +456,15 @@ def test_checkpoints_are_strict_json_native(demo_deck: SkillDeck) -> None:
     assert json.loads(json.dumps(result.state)) == result.state
     serde = demo_deck.checkpointer.serde
     assert getattr(serde, "_allowed_msgpack_modules", True) is None
+
+
+def test_thread_ids_with_periods_work(demo_deck: SkillDeck) -> None:
+    result = demo_deck.run(
+        {"documents": ["complaint.txt"]},
+        context="matter",
+        matter_id="demo-matter",
+        user_id="u",
+        thread_id="case.v1%2E",
+    )
+    assert result.status == "interrupted"
+    assert demo_deck.resume("case.v1%2E", DEMO_ANSWERS).status == "finished"
