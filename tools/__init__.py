@@ -5,22 +5,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from skilldeck.tools.cards import TEMPLATES, card_tools
 from skilldeck.tools.elements import element_tools, extract_elements
 from skilldeck.tools.files import file_tools, jailed_path
 from skilldeck.tools.knowledge import KnowledgeBase
 from skilldeck.tools.knowledge_tools import KNOWLEDGE_ALIASES, knowledge_tools
 from skilldeck.tools.memory import Memory
 from skilldeck.tools.memory_tools import MEMORY_ALIASES, memory_tools
+from skilldeck.tools.pkm import pkm_tools
 from skilldeck.tools.registry import IDENTITY_KEYS, ToolRegistry, ToolResult
 
 __all__ = [
     "IDENTITY_KEYS",
     "KNOWLEDGE_ALIASES",
     "MEMORY_ALIASES",
+    "TEMPLATES",
     "KnowledgeBase",
     "Memory",
     "ToolRegistry",
     "ToolResult",
+    "card_tools",
     "default_registry",
     "element_tools",
     "extract_elements",
@@ -28,6 +32,7 @@ __all__ = [
     "jailed_path",
     "knowledge_tools",
     "memory_tools",
+    "pkm_tools",
 ]
 
 
@@ -43,7 +48,9 @@ def default_registry(
     ``knowledge__*`` tools and ``file__local_search``, with the seeds' bare names
     (``lexical_search``, ``rag_retrieve``, ``local_file_search``, ...) as aliases.
     """
-    registry = ToolRegistry([*file_tools(files_root), *element_tools()])
+    registry = ToolRegistry(
+        [*file_tools(files_root), *element_tools(), *card_tools(files_root), *pkm_tools(files_root)]
+    )
     if memory is not None:
         for tool in memory_tools(memory):
             registry.register(tool, aliases=[MEMORY_ALIASES[tool.name]])

@@ -7,6 +7,9 @@ path is jailed to that folder: ``..``, absolute paths and symlinks that lead out
 from __future__ import annotations
 
 import mimetypes
+import os
+import stat
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -15,9 +18,28 @@ from pydantic import BaseModel, Field
 
 from skilldeck.errors import ToolError
 
-__all__ = ["file_tools", "jailed_path"]
+__all__ = ["file_tools", "jailed_path", "write_text_atomic"]
 
 MAX_PARSE_CHARS = 20_000
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` all at once: a crash leaves the old file or the new one.
+
+    The file keeps its mode; a new file gets 0644 (``mkstemp`` alone would make it 0600).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Same folder as the target, so the rename is atomic and never crosses file systems.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def jailed_path(root: Path, relative: str) -> Path:

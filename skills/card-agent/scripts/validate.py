@@ -1,0 +1,37 @@
+"""Business rules of the card agent: the card reported is the record's card, and it was saved.
+
+The schema checks shapes; these rules check the output against the run: ``fact_id`` is the
+input's, ``path`` is where ``card__save`` puts that fact's card, and this attempt has a
+successful ``card__save`` call (a model that only claims to have saved is sent back).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skilldeck.tools.cards import card_relpath
+
+
+def validate(output: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    card = (output.get("data") or {}).get("timeline_card") or {}
+    fact_id = str((state.get("input") or {}).get("fact_id"))
+    errors = []
+    if card.get("fact_id") != fact_id:
+        errors.append(
+            f"data.timeline_card.fact_id is {card.get('fact_id')!r}; it must be input.fact_id "
+            f"{fact_id!r}, unchanged"
+        )
+    elif card.get("path") != card_relpath(fact_id):
+        errors.append(
+            f"data.timeline_card.path is {card.get('path')!r}; card__save returned "
+            f"{card_relpath(fact_id)!r} for this fact_id"
+        )
+    calls = ((state.get("turn") or {}).get("tool_calls")) or []
+    if not any(c.get("name") == "card__save" and c.get("status") == "ok" for c in calls):
+        errors.append(
+            "no successful card__save call in this attempt: call card__save with the card "
+            "(fix what its error says, if it failed), then finish"
+        )
+    if errors:
+        return {"action": "retry", "errors": errors}
+    return {"action": "continue"}

@@ -1,0 +1,238 @@
+"""``pkm__*`` tools: the markdown files of a PARA knowledge base in a matter's workspace.
+
+The knowledge base is the ``PKM/`` folder of the workspace (``files_root/matter_id``); every
+path is relative to it (``Areas/Health/Sleep.md``) and jailed to it. Only ``.md`` files are
+listed, read or written. Writes go to a temporary file that replaces the target in one rename,
+so a failed write never leaves half a file. A refused call writes nothing.
+
+The tools do not enforce reading before editing: that is the skill's discipline, and the eval
+graders check it from the transcript. ``pkm__write`` replaces a whole file on purpose, so a
+careless model *can* destroy notes and the graders can catch it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path, PurePosixPath
+from typing import Annotated
+
+from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
+from pydantic import BaseModel, ConfigDict, Field
+
+from skilldeck.errors import ToolError
+from skilldeck.tools.files import jailed_path, write_text_atomic
+
+__all__ = ["PARA_FOLDERS", "PKM_DIR", "pkm_tools"]
+
+PKM_DIR = "PKM"
+PARA_FOLDERS = ("Projects", "Areas", "Resources", "Archives")
+MAX_READ_CHARS = 40_000
+MAX_LIST_FILES = 500
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
+
+MatterId = Annotated[str | None, InjectedToolArg]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _ListArgs(_Args):
+    folder: str = Field(
+        default="", description='A folder inside PKM/ such as "Areas/Health"; "" for all of PKM/.'
+    )
+    matter_id: MatterId = None
+
+
+class _PathArgs(_Args):
+    path: str = Field(description='A markdown file, relative to PKM/: "Areas/Health/Sleep.md".')
+    matter_id: MatterId = None
+
+
+class _TextArgs(_PathArgs):
+    text: str = Field(description="Markdown text.")
+
+
+def _parts(path: str) -> tuple[str, ...]:
+    """The parts of a PKM-relative path, with the mistakes models make named precisely."""
+    if not path.strip():
+        raise ToolError("path is empty; give a markdown file relative to PKM/")
+    if "\\" in path:
+        raise ToolError(f"path {path!r} uses backslashes; use '/' between folders")
+    if PurePosixPath(path).is_absolute():
+        raise ToolError(f"path {path!r} is absolute; give a path relative to PKM/")
+    parts = PurePosixPath(path).parts
+    if ".." in parts:
+        raise ToolError(f"path {path!r} must not contain '..'; give the path from PKM/ down")
+    if parts and parts[0] == PKM_DIR:
+        raise ToolError(f"paths are relative to PKM/: use {'/'.join(parts[1:])!r}, not {path!r}")
+    return parts
+
+
+def _first_heading(text: str) -> str | None:
+    for line in text.splitlines():
+        match = _HEADING.match(line)
+        if match:
+            return match.group(1)
+    return None
+
+
+def pkm_tools(root: str | Path) -> list[BaseTool]:
+    """``pkm__list``, ``pkm__read``, ``pkm__append``, ``pkm__create`` and ``pkm__write``."""
+    base = Path(root)
+
+    def pkm_root(matter_id: str | None) -> Path:
+        workspace = jailed_path(base, matter_id) if matter_id else base.resolve()
+        return jailed_path(workspace, PKM_DIR)
+
+    def locate(path: str, matter_id: str | None) -> Path:
+        """The file ``path`` names: a jailed ``.md`` path (it may not exist yet)."""
+        _parts(path)
+        if not path.endswith(".md"):
+            raise ToolError(f"{path!r} is not a markdown file; PKM tools handle only .md files")
+        top = pkm_root(matter_id)
+        try:
+            target = jailed_path(top, path)
+        except ToolError:
+            raise ToolError(f"path {path!r} leads outside PKM/") from None
+        if target.is_dir():
+            raise ToolError(f"{path!r} is a folder, not a markdown file")
+        return target
+
+    def existing(path: str, matter_id: str | None) -> Path:
+        target = locate(path, matter_id)
+        if not target.is_file():
+            raise ToolError(
+                f"no file {path!r} in PKM/; call pkm__list to see the files, or pkm__create "
+                "to start a new one"
+            )
+        return target
+
+    def read_existing(target: Path, path: str) -> str:
+        try:
+            return target.read_text("utf-8")
+        except UnicodeDecodeError:
+            raise ToolError(f"{path!r} is not UTF-8 text") from None
+
+    def checked_text(text: str) -> str:
+        if not text.strip():
+            raise ToolError("text is empty; nothing to write")
+        return text if text.endswith("\n") else text + "\n"
+
+    def list_files(folder: str = "", matter_id: str | None = None) -> dict[str, object]:
+        top = pkm_root(matter_id)
+        start = top
+        if folder.strip("/"):
+            _parts(folder)
+            try:
+                start = jailed_path(top, folder.strip("/"))
+            except ToolError:
+                raise ToolError(f"folder {folder!r} leads outside PKM/") from None
+            if not start.is_dir():
+                raise ToolError(
+                    f'no folder {folder!r} in PKM/; call pkm__list with folder "" to see all'
+                )
+        files: list[dict[str, object]] = []
+        folders: set[str] = set()
+        total = 0
+        if start.is_dir():
+            for file in sorted(start.rglob("*.md")):
+                rel = file.relative_to(top)
+                hidden = any(p.startswith(".") for p in rel.parts)
+                if hidden or not file.is_file() or not file.resolve().is_relative_to(top):
+                    continue  # .obsidian, .trash and links that lead out of PKM/
+                folders.add(rel.parent.as_posix())
+                total += 1
+                if total <= MAX_LIST_FILES:
+                    text = file.read_text("utf-8", errors="replace")
+                    files.append({"path": rel.as_posix(), "title": _first_heading(text)})
+        result: dict[str, object] = {
+            "folder": folder.strip("/"),
+            "files": files,
+            "folders": sorted(folders - {"."}),
+            "truncated": total > MAX_LIST_FILES,
+        }
+        if not files:
+            result["note"] = "no markdown files here; create one under " + ", ".join(
+                f"{f}/" for f in PARA_FOLDERS
+            )
+        return result
+
+    def read(path: str, matter_id: str | None = None) -> dict[str, object]:
+        text = read_existing(existing(path, matter_id), path)
+        return {
+            "path": path,
+            "text": text[:MAX_READ_CHARS],
+            "truncated": len(text) > MAX_READ_CHARS,
+        }
+
+    def append(path: str, text: str, matter_id: str | None = None) -> dict[str, object]:
+        target = existing(path, matter_id)
+        addition = checked_text(text)
+        old = read_existing(target, path)
+        # The new text starts on its own line; blank lines are the model's choice of style.
+        joined = old + ("" if not old or old.endswith("\n") else "\n") + addition
+        write_text_atomic(target, joined)
+        return {"ok": True, "path": path, "action": "appended", "chars": len(addition)}
+
+    def create(path: str, text: str, matter_id: str | None = None) -> dict[str, object]:
+        parts = _parts(path)
+        if len(parts) < 2 or parts[0] not in PARA_FOLDERS:
+            raise ToolError(
+                f"{path!r} must be inside one of the PARA folders: "
+                + ", ".join(f"{f}/" for f in PARA_FOLDERS)
+            )
+        target = locate(path, matter_id)
+        if target.exists():
+            raise ToolError(
+                f"{path!r} already exists; read it with pkm__read and add to it with pkm__append"
+            )
+        content = checked_text(text)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(target, content)
+        return {"ok": True, "path": path, "action": "created", "chars": len(content)}
+
+    def write(path: str, text: str, matter_id: str | None = None) -> dict[str, object]:
+        target = existing(path, matter_id)
+        content = checked_text(text)
+        write_text_atomic(target, content)
+        return {"ok": True, "path": path, "action": "replaced", "chars": len(content)}
+
+    return [
+        StructuredTool.from_function(
+            list_files,
+            name="pkm__list",
+            description="The markdown files under a PKM/ folder, each with its first heading.",
+            args_schema=_ListArgs,
+        ),
+        StructuredTool.from_function(
+            read,
+            name="pkm__read",
+            description="The full text of a PKM markdown file.",
+            args_schema=_PathArgs,
+        ),
+        StructuredTool.from_function(
+            append,
+            name="pkm__append",
+            description="Append text to the end of an existing PKM markdown file.",
+            args_schema=_TextArgs,
+        ),
+        StructuredTool.from_function(
+            create,
+            name="pkm__create",
+            description=(
+                "Create a new PKM markdown file under Projects/, Areas/, Resources/ or "
+                "Archives/; refuses a file that already exists."
+            ),
+            args_schema=_TextArgs,
+        ),
+        StructuredTool.from_function(
+            write,
+            name="pkm__write",
+            description=(
+                "Replace the whole text of an existing PKM markdown file. Destroys what is not "
+                "in the new text: prefer pkm__append."
+            ),
+            args_schema=_TextArgs,
+        ),
+    ]
