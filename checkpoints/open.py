@@ -5,8 +5,13 @@
 ``sqlite:///path/to/file.sqlite`` (the default, ``sqlite:///.skilldeck/checkpoints.sqlite``)
     LangGraph's ``SqliteSaver`` and ``SqliteStore`` in one file, in WAL mode.
 ``postgresql://user:pass@host/db``
-    ``PostgresSaver`` and ``PostgresStore`` on a connection pool (``pip install
-    'skilldeck[postgres]'``), for several app processes sharing runs.
+    ``PostgresSaver`` and ``PostgresStore`` on a connection pool of
+    ``SKILLDECK_POSTGRES_POOL_SIZE`` connections (``pip install 'skilldeck[postgres]'``), for
+    several app processes sharing runs. The pool checks connections before use and reconnects
+    after a server restart by itself.
+
+Each :class:`Persistence` also carries the resume claims (:mod:`skilldeck.checkpoints.claims`)
+in the same database. :func:`open_async_persistence` opens the async savers for the same URL.
 
 Checkpoints are (de)serialised in LangGraph's strict msgpack mode: the state is JSON-native, so
 loading a checkpoint can never rebuild arbitrary objects.
@@ -14,8 +19,9 @@ loading a checkpoint can never rebuild arbitrary objects.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,9 +32,33 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
+from skilldeck._internal.postgres import (
+    connect,
+    is_postgres_url,
+    open_async_pool,
+    open_pool,
+    redact,
+    setup_lock,
+)
+from skilldeck.checkpoints.claims import (
+    DEFAULT_LEASE_S,
+    InterruptClaims,
+    MemoryClaims,
+    PostgresClaims,
+    SqliteClaims,
+)
 from skilldeck.errors import CheckpointError
 
-__all__ = ["Persistence", "open_checkpointer", "open_persistence", "strict_serde"]
+__all__ = [
+    "AsyncPersistence",
+    "Persistence",
+    "open_async_persistence",
+    "open_checkpointer",
+    "open_persistence",
+    "strict_serde",
+]
+
+_MEMORY_URLS = ("memory://", "memory:", ":memory:")
 
 
 def strict_serde() -> JsonPlusSerializer:
@@ -38,11 +68,13 @@ def strict_serde() -> JsonPlusSerializer:
 
 @dataclass
 class Persistence:
-    """A checkpointer and a store opened together; ``close()`` releases their connections."""
+    """A checkpointer, a store and resume claims opened together; ``close()`` releases their
+    connections."""
 
     url: str
     saver: BaseCheckpointSaver[Any]
     store: BaseStore
+    claims: InterruptClaims = field(default_factory=MemoryClaims)
     _closers: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def close(self) -> None:
@@ -90,14 +122,25 @@ def open_persistence(
     *,
     timeout: float = 5.0,
     must_exist: bool = False,
+    pool_size: int | None = None,
+    claim_lease_s: float | None = DEFAULT_LEASE_S,
 ) -> Persistence:
-    """Open a checkpointer and a store for ``url``; see the module docstring.
+    """Open a checkpointer, a store and resume claims for ``url``; see the module docstring.
+
+    Args:
+        url: ``memory://``, ``sqlite:///PATH`` or ``postgresql://...``.
+        timeout: seconds to wait for a SQLite write lock, or to connect to PostgreSQL.
+        must_exist: refuse to create a missing database (inspection commands).
+        pool_size: PostgreSQL connections at most (default ``SKILLDECK_POSTGRES_POOL_SIZE``).
+        claim_lease_s: after how long a resume claim may be taken over (see
+            :class:`~skilldeck.checkpoints.claims.InterruptClaims`).
 
     Raises:
         CheckpointError: the URL is not understood, or the database cannot be opened.
     """
-    if url in ("memory://", "memory:", ":memory:"):
-        return Persistence(url, InMemorySaver(serde=strict_serde()), InMemoryStore())
+    if url in _MEMORY_URLS:
+        saver = InMemorySaver(serde=strict_serde())
+        return Persistence(url, saver, InMemoryStore(), MemoryClaims(claim_lease_s))
     if url.startswith("sqlite:///"):
         from langgraph.store.sqlite import SqliteStore
 
@@ -105,12 +148,31 @@ def open_persistence(
         saver = _sqlite_saver(path, timeout, must_exist)
         store_conn = _connect_sqlite(path, timeout, must_exist, autocommit=True)
         store = SqliteStore(store_conn)
-        _setup(store.setup, path, [saver.conn.close, store_conn.close])
-        return Persistence(url, saver, store, [saver.conn.close, store_conn.close])
-    if url.startswith(("postgresql://", "postgres://")):
-        return _open_postgres(url, must_exist)
-    raise CheckpointError(
-        f"unsupported checkpoint URL {url!r}: use memory://, sqlite:///PATH or postgresql://..."
+        closers = [saver.conn.close, store_conn.close]
+        _setup(store.setup, path, closers)
+        try:
+            claims = SqliteClaims(path, timeout=timeout, lease_s=claim_lease_s)
+        except CheckpointError:
+            for close in closers:
+                close()
+            raise
+        return Persistence(url, saver, store, claims, [*closers, claims.close])
+    if is_postgres_url(url):
+        return _open_postgres(url, must_exist, timeout, pool_size, claim_lease_s)
+    raise CheckpointError(_unsupported(url))
+
+
+def _unsupported(url: str) -> str:
+    return (
+        f"unsupported checkpoint URL {redact(url)!r}: use memory://, sqlite:///PATH or "
+        "postgresql://user:password@host:port/database"
+    )
+
+
+def _locked(path: Path, exc: Exception) -> str:
+    return (
+        f"checkpoint database {str(path)!r} is unavailable ({exc}); another process may "
+        "hold a write lock: retry, or raise SKILLDECK_SQLITE_TIMEOUT_S"
     )
 
 
@@ -120,10 +182,7 @@ def _setup(setup: Callable[[], None], path: Path, closers: list[Callable[[], Non
     except sqlite3.OperationalError as exc:
         for close in closers:
             close()
-        raise CheckpointError(
-            f"checkpoint database {str(path)!r} is unavailable ({exc}); another process may "
-            "hold a write lock: retry, or raise SKILLDECK_SQLITE_TIMEOUT_S"
-        ) from None
+        raise CheckpointError(_locked(path, exc)) from None
 
 
 def _sqlite_saver(path: Path, timeout: float, must_exist: bool) -> Any:
@@ -135,29 +194,153 @@ def _sqlite_saver(path: Path, timeout: float, must_exist: bool) -> Any:
     return saver
 
 
-def _open_postgres(url: str, must_exist: bool) -> Persistence:
+def _pool_size(pool_size: int | None) -> int:
+    if pool_size is None:
+        from skilldeck.settings import Settings
+
+        return Settings().postgres_pool_size
+    if pool_size < 1:
+        raise CheckpointError(f"pool_size must be at least 1, got {pool_size}")
+    return pool_size
+
+
+def _postgres_options() -> dict[str, Any]:
+    """Connection options of the checkpoint database; fails clearly without the extra."""
     try:
-        from langgraph.checkpoint.postgres import PostgresSaver
-        from langgraph.store.postgres import PostgresStore
+        import langgraph.checkpoint.postgres  # noqa: F401
         from psycopg.rows import dict_row
-        from psycopg_pool import ConnectionPool
     except ImportError:
         raise CheckpointError(
             "PostgreSQL checkpoints need the postgres extra: pip install 'skilldeck[postgres]'"
         ) from None
-    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
-    pool = ConnectionPool(url, kwargs=kwargs, min_size=1, max_size=10, open=False)
-    try:
-        pool.open(wait=True, timeout=10)
-    except Exception as exc:
-        pool.close()
-        raise CheckpointError(f"cannot connect to PostgreSQL: {exc}") from None
+    return {
+        "error": CheckpointError,
+        "what": "checkpoints (SKILLDECK_CHECKPOINT_URL)",
+        # LangGraph's savers read dict rows; prepared statements break behind PgBouncer.
+        "prepare_threshold": 0,
+        "row_factory": dict_row,
+    }
+
+
+def _prepare_postgres(url: str, timeout: float, must_exist: bool) -> None:
+    """Check that the server answers and create the tables (one process at a time)."""
+    with connect(url, timeout=timeout, **_postgres_options()) as conn:
+        if must_exist:
+            found = conn.execute("SELECT to_regclass('checkpoints') IS NOT NULL AS ok").fetchone()
+            if not (found and found["ok"]):
+                raise CheckpointError(
+                    f"no skilldeck checkpoints in {redact(url)}; check the database name or "
+                    "SKILLDECK_CHECKPOINT_URL (runs create the tables on first use)"
+                )
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from langgraph.store.postgres import PostgresStore
+
+        with setup_lock(conn, error=CheckpointError):
+            if not must_exist:
+                PostgresSaver(conn).setup()
+                PostgresStore(conn).setup()
+            PostgresClaims.setup(conn)
+
+
+def _open_postgres(
+    url: str, must_exist: bool, timeout: float, pool_size: int | None, lease_s: float | None
+) -> Persistence:
+    size = _pool_size(pool_size)
+    _prepare_postgres(url, timeout, must_exist)
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+
+    pool = open_pool(url, size=size, timeout=timeout, **_postgres_options())
     saver = PostgresSaver(pool, serde=strict_serde())
     store = PostgresStore(pool)
-    if not must_exist:
-        saver.setup()
-        store.setup()
-    return Persistence(url, saver, store, [pool.close])
+    claims = PostgresClaims(pool, lease_s=lease_s)
+    return Persistence(url, saver, store, claims, [pool.close])
+
+
+@dataclass
+class AsyncPersistence:
+    """The async twin of :class:`Persistence` for ``ainvoke``/``astream``; ``aclose()`` it.
+
+    It has no claims: use the deck's :class:`Persistence` ``claims`` (``aclaim`` is async).
+    """
+
+    url: str
+    saver: BaseCheckpointSaver[Any]
+    store: BaseStore
+    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, repr=False)
+
+    async def aclose(self) -> None:
+        while self._closers:
+            await self._closers.pop()()
+
+
+async def open_async_persistence(
+    source: str | Persistence,
+    *,
+    timeout: float = 5.0,
+    must_exist: bool = False,
+    pool_size: int | None = None,
+) -> AsyncPersistence:
+    """Open an async checkpointer and store on the same database as ``source``.
+
+    Call it inside the event loop that will use it (async pools and connections belong to
+    their loop). ``memory://`` shares the objects of a given :class:`Persistence`, so the sync
+    and async APIs of one deck see the same threads; a bare ``memory://`` URL gets new ones.
+    SQLite uses ``AsyncSqliteSaver``/``AsyncSqliteStore``; PostgreSQL ``AsyncPostgresSaver``/
+    ``AsyncPostgresStore`` on an ``AsyncConnectionPool`` of ``pool_size`` connections
+    (default ``SKILLDECK_POSTGRES_POOL_SIZE``).
+
+    Raises:
+        CheckpointError: the URL is not understood, or the database cannot be opened.
+    """
+    url = source.url if isinstance(source, Persistence) else source
+    if url in _MEMORY_URLS:
+        if isinstance(source, Persistence):
+            return AsyncPersistence(url, source.saver, source.store)
+        return AsyncPersistence(url, InMemorySaver(serde=strict_serde()), InMemoryStore())
+    if url.startswith("sqlite:///"):
+        return await _open_async_sqlite(url, _sqlite_path(url), timeout, must_exist)
+    if is_postgres_url(url):
+        return await _open_async_postgres(url, timeout, must_exist, _pool_size(pool_size))
+    raise CheckpointError(_unsupported(url))
+
+
+async def _open_async_sqlite(
+    url: str, path: Path, timeout: float, must_exist: bool
+) -> AsyncPersistence:
+    import aiosqlite
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from langgraph.store.sqlite import AsyncSqliteStore
+
+    _connect_sqlite(path, timeout, must_exist).close()  # same checks and WAL as the sync side
+    saver_conn = await aiosqlite.connect(path, timeout=timeout)
+    # AsyncSqliteStore issues its own BEGIN/COMMIT, like the sync store.
+    store_conn = await aiosqlite.connect(path, timeout=timeout, isolation_level=None)
+    closers: list[Callable[[], Awaitable[None]]] = [saver_conn.close, store_conn.close]
+    saver = AsyncSqliteSaver(saver_conn, serde=strict_serde())
+    store = AsyncSqliteStore(store_conn)
+    try:
+        await store_conn.execute("PRAGMA synchronous=NORMAL")
+        await saver.setup()
+        await store.setup()
+    except sqlite3.OperationalError as exc:
+        for close in closers:
+            await close()
+        raise CheckpointError(_locked(path, exc)) from None
+    return AsyncPersistence(url, saver, store, closers)
+
+
+async def _open_async_postgres(
+    url: str, timeout: float, must_exist: bool, size: int
+) -> AsyncPersistence:
+    # The tables are the sync savers' too: create them with the sync code, off the loop.
+    await asyncio.to_thread(_prepare_postgres, url, timeout, must_exist)
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from langgraph.store.postgres import AsyncPostgresStore
+
+    pool = await open_async_pool(url, size=size, timeout=timeout, **_postgres_options())
+    saver = AsyncPostgresSaver(pool, serde=strict_serde())
+    return AsyncPersistence(url, saver, AsyncPostgresStore(pool), [pool.close])
 
 
 def open_checkpointer(

@@ -42,7 +42,7 @@ def open_memory(settings: Settings) -> Memory:
 
     client = open_chroma(settings.chroma_path, settings.chroma_url)
     return Memory(
-        MessageStore(settings.messages_path),
+        MessageStore(settings.messages_path, pool_size=settings.postgres_pool_size),
         VectorIndex(client, embedding_function=_embedding(settings), write_behind=True),
     )
 

@@ -56,10 +56,14 @@ class Settings(BaseSettings):
     checkpoint_url: str = "sqlite:///.skilldeck/checkpoints.sqlite"
     durability: Literal["sync", "async", "exit"] = "sync"
     sqlite_timeout_s: float = Field(default=5.0, gt=0, description="Wait for a locked database.")
+    postgres_pool_size: int = Field(
+        default=10, ge=1, description="PostgreSQL connections per pool (checkpoints, messages)."
+    )
     files_root: str = "."
 
     messages_path: str = Field(
-        default=".skilldeck/messages.sqlite", description="The message store (SQLite file)."
+        default=".skilldeck/messages.sqlite",
+        description="The message store: a SQLite file, or a postgresql:// URL.",
     )
     chroma_path: str = Field(default=".skilldeck/chroma", description="Embedded Chroma folder.")
     chroma_url: str | None = Field(

@@ -43,9 +43,17 @@ def _messages(user: str = "u1", thread: str = "t1") -> list[Message]:
     return [Message(i, user, thread, role, ts, text) for i, role, ts, text in TEXTS]
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a test's message store lives: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "m.sqlite")
+
+
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
-    mem = Memory(MessageStore(tmp_path / "m.sqlite"), VectorIndex(open_chroma(tmp_path / "c")))
+def memory(store_at: str, tmp_path: Path) -> Iterator[Memory]:
+    mem = Memory(MessageStore(store_at), VectorIndex(open_chroma(tmp_path / "c")))
     mem.add(_messages())
     yield mem
     mem.store.close()
@@ -62,8 +70,8 @@ def _call(registry: ToolRegistry, name: str, user: str = "u1", **args: Any) -> A
 
 
 # -- the store and importers ---------------------------------------------------------------------
-def test_store_is_idempotent_and_normalises_time(tmp_path: Path) -> None:
-    store = MessageStore(tmp_path / "s.sqlite")
+def test_store_is_idempotent_and_normalises_time(store_at: str) -> None:
+    store = MessageStore(store_at)
     first = store.add(_messages())
     assert [m.seq for m in first] == list(range(1, 8))
     assert store.add(_messages()) == []
@@ -71,6 +79,8 @@ def test_store_is_idempotent_and_normalises_time(tmp_path: Path) -> None:
     store.add([Message("x", "u1", "t1", "user", "2026-01-01T10:00:00+02:00", "tz")])
     assert store.get("u1", ["x"])[0].ts == "2026-01-01T08:00:00Z"
     assert store.get("u2", ["m1"]) == []  # another user's message is invisible
+    assert store.users() == ["u1"] and store.count() == 8
+    store.close()
 
 
 def test_jsonl_import_with_line_numbers_and_stable_ids(tmp_path: Path) -> None:
@@ -347,8 +357,10 @@ def test_deck_runs_bind_the_user(tmp_path: Path, memory: Memory) -> None:
     assert '"hits": []' in str(turn[3].content)
 
 
-def test_write_behind_never_misses_an_add_and_backfill_recovers(tmp_path: Path) -> None:
-    store = MessageStore(tmp_path / "wb.sqlite")
+def test_write_behind_never_misses_an_add_and_backfill_recovers(
+    store_at: str, tmp_path: Path
+) -> None:
+    store = MessageStore(store_at)
     vectors = VectorIndex(open_chroma(tmp_path / "wb"), write_behind=True)
     memory = Memory(store, vectors)
     memory.add(_messages())
