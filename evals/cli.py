@@ -1,0 +1,244 @@
+"""``skilldeck eval``: run suites, compare reports, promote buckets, calibrate the judge.
+
+Exit codes: 0 done, 1 ``compare`` found a regression or a mixed change, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from skilldeck.errors import EvalConfigError, SkillDeckError
+from skilldeck.evals.calibration import calibrate, load_labels
+from skilldeck.evals.compare import compare_reports
+from skilldeck.evals.judge import Judge
+from skilldeck.evals.report import load_report, write_reports
+from skilldeck.evals.runner import TrialResult, run_suite
+from skilldeck.evals.suites import Suite, load_suite, promote, skill_suite_path, suite_for_skill
+
+__all__ = ["eval_app"]
+
+eval_app = typer.Typer(
+    help="Evaluate skills: run suites on the real graph, compare reports, promote buckets.",
+    no_args_is_help=True,
+)
+out = Console()
+err = Console(stderr=True)
+
+SkillsOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--skills", help="Skills folder (repeatable); default: built-in."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _fail(exc: SkillDeckError, as_json: bool) -> NoReturn:
+    if as_json:
+        print(json.dumps({"status": "error", "error": exc.to_dict()}, ensure_ascii=False))
+    else:
+        err.print(f"[bold red]error[/] [{exc.code.value}] {exc}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _suite(skill: str | None, suite: Path | None, skills: list[Path] | None) -> Suite:
+    if (skill is None) == (suite is None):
+        raise EvalConfigError("give exactly one of --skill NAME or --suite FILE")
+    if suite is not None:
+        return load_suite(suite)
+    return suite_for_skill(str(skill), skills or [])
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _bucket_table(report: dict[str, Any]) -> Table:
+    ks = list(report["summary"]["pass_at_k"])
+    table = Table(title=f"{report['suite']}: {len(report['tasks'])} tasks × {report['epochs']}")
+    for column in (
+        "bucket",
+        "kind",
+        "trials",
+        "mean score",
+        "pass rate",
+        *(f"pass@{k}" for k in ks),
+    ):
+        table.add_column(column, overflow="fold")
+    for key, b in report["buckets"].items():
+        table.add_row(
+            key,
+            b["kind"],
+            str(b["trials"]),
+            _fmt(b["mean_score"]),
+            _fmt(b["pass_rate"]),
+            *(_fmt(b["pass_at_k"][k]) for k in ks),
+        )
+    return table
+
+
+@eval_app.command("run")
+def run(
+    skill: Annotated[str | None, typer.Option(help="Run this skill's cases.yaml.")] = None,
+    suite: Annotated[Path | None, typer.Option(help="Run a suite file.")] = None,
+    skills: SkillsOpt = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model for every skill: PROVIDER:MODEL or scripted:FILE.")
+    ] = None,
+    judge_model: Annotated[
+        str | None, typer.Option(help="Judge model; without it judge graders are not scored.")
+    ] = None,
+    epochs: Annotated[int, typer.Option(min=1, help="Trials per task.")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Trials run at once.")] = 1,
+    record: Annotated[
+        Path | None, typer.Option(help="Record model turns to this cassette.")
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Report folder (default .skilldeck/evals/SUITE).")
+    ] = None,
+    checkpoint: Annotated[
+        str | None, typer.Option(help="Checkpoint URL (default: sqlite in the report folder).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a suite on the real graph and write report.json, report.md and report.html."""
+    try:
+        chosen = _suite(skill, suite, skills)
+        judge = Judge.from_spec(judge_model) if judge_model else None
+        folder = out_dir or Path(".skilldeck") / "evals" / chosen.name
+        total = len(chosen.tasks) * epochs
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            disable=as_json,
+        ) as progress:
+            bar = progress.add_task(f"eval {chosen.name}", total=total)
+
+            def advance(result: TrialResult) -> None:
+                mark = {True: "pass", False: "fail", None: "n/s"}[result.passed]
+                progress.update(bar, advance=1, description=f"{result.outcome.trial_id} {mark}")
+
+            report = run_suite(
+                chosen,
+                out=folder,
+                model=model,
+                judge=judge,
+                epochs=epochs,
+                concurrency=concurrency,
+                record=record,
+                checkpoint=checkpoint,
+                on_trial=advance,
+            )
+        paths = write_reports(report, folder)
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        body = {k: report[k] for k in ("suite", "run_id", "summary", "buckets", "graders")}
+        print(json.dumps({**body, "files": {k: str(p) for k, p in paths.items()}}))
+        return
+    out.print(_bucket_table(report))
+    for kind, path in paths.items():
+        out.print(f"{kind}: {path}", highlight=False)
+
+
+@eval_app.command("compare")
+def compare(
+    base: Annotated[Path, typer.Argument(help="The baseline report.json.")],
+    new: Annotated[Path, typer.Argument(help="The new report.json.")],
+    metric: Annotated[str, typer.Option(help="mean_score or pass_rate.")] = "mean_score",
+    tolerance: Annotated[
+        float, typer.Option(help="Capability-bucket changes within this count as none.")
+    ] = 0.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per-bucket deltas; exit 1 when a regression bucket drops, when buckets move both ways,
+    or when buckets only drop."""
+    try:
+        if metric not in ("mean_score", "pass_rate"):
+            raise EvalConfigError(f"--metric {metric!r}: use mean_score or pass_rate")
+        result = compare_reports(
+            load_report(base),
+            load_report(new),
+            metric="pass_rate" if metric == "pass_rate" else "mean_score",
+            tolerance=tolerance,
+        )
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        print(json.dumps(result.to_dict()))
+    else:
+        table = Table(title=f"{metric}: {base} -> {new}")
+        for column in ("bucket", "kind", "base", "new", "delta", "change"):
+            table.add_column(column, overflow="fold")
+        colours = {"improved": "green", "dropped": "red"}
+        for r in result.rows:
+            change = f"[{colours[r.change]}]{r.change}[/]" if r.change in colours else r.change
+            delta = "-" if r.delta is None else f"{r.delta:+.3f}"
+            table.add_row(r.bucket, r.kind, _fmt(r.base), _fmt(r.new), delta, change)
+        out.print(table)
+        for reason in result.reasons:
+            err.print(f"[bold red]fail[/] {reason}", highlight=False, soft_wrap=True)
+        if result.ok:
+            out.print("[green]ok[/]: no bucket dropped")
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+@eval_app.command("promote")
+def promote_bucket(
+    bucket: Annotated[str, typer.Argument(help="SKILL/BUCKET (or a bare bucket with --suite).")],
+    suite: Annotated[Path | None, typer.Option(help="The suite file to record it in.")] = None,
+    skills: SkillsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Move a bucket from capability to regression (recorded in the suite file's ``kinds``;
+    for a skill's own suite, ``<bundle>/evals/suite.yaml``)."""
+    try:
+        if suite is not None:
+            target, known = suite, load_suite(suite).buckets()
+        else:
+            if "/" not in bucket:
+                raise EvalConfigError("give SKILL/BUCKET, or --suite FILE for a bare bucket name")
+            chosen = suite_for_skill(bucket.split("/", 1)[0], skills or [])
+            target, known = (
+                skill_suite_path(chosen.bundle(bucket.split("/", 1)[0])),
+                chosen.buckets(),
+            )
+        changed = promote(bucket, target, known)
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        print(json.dumps({"bucket": bucket, "suite_file": str(target), "changed": changed}))
+    elif changed:
+        out.print(f"{bucket} is now a regression bucket ({target})", highlight=False)
+    else:
+        out.print(f"{bucket} was already a regression bucket ({target})", highlight=False)
+
+
+@eval_app.command("calibrate")
+def calibrate_judge(
+    report: Annotated[Path, typer.Argument(help="A report.json with judge verdicts.")],
+    labels: Annotated[Path, typer.Argument(help="Human labels: [{task, grader, label}].")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Agreement of the judge with human labels: accuracy and Cohen's kappa."""
+    try:
+        result = calibrate(load_report(report), load_labels(labels))
+    except SkillDeckError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        return
+    out.print(
+        f"{result.pairs} pair(s): accuracy {_fmt(result.accuracy)}, kappa {_fmt(result.kappa)}, "
+        f"{result.not_scored} not scored, {len(result.unmatched)} label(s) unmatched",
+        highlight=False,
+    )

@@ -1,0 +1,149 @@
+"""Run a suite: every task for N epochs on one deck, trials in parallel with a bound."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackHandler
+
+from skilldeck.deck import SkillDeck
+from skilldeck.errors import EvalConfigError, SkillDeckError
+from skilldeck.evals.cassette import CassetteRecorder
+from skilldeck.evals.graders import GradeContext, GradeResult
+from skilldeck.evals.judge import Judge
+from skilldeck.evals.outcome import Outcome
+from skilldeck.evals.report import build_report
+from skilldeck.evals.suites import Suite
+from skilldeck.evals.tasks import GraderSpec, Task
+from skilldeck.evals.trial import run_trial, trial_id
+from skilldeck.settings import Settings
+
+__all__ = ["TrialResult", "grade", "run_suite"]
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """A graded trial. ``score`` is the mean of the scored graders; ``passed`` needs every
+    scored grader to pass (``None`` when no grader scored)."""
+
+    task: Task
+    outcome: Outcome
+    grades: tuple[tuple[GraderSpec, GradeResult], ...]
+
+    @property
+    def score(self) -> float | None:
+        scores = [r.score for _, r in self.grades if r.score is not None]
+        return round(sum(scores) / len(scores), 6) if scores else None
+
+    @property
+    def passed(self) -> bool | None:
+        verdicts = [r.passed for _, r in self.grades if r.passed is not None]
+        return all(verdicts) if verdicts else None
+
+
+def grade(task: Task, outcome: Outcome, judge: Judge | None = None) -> TrialResult:
+    """Run every grader of ``task`` on ``outcome`` (a crashing grader scores 0, with why)."""
+    grades = []
+    judged = 0
+    for spec in task.graders:
+        context = GradeContext(task, outcome, judge, judged)
+        judged += spec.grader.uses_judge
+        try:
+            result = spec.grader.evaluate(context)
+        except Exception as exc:
+            result = GradeResult.check(False, f"grader crashed: {type(exc).__name__}: {exc}")
+        grades.append((spec, result))
+    return TrialResult(task, outcome, tuple(grades))
+
+
+def run_suite(
+    suite: Suite,
+    *,
+    out: Path,
+    model: str | None = None,
+    judge: Judge | None = None,
+    epochs: int = 1,
+    concurrency: int = 1,
+    record: Path | None = None,
+    settings: Settings | None = None,
+    checkpoint: str | None = None,
+    on_trial: Callable[[TrialResult], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``suite`` and return its report (see :func:`build_report`); nothing is written
+    except the trial workspaces and checkpoints under ``out`` and the ``record`` cassette.
+
+    Raises:
+        EvalConfigError: bad ``epochs``/``concurrency``; ModelConfigError: no usable model.
+    """
+    if epochs < 1 or concurrency < 1:
+        raise EvalConfigError("epochs and concurrency must be at least 1")
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = uuid.uuid4().hex[:8]
+    update: dict[str, Any] = {"files_root": str((out / "workspaces").resolve())}
+    if model:
+        update["model"] = model
+    deck_settings = (settings or Settings()).model_copy(update=update)
+    recorder = CassetteRecorder() if record is not None else None
+    callbacks: Sequence[BaseCallbackHandler] = [recorder] if recorder else []
+    if judge is not None and recorder is not None:
+        judge = judge.with_callbacks(callbacks)
+    jobs = [(task, epoch) for task in suite.tasks for epoch in range(epochs)]
+    ids = {trial_id(task, 0) for task in suite.tasks}
+    if len(ids) < len(suite.tasks):
+        raise EvalConfigError(
+            "two task ids map to the same trial folder; make them differ in [A-Za-z0-9_-]"
+        )
+    fixtures = {task.id: suite.fixture(task) for task in suite.tasks}
+    started, clock = datetime.now(UTC), time.perf_counter()
+    results: list[TrialResult] = []
+    url = checkpoint or f"sqlite:///{(out / 'checkpoints.sqlite').resolve()}"
+    with SkillDeck(list(suite.bundles), checkpointer=url, settings=deck_settings) as deck:
+        deck.check_models()
+        models = {b.name: _label(deck, b.name) for b in suite.bundles}
+
+        def trial(task: Task, epoch: int) -> TrialResult:
+            outcome = run_trial(
+                deck,
+                task,
+                epoch=epoch,
+                fixture=fixtures[task.id],
+                run_id=run_id,
+                callbacks=callbacks,
+            )
+            return grade(task, outcome, judge)
+
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            futures = [pool.submit(trial, task, epoch) for task, epoch in jobs]
+            for future in as_completed(futures):
+                result = future.result()
+                results.append(result)
+                if on_trial is not None:
+                    on_trial(result)
+    if recorder is not None and record is not None:
+        recorder.write(record)
+    meta = {
+        "suite": suite.name,
+        "run_id": run_id,
+        "started_at": started.isoformat(timespec="seconds"),
+        "elapsed_s": round(time.perf_counter() - clock, 3),
+        "models": models,
+        "judge_model": judge.label if judge else None,
+        "epochs": epochs,
+        "concurrency": concurrency,
+        "recorded_to": str(record) if record else None,
+    }
+    return build_report(suite, results, meta)
+
+
+def _label(deck: SkillDeck, skill: str) -> str:
+    try:
+        return deck.model_spec(skill).label
+    except SkillDeckError:
+        return "rules"
