@@ -1,0 +1,330 @@
+"""The HTTP service: threads, runs and card answers over JSON and Server-Sent Events.
+
+``create_app(deck)`` returns a FastAPI app; serve it with ``skilldeck serve`` or mount it in an
+existing app (``parent.mount("/skilldeck", create_app(deck, api_keys=...))``). The card flow of
+seed 004: ``POST /threads/{id}/runs`` streams events until ``event: card``; the front end shows
+the card and posts the answers to ``POST /threads/{id}/resume``, which streams on to ``done``.
+
+Requests are checked before a stream starts, so every bad request is a real HTTP status with a
+JSON body ``{"error": {"code", "message"}}``. A run is driven by a worker thread, not by the
+response: a client that disconnects stops receiving events, not the run, which goes on to its
+card or its end and checkpoints every step.
+"""
+
+# No ``from __future__ import annotations`` here: FastAPI reads the route annotations, which
+# use names local to create_app.
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated, Any
+from uuid import uuid4
+
+from fastapi import Depends, FastAPI
+from fastapi import Path as PathParam
+from langchain_core.runnables import RunnableConfig
+from starlette.concurrency import run_in_threadpool
+
+from skilldeck.deck import SkillDeck
+from skilldeck.errors import (
+    NoPendingCardError,
+    SkillDeckError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+)
+from skilldeck.server.auth import ApiKeys
+from skilldeck.server.errors import NotFound, install_error_handlers, responses
+from skilldeck.server.limits import BodyLimit
+from skilldeck.server.schemas import (
+    CreatedThread,
+    Health,
+    History,
+    ResumeRequest,
+    RunRequest,
+    ThreadView,
+)
+from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse, format_event
+from skilldeck.types import ErrorEvent, Event, RunResult
+
+__all__ = ["OWNERS_NAMESPACE", "create_app"]
+
+log = logging.getLogger(__name__)
+
+#: Store namespace of thread owners: ``{thread_id: {"user_id", "created_at"}}``.
+OWNERS_NAMESPACE = ("skilldeck", "threads")
+
+MatterCheck = Callable[[str, str], bool]
+
+_SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-Sent Events: `step`, `tool_call`, `skill_result`, then exactly "
+        "one `card`, `done` or `error`. Each `data` line is the event as JSON.",
+        "content": {
+            MEDIA_TYPE: {
+                "schema": {"type": "string"},
+                "example": 'event: card\ndata: {"event": "card", "thread_id": "..."}\n\n',
+            }
+        },
+    }
+}
+
+
+def _version() -> str:
+    try:
+        return version("skilldeck")
+    except PackageNotFoundError:
+        return "0"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Threads:
+    """Thread ownership and run streaming for one app; see the module docstring.
+
+    Args:
+        deck: the deck runs go to (the caller keeps it open while the app serves).
+        matter_check: ``(user_id, matter_id) -> bool``; ``None`` lets any user name any matter.
+        workers: how many runs may go on at once in this process.
+    """
+
+    def __init__(self, deck: SkillDeck, matter_check: MatterCheck | None, workers: int) -> None:
+        self.deck = deck
+        self.matter_check = matter_check
+        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="skilldeck-run")
+        # Threads with a run in progress here; another run or resume of one of them is a 409.
+        self.active: set[str] = set()
+
+    # -- ownership (blocking: call in a worker thread) ------------------------------------
+    def create(self, user_id: str) -> CreatedThread:
+        thread_id, created_at = uuid4().hex, _now()
+        self.deck.store.put(
+            OWNERS_NAMESPACE, thread_id, {"user_id": user_id, "created_at": created_at}
+        )
+        return CreatedThread(thread_id=thread_id, created_at=created_at)
+
+    def owned(self, thread_id: str, user_id: str) -> RunResult | None:
+        """The thread if ``user_id`` owns it (``None``: created, not run yet).
+
+        Raises:
+            NotFound: the thread is unknown or belongs to someone else (the same answer, so
+                thread ids of other users cannot be probed).
+        """
+        record = self.deck.store.get(OWNERS_NAMESPACE, thread_id)
+        try:
+            result: RunResult | None = self.deck.get_thread(thread_id)
+        except ThreadNotFoundError:
+            result = None
+        owner = record.value.get("user_id") if record is not None else None
+        if owner is None and result is not None:
+            owner = result.state.get("user_id")  # a thread started from the Python API
+        if owner is None or owner != user_id:
+            raise NotFound(
+                "THREAD_NOT_FOUND",
+                f"thread {thread_id!r} not found for this API key: create one with POST /threads",
+            )
+        return result
+
+    def check_matter(self, user_id: str, matter_id: str | None) -> None:
+        check = self.matter_check
+        if matter_id is not None and check is not None and not check(user_id, matter_id):
+            raise NotFound("MATTER_NOT_FOUND", f"matter {matter_id!r} not found for this API key")
+
+    # -- streaming ------------------------------------------------------------------------
+    async def stream(self, thread_id: str, start: Callable[[], Iterator[Event]]) -> Any:
+        """Check and start a run with ``start`` (raises before the stream), then stream it.
+
+        The run is drained by a worker thread into a queue, so it does not depend on the
+        response: a client that goes away only stops the reading of the queue.
+        """
+        if thread_id in self.active:
+            raise ThreadBusyError(thread_id)
+        self.active.add(thread_id)
+        try:
+            events = await run_in_threadpool(start)
+        except BaseException:
+            self.active.discard(thread_id)
+            raise
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self.executor.submit(self._drain, events, thread_id, loop, queue)
+        return EventStreamResponse(_read(queue))
+
+    def _drain(
+        self,
+        events: Iterator[Event],
+        thread_id: str,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[Event | None],
+    ) -> None:
+        def post(callback: Callable[..., Any], *args: Any) -> None:
+            # A closed loop (shutdown) has nobody listening; the run goes on regardless.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(callback, *args)
+
+        try:
+            for event in events:
+                post(queue.put_nowait, event)
+        except SkillDeckError as exc:
+            post(queue.put_nowait, ErrorEvent(thread_id, exc.code.value, str(exc)))
+        except Exception as exc:
+            log.exception("run of thread %s failed", thread_id)
+            message = f"{type(exc).__name__}: {exc}"
+            post(queue.put_nowait, ErrorEvent(thread_id, "INTERNAL_ERROR", message))
+        finally:
+            post(queue.put_nowait, None)
+            post(self.active.discard, thread_id)
+
+    def shutdown(self) -> None:
+        """Wait for the runs in progress to reach their card or end."""
+        self.executor.shutdown(wait=True)
+
+
+async def _read(queue: asyncio.Queue[Event | None]) -> AsyncIterator[bytes]:
+    while (event := await queue.get()) is not None:
+        yield format_event(event)
+
+
+def _thread_view(thread_id: str, result: RunResult | None) -> ThreadView:
+    if result is None:
+        return ThreadView(thread_id=thread_id, status="new", state={}, card=None, error=None)
+    return ThreadView.model_validate(result.to_dict())
+
+
+def create_app(
+    deck: SkillDeck,
+    *,
+    api_keys: ApiKeys | Mapping[str, str] | str | Path | None = None,
+    max_body_bytes: int = 1_000_000,
+    matter_check: MatterCheck | None = None,
+    workers: int = 32,
+) -> FastAPI:
+    """The HTTP service of ``deck`` as a FastAPI app (mountable in another app).
+
+    Args:
+        deck: an open deck; the caller closes it after the app stops.
+        api_keys: :class:`~skilldeck.server.auth.ApiKeys`, ``{sha256: user_id}``, a key file,
+            or ``None`` for ``SKILLDECK_API_KEYS``.
+        max_body_bytes: larger request bodies are refused with 413.
+        matter_check: ``(user_id, matter_id) -> bool``: which matters a user may run on
+            (default: any). A refused matter is answered like an unknown one (404).
+        workers: runs that may go on at once in this process.
+
+    Raises:
+        SkillDeckError: no API keys are configured, or the key file is malformed.
+    """
+    keys = api_keys if isinstance(api_keys, ApiKeys) else ApiKeys.load(api_keys)
+    threads = Threads(deck, matter_check, workers)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await run_in_threadpool(threads.shutdown)
+
+    app = FastAPI(
+        title="skilldeck",
+        version=_version(),
+        summary="Run agent skills; stream their events; answer their cards.",
+        lifespan=lifespan,
+    )
+    app.state.threads = threads
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    install_error_handlers(app)
+    User = Annotated[str, Depends(keys.dependency())]
+    ThreadId = Annotated[str, PathParam(min_length=1, max_length=200)]
+
+    @app.get("/health", response_model=Health, responses=responses(503), tags=["service"])
+    async def health() -> Any:
+        """Liveness and checkpoint database reachability (no API key needed)."""
+        probe: RunnableConfig = {
+            "configurable": {"thread_id": "__skilldeck_health__", "checkpoint_ns": ""}
+        }
+        try:
+            await run_in_threadpool(deck.checkpointer.get_tuple, probe)
+        except Exception as exc:
+            from fastapi.responses import JSONResponse
+
+            body = Health(status="unavailable", version=_version(), detail=type(exc).__name__)
+            return JSONResponse(body.model_dump(), status_code=503)
+        return Health(status="ok", version=_version())
+
+    @app.post(
+        "/threads",
+        status_code=201,
+        response_model=CreatedThread,
+        responses=responses(401, 413),
+        tags=["threads"],
+    )
+    async def create_thread(user: User) -> CreatedThread:
+        """Create a thread owned by the caller; start it with ``POST /threads/{id}/runs``."""
+        return await run_in_threadpool(threads.create, user)
+
+    @app.post(
+        "/threads/{thread_id}/runs",
+        response_class=EventStreamResponse,
+        responses={**_SSE_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
+        tags=["threads"],
+    )
+    async def start_run(thread_id: ThreadId, body: RunRequest, user: User) -> Any:
+        """Run the thread and stream its events until a card, the end or an error."""
+        await run_in_threadpool(threads.owned, thread_id, user)
+        threads.check_matter(user, body.matter_id)
+        return await threads.stream(
+            thread_id,
+            lambda: deck.stream(
+                body.input,
+                context=body.context,
+                thread_id=thread_id,
+                user_id=user,
+                matter_id=body.matter_id,
+                next_skill=body.next_skill,
+            ),
+        )
+
+    @app.post(
+        "/threads/{thread_id}/resume",
+        response_class=EventStreamResponse,
+        responses={**_SSE_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
+        tags=["threads"],
+    )
+    async def resume(thread_id: ThreadId, body: ResumeRequest, user: User) -> Any:
+        """Answer the pending card and stream the run on. Of concurrent answers to one card
+        exactly one is applied; the others get 409."""
+        if await run_in_threadpool(threads.owned, thread_id, user) is None:
+            raise NoPendingCardError(thread_id, "new")
+        return await threads.stream(
+            thread_id,
+            lambda: deck.stream_resume(thread_id, body.answers, interrupt_id=body.interrupt_id),
+        )
+
+    @app.get(
+        "/threads/{thread_id}",
+        response_model=ThreadView,
+        response_model_exclude_unset=True,
+        responses=responses(401, 404),
+        tags=["threads"],
+    )
+    async def get_thread(thread_id: ThreadId, user: User) -> ThreadView:
+        """The thread's state and status, and its pending card when it is ``interrupted``."""
+        return _thread_view(thread_id, await run_in_threadpool(threads.owned, thread_id, user))
+
+    @app.get(
+        "/threads/{thread_id}/history",
+        response_model=History,
+        response_model_exclude_unset=True,
+        responses=responses(401, 404),
+        tags=["threads"],
+    )
+    async def history(thread_id: ThreadId, user: User) -> History:
+        """The thread's checkpoints, oldest first (one per step)."""
+        result = await run_in_threadpool(threads.owned, thread_id, user)
+        rows = [] if result is None else await run_in_threadpool(deck.history, thread_id)
+        return History.model_validate({"thread_id": thread_id, "checkpoints": rows})
+
+    return app

@@ -1,0 +1,130 @@
+"""HTTP errors: every 4xx/5xx answers ``{"error": {"code", "message", ...}}``.
+
+Engine errors keep their :class:`~skilldeck.errors.ErrorCode` and details (invalid answers
+carry the card with its ``errors``); request errors of the HTTP layer get their own codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from skilldeck.errors import ErrorCode, SkillDeckError
+from skilldeck.server.auth import Unauthorized
+from skilldeck.server.schemas import ErrorBody
+
+__all__ = ["NotFound", "error_response", "install_error_handlers", "responses", "status_of"]
+
+_STATUS = {
+    ErrorCode.THREAD_NOT_FOUND: 404,
+    ErrorCode.NO_PENDING_CARD: 409,
+    ErrorCode.STALE_INTERRUPT: 409,
+    ErrorCode.ALREADY_RESUMED: 409,
+    ErrorCode.CARD_PENDING: 409,
+    ErrorCode.THREAD_BUSY: 409,
+    ErrorCode.INVALID_ANSWERS: 422,
+    ErrorCode.INVALID_INPUT: 422,
+    ErrorCode.CHECKPOINT_UNAVAILABLE: 503,
+    ErrorCode.MODEL_NOT_CONFIGURED: 503,
+}
+
+_DESCRIPTIONS = {
+    401: "Missing or unknown API key.",
+    404: "Unknown thread, or a thread of another user (the same answer).",
+    409: "No pending card, a stale interrupt_id, a card already being answered, a card "
+    "waiting for answers, or a run of the thread in progress.",
+    413: "The request body is too large.",
+    422: "Invalid request body or card answers; nothing was changed.",
+    503: "The checkpoint database or the model is unavailable.",
+}
+
+# HTTP-layer codes for statuses raised by FastAPI/Starlette themselves.
+_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
+
+
+class NotFound(Exception):
+    """A resource the caller may not see: answered 404 whether it exists or not."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def status_of(exc: SkillDeckError) -> int:
+    """The HTTP status of an engine error."""
+    return _STATUS.get(exc.code, 500)
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, **extra}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def responses(*statuses: int, stream: bool = False) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries of the error statuses a route answers.
+
+    FastAPI documents a ``model`` under the route's own media type; a streaming route's errors
+    are JSON, so they name the (shared) ``ErrorBody`` component under ``application/json``.
+    """
+    if not stream:
+        return {s: {"model": ErrorBody, "description": _DESCRIPTIONS[s]} for s in statuses}
+    content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    return {s: {"description": _DESCRIPTIONS[s], "content": content} for s in statuses}
+
+
+async def _engine_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SkillDeckError)
+    detail = exc.to_dict()
+    return error_response(status_of(exc), detail.pop("code"), detail.pop("message"), **detail)
+
+
+async def _unauthorized(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Unauthorized)
+    return error_response(401, "UNAUTHORIZED", exc.message, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _not_found(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, NotFound)
+    return error_response(404, exc.code, exc.message)
+
+
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = [
+        {"loc": [str(p) for p in e.get("loc", ())], "message": str(e.get("msg")), "type": e["type"]}
+        for e in exc.errors()
+    ]
+    where = ", ".join(".".join(p["loc"]) + f": {p['message']}" for p in problems[:3])
+    return error_response(422, "INVALID_REQUEST", f"invalid request: {where}", errors=problems)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 400:
+        # FastAPI's answer to a body it cannot decode (not UTF-8): one status for bad bodies.
+        return error_response(
+            422, "INVALID_REQUEST", f"invalid request: the body is not UTF-8 JSON ({exc.detail})"
+        )
+    code = _HTTP_CODES.get(exc.status_code, f"HTTP_{exc.status_code}")
+    return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error with the JSON error body."""
+    app.add_exception_handler(SkillDeckError, _engine_error)
+    app.add_exception_handler(Unauthorized, _unauthorized)
+    app.add_exception_handler(NotFound, _not_found)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(HTTPException, _http_error)

@@ -1,0 +1,140 @@
+"""Request and response bodies of the HTTP service (they make its OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Card",
+    "CardOption",
+    "CardQuestion",
+    "CreatedThread",
+    "ErrorBody",
+    "ErrorDetail",
+    "FieldError",
+    "Health",
+    "History",
+    "HistoryRow",
+    "ResumeRequest",
+    "RunRequest",
+    "ThreadView",
+]
+
+#: ``new``: created with ``POST /threads`` and not run yet; the others as in the engine.
+ThreadState = Literal["new", "running", "interrupted", "finished", "failed"]
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a stable ``code`` and a message that says how to fix it."""
+
+    model_config = ConfigDict(extra="allow")
+    code: str = Field(examples=["INVALID_ANSWERS"])
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """The body of every 4xx/5xx response."""
+
+    error: ErrorDetail
+
+
+class FieldError(BaseModel):
+    field_key: str
+    message: str
+
+
+class CardOption(BaseModel):
+    label: str
+    value: str | int | float | bool
+
+
+class CardQuestion(BaseModel):
+    """One question; ``options`` only for the kinds that offer choices (responses leave it
+    out otherwise)."""
+
+    question: str
+    field_key: str
+    input_type: Literal["text", "select", "multi_select", "boolean", "file_ids"]
+    required: bool
+    options: list[CardOption] | None = None
+
+
+class Card(BaseModel):
+    """A pending ask_user card (seed 004 ``event=card``); answer it with ``/resume``."""
+
+    event: Literal["card"] = "card"
+    thread_id: str
+    skill: str
+    review_type: str
+    questions: list[CardQuestion]
+    interrupt_id: str
+    errors: list[FieldError] = Field(default_factory=list)
+
+
+class RunRequest(BaseModel):
+    """Start a run, or a new turn of a thread that is not waiting for a card."""
+
+    model_config = ConfigDict(extra="forbid")
+    input: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The skills' input. It must not carry user_id/matter_id: the user comes "
+        "from the API key, the matter from matter_id.",
+    )
+    context: str = Field(min_length=1, max_length=200, examples=["matter"])
+    matter_id: str | None = Field(default=None, max_length=200, pattern=_ID)
+    next_skill: str | None = Field(default=None, max_length=200)
+
+
+class ResumeRequest(BaseModel):
+    """Answers to the pending card: ``{field_key: value}`` for the questions it asked."""
+
+    model_config = ConfigDict(extra="forbid")
+    answers: dict[str, Any]
+    interrupt_id: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The card being answered; a stale id (another card is pending) is a 409.",
+    )
+
+
+class CreatedThread(BaseModel):
+    thread_id: str
+    created_at: str
+
+
+class ThreadView(BaseModel):
+    """A thread's state, its pending card (status ``interrupted``) or its error (``failed``)."""
+
+    thread_id: str
+    status: ThreadState
+    state: dict[str, Any]
+    card: Card | None = None
+    error: dict[str, Any] | None = None
+    checkpoint_id: str | None = None
+
+
+class HistoryRow(BaseModel):
+    """One checkpoint of a thread (one super-step); see ``SkillDeck.history``."""
+
+    model_config = ConfigDict(extra="allow")
+    checkpoint_id: str | None
+    parent_id: str | None = None
+    step: int | None = None
+    status: str
+    skill: str | None = None
+    card: Card | None = None
+
+
+class History(BaseModel):
+    thread_id: str
+    checkpoints: list[HistoryRow]
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    version: str
+    detail: str | None = None

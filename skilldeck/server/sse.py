@@ -1,0 +1,38 @@
+"""Server-Sent Events: the wire format of a run's stream.
+
+Each event is ``event: <name>`` and ``data: <one-line JSON>``, ended by a blank line; the JSON is
+the event's ``to_dict()``, so its ``event`` key repeats the name for clients that only read data.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import StreamingResponse
+
+from skilldeck.types import Event
+
+__all__ = ["MEDIA_TYPE", "EventStreamResponse", "format_event", "format_sse"]
+
+MEDIA_TYPE = "text/event-stream"
+
+
+def format_sse(name: str, data: Any) -> bytes:
+    """One SSE message; ``json.dumps`` escapes newlines, so ``data`` is a single line."""
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
+
+
+def format_event(event: Event) -> bytes:
+    """The SSE message of a stream event."""
+    return format_sse(event.event, event.to_dict())
+
+
+class EventStreamResponse(StreamingResponse):
+    """A streaming ``text/event-stream`` response that proxies do not buffer."""
+
+    media_type = MEDIA_TYPE
+
+    def __init__(self, content: Any, status_code: int = 200, **kwargs: Any) -> None:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(content, status_code, headers=headers, media_type=MEDIA_TYPE, **kwargs)

@@ -1,0 +1,577 @@
+"""The HTTP service: the card flow over SSE, identity and isolation, every 4xx, a real uvicorn
+process (streaming, client disconnect) and schemathesis on the app's own OpenAPI schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import pytest
+import schemathesis
+import yaml
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, settings
+from langchain_core.tools import InjectedToolArg, StructuredTool
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from skilldeck import Settings, SkillDeck, SkillDeckError
+from skilldeck.cli import app as cli
+from skilldeck.server import API_KEYS_ENV, ApiKeys, create_app, hash_key
+from skilldeck.skills import builtin_skills_dir
+from skilldeck.tools import ToolRegistry
+
+pytestmark = pytest.mark.L2
+
+KEYS = {"alice": "sdk_alice_test_key_0123456789", "bob": "sdk_bob_test_key_9876543210"}
+HASHES = {hash_key(key): user for user, key in KEYS.items()}
+RUN = {"input": {"documents": ["complaint.txt"]}, "context": "matter", "matter_id": "demo-matter"}
+MAX_BODY = 20_000
+
+
+def auth(user: str = "alice") -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[user]}"}
+
+
+def sse(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """The (event, data) pairs of an SSE body; each data repeats its event name."""
+    events = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        data = json.loads(lines["data"])
+        assert data["event"] == lines["event"]
+        events.append((lines["event"], data))
+    return events
+
+
+def names(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    return [name for name, _ in events]
+
+
+def _deck(url: str) -> SkillDeck:
+    return SkillDeck(
+        checkpointer=url,
+        settings=Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES)),
+    )
+
+
+@pytest.fixture
+def client(demo_deck: SkillDeck) -> Iterator[TestClient]:
+    app = create_app(demo_deck, api_keys=HASHES, max_body_bytes=MAX_BODY)
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def new_thread(client: TestClient, user: str = "alice") -> str:
+    response = client.post("/threads", headers=auth(user))
+    assert response.status_code == 201, response.text
+    return str(response.json()["thread_id"])
+
+
+def paused(client: TestClient) -> tuple[str, dict[str, Any]]:
+    """A thread of alice's waiting on the demo's card, and the card."""
+    thread = new_thread(client)
+    response = client.post(f"/threads/{thread}/runs", headers=auth(), json=RUN)
+    assert response.status_code == 200, response.text
+    name, card = sse(response.text)[-1]
+    assert name == "card"
+    return thread, card
+
+
+def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    error: dict[str, Any] = response.json()["error"]
+    assert error["code"] and error["message"]
+    return error
+
+
+# -- the card flow ----------------------------------------------------------------------------
+def test_card_flow_run_streams_to_a_card_and_resume_streams_to_done(client: TestClient) -> None:
+    thread = new_thread(client)
+    assert client.get(f"/threads/{thread}", headers=auth()).json()["status"] == "new"
+
+    response = client.post(f"/threads/{thread}/runs", headers=auth(), json=RUN)
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = sse(response.text)
+    assert names(events) == [
+        *["step", "step", "step", "tool_call", "step", "step", "tool_call", "step"],
+        *["skill_result", "card"],
+    ]
+    assert [d["name"] for n, d in events if n == "tool_call"] == ["file__parse", "element__extract"]
+    card = events[-1][1]
+    assert card["thread_id"] == thread and card["skill"] == "litigation-intake"
+
+    view = client.get(f"/threads/{thread}", headers=auth()).json()
+    assert view["status"] == "interrupted"
+    assert view["card"] == card
+    assert view["state"]["user_id"] == "alice"  # from the API key, not from the request
+
+    body = {"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]}
+    response = client.post(f"/threads/{thread}/resume", headers=auth(), json=body)
+    assert names(sse(response.text)) == ["step", "step", "skill_result", "done"]
+    done = sse(response.text)[-1][1]
+    assert done["status"] == "finished"
+
+    view = client.get(f"/threads/{thread}", headers={"X-API-Key": KEYS["alice"]}).json()
+    assert view["status"] == "finished" and view["card"] is None
+    assert view["state"]["profile"]["defendant"]["name"] == "Acme Logistics Ltd."
+    history = client.get(f"/threads/{thread}/history", headers=auth()).json()
+    assert history["checkpoints"][-1]["checkpoint_id"] == done["checkpoint_id"]
+    assert any(row["card"] for row in history["checkpoints"])
+
+
+def test_health_and_openapi_document_every_route(client: TestClient) -> None:
+    assert client.get("/health").json()["status"] == "ok"
+    spec = client.get("/openapi.json").json()
+    assert set(spec["paths"]) == {
+        "/health",
+        "/threads",
+        "/threads/{thread_id}",
+        "/threads/{thread_id}/runs",
+        "/threads/{thread_id}/resume",
+        "/threads/{thread_id}/history",
+    }
+    assert set(spec["components"]["securitySchemes"]) == {"HTTPBearer", "APIKeyHeader"}
+    resume = spec["paths"]["/threads/{thread_id}/resume"]["post"]["responses"]
+    assert set(resume["200"]["content"]) == {"text/event-stream"}
+    assert set(resume["409"]["content"]) == {"application/json"}
+    assert {"RunRequest", "ResumeRequest", "ThreadView", "ErrorBody"} <= set(
+        spec["components"]["schemas"]
+    )
+
+
+def test_the_app_mounts_in_an_existing_app(demo_deck: SkillDeck) -> None:
+    parent = FastAPI()
+    parent.mount("/engine", create_app(demo_deck, api_keys=HASHES))
+    with TestClient(parent) as test_client:
+        response = test_client.post("/engine/threads", headers=auth())
+        assert response.status_code == 201
+        thread = response.json()["thread_id"]
+        run = test_client.post(f"/engine/threads/{thread}/runs", headers=auth(), json=RUN)
+        assert names(sse(run.text))[-1] == "card"
+
+
+def test_health_answers_503_when_the_database_is_gone(tmp_path: Path) -> None:
+    deck = _deck(f"sqlite:///{tmp_path / 'gone.sqlite'}")
+    with TestClient(create_app(deck, api_keys=HASHES)) as test_client:
+        deck.close()
+        response = test_client.get("/health")
+    assert response.status_code == 503 and response.json()["status"] == "unavailable"
+
+
+# -- identity and isolation -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/threads/{id}", None),
+        ("GET", "/threads/{id}/history", None),
+        ("POST", "/threads/{id}/resume", {"answers": DEMO_ANSWERS}),
+        ("POST", "/threads/{id}/runs", RUN),
+    ],
+)
+def test_another_users_thread_answers_404_like_an_unknown_one(
+    client: TestClient, method: str, path: str, body: Any
+) -> None:
+    thread, _ = paused(client)
+    history = client.get(f"/threads/{thread}/history", headers=auth()).json()
+    foreign = client.request(method, path.format(id=thread), headers=auth("bob"), json=body)
+    unknown = client.request(method, path.format(id="no-such"), headers=auth("bob"), json=body)
+    assert error_of(foreign, 404)["code"] == error_of(unknown, 404)["code"] == "THREAD_NOT_FOUND"
+    assert foreign.json()["error"]["message"].replace(thread, "X") == unknown.json()["error"][
+        "message"
+    ].replace("no-such", "X")
+    # Nothing changed for alice.
+    assert client.get(f"/threads/{thread}/history", headers=auth()).json() == history
+
+
+def test_identity_comes_only_from_the_api_key(client: TestClient) -> None:
+    thread = new_thread(client)
+    forged = {**RUN, "input": {"documents": [], "user_id": "bob"}}
+    error = error_of(client.post(f"/threads/{thread}/runs", headers=auth(), json=forged), 422)
+    assert error["code"] == "INVALID_INPUT" and "identity" in error["message"]
+    extra = {**RUN, "user_id": "bob"}
+    error = error_of(client.post(f"/threads/{thread}/runs", headers=auth(), json=extra), 422)
+    assert error["code"] == "INVALID_REQUEST"
+    assert client.get(f"/threads/{thread}", headers=auth()).json()["status"] == "new"
+
+
+def test_tools_get_the_key_users_id_through_the_run_config(tmp_path: Path) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def whoami(q: str, user_id: str | None = None, matter_id: str | None = None) -> str:
+        seen.append({"user_id": user_id, "matter_id": matter_id})
+        return "noted"
+
+    class Args(BaseModel):
+        q: str
+        user_id: Annotated[str | None, InjectedToolArg] = None
+        matter_id: Annotated[str | None, InjectedToolArg] = None
+
+    tool = StructuredTool.from_function(
+        whoami, name="probe__whoami", description="Who runs me.", args_schema=Args
+    )
+    bundle = write_bundle(tmp_path / "skills", "who", meta={"tools": ["probe__whoami"]})
+    turns = [{"tool_calls": [{"name": "probe__whoami", "args": {"q": "hi"}}]}, output()]
+    script = tmp_path / "who.yaml"
+    script.write_text(yaml.safe_dump({"skills": {"who": turns}}), "utf-8")
+    deck = SkillDeck(
+        bundle,
+        checkpointer="memory://",
+        settings=Settings(model=f"scripted:{script}"),
+        tools=ToolRegistry([tool]),
+    )
+    with TestClient(create_app(deck, api_keys=HASHES)) as test_client:
+        thread = new_thread(test_client, "bob")
+        body = {"context": "ctx", "matter_id": "m-b", "input": {"q": 1}}
+        response = test_client.post(f"/threads/{thread}/runs", headers=auth("bob"), json=body)
+    deck.close()
+    assert names(sse(response.text))[-1] == "done"
+    assert seen == [{"user_id": "bob", "matter_id": "m-b"}]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"X-API-Key": "wrong"}, {"Authorization": "Basic x"}],
+)
+def test_a_missing_or_unknown_key_is_401(client: TestClient, headers: dict[str, str]) -> None:
+    thread, _ = paused(client)
+    for response in (
+        client.post("/threads", headers=headers),
+        client.get(f"/threads/{thread}", headers=headers),
+        client.post(f"/threads/{thread}/resume", headers=headers, json={"answers": {}}),
+    ):
+        assert error_of(response, 401)["code"] == "UNAUTHORIZED"
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_refused_matter_answers_404(demo_deck: SkillDeck) -> None:
+    app = create_app(demo_deck, api_keys=HASHES, matter_check=lambda user, matter: matter == "m-a")
+    with TestClient(app) as test_client:
+        thread = new_thread(test_client)
+        response = test_client.post(f"/threads/{thread}/runs", headers=auth(), json=RUN)
+    assert error_of(response, 404)["code"] == "MATTER_NOT_FOUND"
+
+
+# -- bad requests: a clear 4xx, nothing changed -----------------------------------------------
+def test_answers_for_a_field_the_card_did_not_ask_for_are_422(client: TestClient) -> None:
+    thread, card = paused(client)
+    history = client.get(f"/threads/{thread}/history", headers=auth()).json()
+    answers = {**DEMO_ANSWERS, "profile.plaintiff.name": "Mallory"}
+    response = client.post(f"/threads/{thread}/resume", headers=auth(), json={"answers": answers})
+    error = error_of(response, 422)
+    assert error["code"] == "INVALID_ANSWERS"
+    assert error["errors"] == [
+        {"field_key": "profile.plaintiff.name", "message": "this card did not ask for it"}
+    ]
+    assert error["card"]["interrupt_id"] == card["interrupt_id"]
+    assert client.get(f"/threads/{thread}/history", headers=auth()).json() == history
+    # The card can still be answered.
+    response = client.post(
+        f"/threads/{thread}/resume", headers=auth(), json={"answers": DEMO_ANSWERS}
+    )
+    assert names(sse(response.text))[-1] == "done"
+
+
+def test_oversized_bodies_are_413(client: TestClient) -> None:
+    thread, _ = paused(client)
+    history = client.get(f"/threads/{thread}/history", headers=auth()).json()
+    big = {"answers": {**DEMO_ANSWERS, "profile.defendant.name": "x" * MAX_BODY}}
+    url = f"/threads/{thread}/resume"
+    error = error_of(client.post(url, headers=auth(), json=big), 413)
+    assert error["code"] == "PAYLOAD_TOO_LARGE" and str(MAX_BODY) in error["message"]
+    # Without a Content-Length (chunked), the limit holds while reading.
+    chunks = iter([json.dumps(big).encode()[i : i + 4096] for i in range(0, MAX_BODY + 100, 4096)])
+    headers = {**auth(), "Content-Type": "application/json"}
+    assert error_of(client.post(url, headers=headers, content=chunks), 413)
+    assert client.get(f"/threads/{thread}/history", headers=auth()).json() == history
+
+
+def test_stale_and_missing_cards_are_409(client: TestClient) -> None:
+    thread, card = paused(client)
+    url = f"/threads/{thread}/resume"
+    stale = {"answers": DEMO_ANSWERS, "interrupt_id": "an-old-card"}
+    error = error_of(client.post(url, headers=auth(), json=stale), 409)
+    assert error["code"] == "STALE_INTERRUPT" and card["interrupt_id"] in error["message"]
+    error = error_of(client.post(f"/threads/{thread}/runs", headers=auth(), json=RUN), 409)
+    assert error["code"] == "CARD_PENDING"
+
+    client.post(url, headers=auth(), json={"answers": DEMO_ANSWERS})
+    again = {"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]}
+    assert error_of(client.post(url, headers=auth(), json=again), 409)["code"] == "NO_PENDING_CARD"
+    fresh = new_thread(client)
+    response = client.post(f"/threads/{fresh}/resume", headers=auth(), json={"answers": {}})
+    assert error_of(response, 409)["code"] == "NO_PENDING_CARD"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[]",
+        b'{"context": ""}',
+        b'{"context": "matter", "matter_id": "../other"}',
+        b'{"input": {}}',
+    ],
+)
+def test_malformed_run_bodies_are_422(client: TestClient, body: bytes) -> None:
+    thread = new_thread(client)
+    headers = {**auth(), "Content-Type": "application/json"}
+    response = client.post(f"/threads/{thread}/runs", headers=headers, content=body)
+    assert error_of(response, 422)["code"] == "INVALID_REQUEST"
+    assert client.get(f"/threads/{thread}", headers=auth()).json()["status"] == "new"
+
+
+def test_unknown_routes_answer_the_json_error_body(client: TestClient) -> None:
+    assert error_of(client.get("/nope"), 404)["code"] == "NOT_FOUND"
+    assert error_of(client.delete("/threads"), 405)["code"] == "METHOD_NOT_ALLOWED"
+
+
+# -- resume once ------------------------------------------------------------------------------
+def _race(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
+    barrier = threading.Barrier(len(calls))
+    results: list[httpx.Response] = []
+
+    def go(call: Callable[[], httpx.Response]) -> None:
+        barrier.wait()
+        results.append(call())
+
+    workers = [threading.Thread(target=go, args=(c,)) for c in calls]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    return sorted(results, key=lambda r: r.status_code)
+
+
+def test_double_resume_on_two_servers_has_exactly_one_winner(database_url: str) -> None:
+    """Two apps on one database stand for two server processes behind a load balancer."""
+    first, second = _deck(database_url), _deck(database_url)
+    with (
+        TestClient(create_app(first, api_keys=HASHES)) as one,
+        TestClient(create_app(second, api_keys=HASHES)) as two,
+    ):
+        thread, card = paused(one)
+        body = {"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]}
+        won, lost = _race(
+            [
+                lambda: one.post(f"/threads/{thread}/resume", headers=auth(), json=body),
+                lambda: two.post(f"/threads/{thread}/resume", headers=auth(), json=body),
+            ]
+        )
+        assert won.status_code == 200 and names(sse(won.text))[-1] == "done"
+        assert error_of(lost, 409)["code"] in ("ALREADY_RESUMED", "NO_PENDING_CARD")
+        state = two.get(f"/threads/{thread}", headers=auth()).json()["state"]
+    # The scripted model has four turns: applying the answers twice would need a fifth.
+    assert state["calls"] == {"litigation-intake": 4}
+    first.close()
+    second.close()
+
+
+def test_double_resume_on_one_server_has_exactly_one_winner(client: TestClient) -> None:
+    thread, card = paused(client)
+    body = {"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]}
+    url = f"/threads/{thread}/resume"
+    won, lost = _race([lambda: client.post(url, headers=auth(), json=body)] * 2)
+    assert won.status_code == 200 and names(sse(won.text))[-1] == "done"
+    assert error_of(lost, 409)["code"] in ("THREAD_BUSY", "ALREADY_RESUMED", "NO_PENDING_CARD")
+
+
+def test_a_card_claimed_by_another_process_is_409(client: TestClient, demo_deck: SkillDeck) -> None:
+    thread, card = paused(client)
+    assert demo_deck.claims.claim(thread, card["interrupt_id"])
+    body = {"answers": DEMO_ANSWERS}
+    response = client.post(f"/threads/{thread}/resume", headers=auth(), json=body)
+    assert error_of(response, 409)["code"] == "ALREADY_RESUMED"
+    assert client.get(f"/threads/{thread}", headers=auth()).json()["status"] == "interrupted"
+
+
+# -- API keys ---------------------------------------------------------------------------------
+def test_api_keys_load_from_env_or_file_and_refuse_plain_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(API_KEYS_ENV, raising=False)
+    with pytest.raises(SkillDeckError, match="no API keys configured"):
+        ApiKeys.load()
+    monkeypatch.setenv(API_KEYS_ENV, json.dumps(HASHES))
+    assert ApiKeys.load().user_for(KEYS["bob"]) == "bob"
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps(HASHES))
+    monkeypatch.setenv(API_KEYS_ENV, str(path))
+    assert ApiKeys.load().user_for(KEYS["alice"]) == "alice"
+    assert ApiKeys.load(path).user_for("guess") is None
+    with pytest.raises(SkillDeckError, match="store hashes, not keys"):
+        ApiKeys({KEYS["alice"]: "alice"})
+    with pytest.raises(SkillDeckError, match="does not exist"):
+        ApiKeys.load(tmp_path / "missing.json")
+    path.write_text("[1, 2]")
+    with pytest.raises(SkillDeckError, match="must be a JSON object"):
+        ApiKeys.load(path)
+
+
+def test_keys_cli_makes_a_key_and_stores_only_its_hash(tmp_path: Path) -> None:
+    runner = CliRunner()
+    path = tmp_path / "keys.json"
+    made = runner.invoke(cli, ["keys", "new", "--user", "carol", "--file", str(path)])
+    assert made.exit_code == 0, made.output
+    key = made.stdout.strip().splitlines()[-1]
+    stored = json.loads(path.read_text())
+    assert key not in path.read_text() and stored == {hash_key(key): "carol"}
+    assert ApiKeys.load(path).user_for(key) == "carol"
+    hashed = runner.invoke(cli, ["keys", "hash", key])
+    assert hashed.stdout.strip() == hash_key(key)
+
+
+# -- a real uvicorn process -------------------------------------------------------------------
+SLOW_S = 1.5
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``skilldeck serve`` on a free port: the demo skill plus ``slow``, whose preprocess
+    step sleeps, so a client can leave in the middle of a run."""
+    root = tmp_path_factory.mktemp("serve")
+    write_bundle(
+        root / "skills",
+        "slow",
+        meta={"triggers": {"contexts": ["slow"]}},
+        scripts={"preprocess": f"import time\ndef preprocess(state):\n    time.sleep({SLOW_S})\n"},
+    )
+    ask = output(
+        action="ask_user",
+        review_type="clarify",
+        questions=[
+            {"question": "Note?", "field_key": "note", "input_type": "text", "required": True}
+        ],
+    )
+    script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
+    script["skills"]["slow"] = [ask, output(action="finish", data={})]
+    (root / "script.yaml").write_text(yaml.safe_dump(script), "utf-8")
+    (root / "keys.json").write_text(json.dumps(HASHES), "utf-8")
+    port = _free_port()
+    command = [
+        sys.executable,
+        *("-m", "skilldeck.cli", "serve", "--port", str(port)),
+        *("--keys", str(root / "keys.json"), "--model", f"scripted:{root / 'script.yaml'}"),
+        *("--checkpoint", f"sqlite:///{root / 'serve.sqlite'}"),
+        *("--skills", str(builtin_skills_dir() / "litigation-intake")),
+        *("--skills", str(root / "skills" / "slow")),
+    ]
+    env = {**os.environ, "SKILLDECK_FILES_ROOT": str(DEMO_FILES)}
+    log = (root / "server.log").open("w")
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (root / "server.log").read_text()
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            # uvicorn shuts down gracefully, then re-raises the signal it caught.
+            assert proc.wait(30) in (0, -signal.SIGTERM), (root / "server.log").read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+
+
+def _until(check: Callable[[], bool], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def _read_events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any], float]]:
+    """Events as they arrive, with the time each arrived."""
+    name = None
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: ") and name:
+            yield name, json.loads(line.removeprefix("data: ")), time.monotonic()
+
+
+def test_uvicorn_streams_events_as_they_happen(served: str) -> None:
+    with httpx.Client(base_url=served, headers=auth(), timeout=30) as http:
+        thread = http.post("/threads").json()["thread_id"]
+        with http.stream("POST", f"/threads/{thread}/runs", json={"context": "slow"}) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = list(_read_events(response))
+        assert [n for n, _, _ in events] == ["step", "step", "skill_result", "card"]
+        # The router's step arrived while the skill was still working: streamed, not buffered.
+        assert events[-1][2] - events[0][2] > SLOW_S * 0.8
+        thread = http.post("/threads").json()["thread_id"]
+        demo = http.post(f"/threads/{thread}/runs", json=RUN)
+        card = sse(demo.text)[-1][1]
+        done = http.post(
+            f"/threads/{thread}/resume",
+            json={"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]},
+        )
+        assert names(sse(done.text))[-1] == "done"
+
+
+def test_a_client_that_disconnects_mid_stream_does_not_stop_the_run(served: str) -> None:
+    with httpx.Client(base_url=served, headers=auth(), timeout=30) as http:
+        thread = http.post("/threads").json()["thread_id"]
+        with http.stream("POST", f"/threads/{thread}/runs", json={"context": "slow"}) as response:
+            first = next(_read_events(response))
+            assert first[0] == "step"
+        # Gone after the first step: the skill is still working on the server.
+        assert http.get(f"/threads/{thread}").json()["status"] == "running"
+        _until(lambda: http.get(f"/threads/{thread}").json()["status"] == "interrupted")
+        card = http.get(f"/threads/{thread}").json()["card"]
+        assert card["questions"][0]["field_key"] == "note"
+        body = {"answers": {"note": "written"}, "interrupt_id": card["interrupt_id"]}
+        with http.stream("POST", f"/threads/{thread}/resume", json=body) as response:
+            assert next(_read_events(response))[0] == "step"
+        _until(lambda: http.get(f"/threads/{thread}").json()["status"] == "finished")
+        assert http.get(f"/threads/{thread}").json()["state"]["note"] == "written"
+
+
+# -- schemathesis on the app's own schema -----------------------------------------------------
+@pytest.fixture(scope="module")
+def api_schema() -> Iterator[Any]:
+    deck = SkillDeck(
+        checkpointer="memory://",
+        settings=Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES)),
+    )
+    app = create_app(deck, api_keys=HASHES, max_body_bytes=MAX_BODY)
+    yield schemathesis.openapi.from_asgi("/openapi.json", app)
+    deck.close()
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@schema.parametrize()
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_fuzzed_requests_get_documented_answers_and_no_5xx(case: Any) -> None:
+    case.call_and_validate(headers=auth())
