@@ -1,0 +1,339 @@
+"""Read runs back from their checkpoints: threads, steps, state diffs and forks.
+
+Everything here goes through the deck's compiled graph and checkpointer, so it reads any
+checkpointer a deck runs on (memory, SQLite, PostgreSQL). Rows are lists of JSON-native dicts;
+pass ``frame=True`` (or call :func:`as_frame`) for pandas DataFrames, which need the
+``notebooks`` extra (``pip install 'skilldeck[notebooks]'``).
+
+Example:
+    >>> from skilldeck.checkpoints.inspect import diff, list_threads, steps
+    >>> list_threads(deck, status="interrupted")
+    >>> rows = steps(deck, thread_id)
+    >>> diff(deck, thread_id, rows[0]["checkpoint_id"], rows[-1]["checkpoint_id"])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, get_args
+
+from langgraph.types import Interrupt, StateSnapshot
+
+from skilldeck._internal.paths import get_path
+from skilldeck.errors import CheckpointError, MissingExtraError, SkillDeckError
+from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, TOOLS_NODE
+from skilldeck.types import Card, RunResult, ThreadStatus
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    from skilldeck.deck import SkillDeck, SkillsSource
+
+__all__ = [
+    "as_frame",
+    "diff",
+    "fork",
+    "list_threads",
+    "pending_card",
+    "step_rows",
+    "steps",
+    "thread_status",
+]
+
+# Graph nodes that are not skills; any other node a step ran is a skill's node.
+_ENGINE_NODES = frozenset({"__start__", ROUTER_NODE, TOOLS_NODE, CARD_NODE})
+
+
+def thread_status(snapshot: StateSnapshot) -> ThreadStatus:
+    """Where a thread stands at ``snapshot``: running, interrupted, finished or failed."""
+    if snapshot.interrupts:
+        return "interrupted"
+    status = snapshot.values.get("status")
+    if status in ("finished", "failed") and not snapshot.next:
+        return status  # type: ignore[no-any-return]
+    return "running" if snapshot.next else "finished"
+
+
+def pending_card(pending: Interrupt) -> Card:
+    """The card payload of a pending interrupt, with its ``interrupt_id``."""
+    return {**pending.value, "interrupt_id": pending.id}  # type: ignore[typeddict-item]
+
+
+def step_rows(snapshots: Iterable[StateSnapshot]) -> list[dict[str, Any]]:
+    """One row per super-step, oldest first, from a thread's snapshots (newest first, as
+    ``graph.get_state_history`` yields them). :meth:`SkillDeck.history` returns these rows.
+
+    Keys (``None`` when a step has no such thing):
+
+    - ``checkpoint_id``, ``parent_id``, ``step``, ``source`` (input, loop, update),
+      ``created_at``, ``status`` (the thread's status at this checkpoint), ``next``;
+    - ``ran`` (the nodes that ran to make this checkpoint) and ``node`` (the same, joined, or the
+      source for a checkpoint no node made);
+    - ``in_skill``: the skill the step worked for (its own node, its tool calls or its card);
+    - ``skill``, ``attempt``, ``action``, ``validation_errors``, ``model``, ``tokens``,
+      ``attempt_ms``: from the attempt record, only on the step that ended the attempt
+      (``action`` ``rejected`` is a retry);
+    - ``tool_calls``: the calls a skill step asked for (``status`` requested) or a tools step ran
+      (``status`` ok, error or refused, with ``ms``);
+    - ``elapsed_ms``: wall time since the parent checkpoint (a card's step includes the wait for
+      the answer);
+    - ``card``: the card the thread waits on at this checkpoint; ``answers``: the answers a card
+      step wrote (``{field_key: value}``); ``error``: the error a failing step recorded.
+    """
+    rows: list[dict[str, Any]] = []
+    ran: list[str] = []
+    before: Mapping[str, Any] = {}
+    for snap in reversed(list(snapshots)):
+        meta = snap.metadata or {}
+        values = snap.values
+        attempt = values.get("attempt") or {}
+        # The state carries the last attempt forward; report it only on the step that made it.
+        fresh = attempt if attempt != (before.get("attempt") or {}) else {}
+        error = values.get("error")
+        rows.append(
+            {
+                "checkpoint_id": snap.config["configurable"].get("checkpoint_id"),
+                "parent_id": (snap.parent_config or {})
+                .get("configurable", {})
+                .get("checkpoint_id"),
+                "step": meta.get("step"),
+                "source": meta.get("source"),
+                "ran": ran,
+                "node": ",".join(ran) or meta.get("source"),
+                "next": list(snap.next),
+                "created_at": snap.created_at,
+                "status": thread_status(snap),
+                "in_skill": _in_skill(ran, before, fresh),
+                "skill": fresh.get("skill"),
+                "attempt": fresh.get("attempt"),
+                "action": fresh.get("action"),
+                "validation_errors": fresh.get("validation_errors", []),
+                "model": fresh.get("model"),
+                "tokens": fresh.get("tokens"),
+                "attempt_ms": fresh.get("duration_ms"),
+                "tool_calls": _tool_calls(ran, before, values),
+                "elapsed_ms": _elapsed_ms(rows[-1]["created_at"] if rows else None, snap),
+                "card": pending_card(snap.interrupts[0]) if snap.interrupts else None,
+                "answers": _answers(ran, before, values),
+                "error": error if error and error != before.get("error") else None,
+            }
+        )
+        ran, before = list(snap.next), values
+    return rows
+
+
+def _in_skill(
+    ran: Sequence[str], before: Mapping[str, Any], fresh: Mapping[str, Any]
+) -> str | None:
+    skills = [n for n in ran if n not in _ENGINE_NODES]
+    if skills:
+        return skills[0]
+    if fresh:
+        return str(fresh["skill"])
+    if TOOLS_NODE in ran:
+        return (before.get("turn") or {}).get("skill")
+    if CARD_NODE in ran:
+        return (before.get("card") or {}).get("skill")
+    return None
+
+
+def _tool_calls(
+    ran: Sequence[str], before: Mapping[str, Any], after: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    old, new = before.get("turn") or {}, after.get("turn") or {}
+    if TOOLS_NODE in ran:
+        args = {c["id"]: c.get("args") for c in old.get("pending", [])}
+        done = new.get("tool_calls", [])[len(old.get("tool_calls", [])) :]
+        return [
+            {"name": c["name"], "args": args.get(c["id"]), "status": c["status"], "ms": c["ms"]}
+            for c in done
+        ]
+    if any(n not in _ENGINE_NODES for n in ran) and new.get("pending") != old.get("pending"):
+        return [
+            {"name": c["name"], "args": c["args"], "status": "requested", "ms": None}
+            for c in new.get("pending", [])
+        ]
+    return []
+
+
+def _answers(
+    ran: Sequence[str], before: Mapping[str, Any], after: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    card = before.get("card")
+    if CARD_NODE not in ran or not card or after.get("card"):
+        return None
+    return {q["field_key"]: get_path(after, q["field_key"]) for q in card["questions"]}
+
+
+def _elapsed_ms(parent_time: str | None, snap: StateSnapshot) -> float | None:
+    if parent_time is None or snap.created_at is None:
+        return None
+    delta = datetime.fromisoformat(snap.created_at) - datetime.fromisoformat(parent_time)
+    return round(delta.total_seconds() * 1000, 1)
+
+
+# -- the inspection API ---------------------------------------------------------------------
+def as_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """``rows`` as a pandas DataFrame.
+
+    Raises:
+        MissingExtraError: pandas is not installed.
+    """
+    try:
+        import pandas as pd
+    except ImportError:
+        raise MissingExtraError("pandas", "notebooks") from None
+    return pd.DataFrame(list(rows))
+
+
+def _out(rows: list[dict[str, Any]], frame: bool) -> Any:
+    return as_frame(rows) if frame else rows
+
+
+def list_threads(
+    deck: SkillDeck,
+    user: str | None = None,
+    status: ThreadStatus | None = None,
+    *,
+    frame: bool = False,
+) -> Any:
+    """One row per thread, newest first: thread_id, user, created, updated, status, last_skill,
+    steps. ``user`` and ``status`` keep only the matching threads.
+
+    Returns:
+        A list of dicts, or a DataFrame with ``frame=True``.
+
+    Raises:
+        SkillDeckError: ``status`` is not running, interrupted, finished or failed.
+    """
+    allowed = get_args(ThreadStatus)
+    if status is not None and status not in allowed:
+        raise SkillDeckError(f"unknown thread status {status!r}; use one of {', '.join(allowed)}")
+    rows = [
+        {
+            "thread_id": t.thread_id,
+            "user": t.user_id,
+            "created": t.created_at,
+            "updated": t.updated_at,
+            "status": t.status,
+            "last_skill": t.last_skill,
+            "steps": t.steps,
+        }
+        for t in deck.threads()
+        if (user is None or t.user_id == user) and (status is None or t.status == status)
+    ]
+    return _out(rows, frame)
+
+
+def steps(deck: SkillDeck, thread_id: str, *, frame: bool = False) -> Any:
+    """One row per super-step of a thread, oldest first; the keys are listed in
+    :func:`step_rows`.
+
+    Raises:
+        ThreadNotFoundError: the thread is unknown.
+    """
+    return _out(deck.history(thread_id), frame)
+
+
+def _values_at(deck: SkillDeck, thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
+    configurable = {"thread_id": thread_id}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    snapshot = deck.graph.get_state({"configurable": configurable})
+    if snapshot.created_at is None:
+        raise CheckpointError(
+            f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; list them with "
+            "steps(deck, thread_id)"
+        )
+    return dict(snapshot.values)
+
+
+def diff(
+    deck: SkillDeck,
+    thread_id: str,
+    a: str,
+    b: str | None = None,
+    *,
+    frame: bool = False,
+) -> Any:
+    """What changed in the state from checkpoint ``a`` to checkpoint ``b`` (default: the
+    thread's latest), as rows ``{path, change, old, new}``: ``path`` is a dot path (list items
+    by index, ``profile.facts.0``), ``change`` is added, removed or changed.
+
+    Raises:
+        ThreadNotFoundError: the thread is unknown.
+        CheckpointError: ``a`` or ``b`` is not a checkpoint of this thread.
+    """
+    deck.get_thread(thread_id)  # ThreadNotFoundError before any checkpoint lookup
+    old, new = _flatten(_values_at(deck, thread_id, a)), _flatten(_values_at(deck, thread_id, b))
+    rows = []
+    for path in [*old, *(p for p in new if p not in old)]:
+        if path not in new:
+            rows.append({"path": path, "change": "removed", "old": old[path], "new": None})
+        elif path not in old:
+            rows.append({"path": path, "change": "added", "old": None, "new": new[path]})
+        elif old[path] != new[path]:
+            rows.append({"path": path, "change": "changed", "old": old[path], "new": new[path]})
+    return _out(rows, frame)
+
+
+def _flatten(value: Any, prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Leaves of a nested value by dot path; empty mappings and lists are leaves."""
+    out = {} if out is None else out
+    if isinstance(value, Mapping) and value:
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list) and value:
+        items = enumerate(value)
+    else:
+        out[prefix] = value
+        return out
+    for key, item in items:
+        _flatten(item, f"{prefix}.{key}" if prefix else str(key), out)
+    return out
+
+
+def fork(
+    deck: SkillDeck,
+    thread_id: str,
+    checkpoint_id: str,
+    update: Mapping[str, Any] | None = None,
+    *,
+    model: str | None = None,
+    skills: SkillsSource | None = None,
+    new_thread_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    callbacks: Sequence[BaseCallbackHandler] | None = None,
+) -> RunResult:
+    """Time travel: copy a thread as it was at ``checkpoint_id`` into a new thread and run on.
+
+    ``update`` changes state keys first (see :meth:`SkillDeck.fork`). ``model`` (a model spec
+    such as ``scripted:turns.yaml`` or ``openai:gpt-4o-mini``) or ``skills`` (for example an
+    edited copy of a bundle folder, to try a prompt change) run the fork on a second deck built
+    over the same checkpointer and store; the original thread is never touched. Later calls on
+    the fork (``resume`` after a card) run on whichever deck they are made on.
+
+    Raises:
+        ThreadNotFoundError, CheckpointError: as :meth:`SkillDeck.fork`.
+        ModelConfigError: ``model`` cannot be built; nothing was forked.
+    """
+    kwargs: dict[str, Any] = {
+        "new_thread_id": new_thread_id,
+        "metadata": metadata,
+        "callbacks": callbacks,
+    }
+    if model is None and skills is None:
+        return deck.fork(thread_id, checkpoint_id, update, **kwargs)
+    settings = deck.settings.model_copy(update={"model": model}) if model else deck.settings
+    other = type(deck)(
+        deck.bundles if skills is None else skills,
+        checkpointer=deck.checkpointer,
+        store=deck.store,
+        settings=settings,
+        tools=deck.tools,
+    )
+    # A deck given a checkpointer object does not close it, so this leaves `deck` usable.
+    with other:
+        other.check_models()
+        return other.fork(thread_id, checkpoint_id, update, **kwargs)

@@ -1,0 +1,88 @@
+"""The notebooks in notebooks/: committed without outputs, and each runs on a fresh kernel.
+
+Execution uses nbclient with the ``python3`` kernel. jupyter_client finds ipykernel's own
+kernelspec (and runs it with this interpreter) even when none is installed, so no
+``ipykernel install`` step is needed. Each notebook runs in notebooks/ (as Jupyter runs it) and
+writes its files into a temp folder of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+pytestmark = pytest.mark.L2
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NAMES = ("quickstart", "inspect_runs", "eval_report")
+
+# A line each notebook's last cell prints, and how many pictures it must display.
+EXPECTED = {
+    "quickstart": (r"quickstart: thread \w+ finished", 0),
+    "inspect_runs": (r"inspect_runs: 3 threads, fork finished", 2),
+    "eval_report": (r"eval_report: 3 buckets, good 0\.\d+, worse 0\.\d+", 1),
+}
+
+
+def leftovers(nb: Any) -> list[str]:
+    """Why a notebook is not clean: code cells with outputs or execution counts."""
+    problems = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if cell.get("outputs"):
+            problems.append(f"cell {index} has outputs")
+        if cell.get("execution_count") is not None:
+            problems.append(f"cell {index} has an execution count")
+    return problems
+
+
+def test_every_notebook_is_listed() -> None:
+    assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == sorted(NAMES)
+    readme = (NOTEBOOKS / "README.md").read_text("utf-8")
+    assert all(f"{name}.ipynb" in readme for name in NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_has_no_outputs(name: str) -> None:
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert leftovers(nb) == [], f"strip {name}.ipynb: clear its outputs before committing"
+
+
+def test_leftovers_finds_outputs() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("1"), nbformat.v4.new_markdown_cell("x")]
+    assert leftovers(nb) == []
+    nb.cells[0].execution_count = 3
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    assert leftovers(nb) == ["cell 0 has outputs", "cell 0 has an execution count"]
+
+
+def _run(name: str) -> Any:
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    client = NotebookClient(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    )
+    client.execute()  # raises CellExecutionError when a cell raises
+    return nb
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs(name: str) -> None:
+    before = sorted(p.name for p in NOTEBOOKS.iterdir())
+    nb = _run(name)
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    line, pictures = EXPECTED[name]
+    assert re.search(line, text), text[-2000:]
+    shown = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(shown) == pictures
+    # Notebooks write into temp folders, never next to themselves.
+    assert sorted(p.name for p in NOTEBOOKS.iterdir()) == before
