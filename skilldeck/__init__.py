@@ -6,7 +6,9 @@
 
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import (
+    AlreadyResumedError,
     BundleError,
+    CardPendingError,
     CheckpointError,
     ErrorCode,
     InvalidAnswersError,
@@ -14,19 +16,39 @@ from skilldeck.errors import (
     NoPendingCardError,
     SkillDeckError,
     StaleInterruptError,
+    ThreadBusyError,
     ThreadNotFoundError,
 )
 from skilldeck.scripted import ScriptedChatModel
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, load_skills
-from skilldeck.types import Card, CardQuestion, RunResult, ThreadStatus, ThreadSummary
+from skilldeck.types import (
+    Card,
+    CardEvent,
+    CardQuestion,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    RunResult,
+    SkillResultEvent,
+    StepEvent,
+    ThreadStatus,
+    ThreadSummary,
+    ToolCallEvent,
+)
 
 __all__ = [
+    "AlreadyResumedError",
     "BundleError",
     "Card",
+    "CardEvent",
+    "CardPendingError",
     "CardQuestion",
     "CheckpointError",
+    "DoneEvent",
     "ErrorCode",
+    "ErrorEvent",
+    "Event",
     "InvalidAnswersError",
     "ModelConfigError",
     "NoPendingCardError",
@@ -36,9 +58,13 @@ __all__ = [
     "SkillBundle",
     "SkillDeck",
     "SkillDeckError",
+    "SkillResultEvent",
     "StaleInterruptError",
+    "StepEvent",
+    "ThreadBusyError",
     "ThreadNotFoundError",
     "ThreadStatus",
     "ThreadSummary",
+    "ToolCallEvent",
     "load_skills",
 ]

@@ -18,6 +18,8 @@ from skilldeck import demo as demo_data
 from skilldeck.checkpoints import open_persistence
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import InvalidAnswersError, SkillDeckError
+from skilldeck.evals.cli import eval_app
+from skilldeck.server.commands import keys_app, serve
 from skilldeck.services import open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.tools.importers import read_messages_file
@@ -28,6 +30,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.add_typer(eval_app, name="eval")
+app.add_typer(keys_app, name="keys")
+app.command()(serve)
 out = Console()
 err = Console(stderr=True)
 
@@ -220,44 +225,94 @@ def threads(
 @app.command()
 def show(
     thread: Annotated[str, typer.Argument(help="Thread id.")],
+    timeline: Annotated[
+        Path | None, typer.Option("--timeline", help="Also draw the steps into this PNG/SVG.")
+    ] = None,
     skills: SkillsOpt = None,
     checkpoint: CheckpointOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show a thread: its state, its history of steps and its cards."""
+    """Show a thread: its state, a table of its steps and its cards (--timeline: a plot)."""
+    from skilldeck.checkpoints.inspect import steps
+    from skilldeck.pictures import timeline as draw_timeline
+
     try:
         with _deck(skills, checkpoint, None, existing=True) as deck:
             result = deck.get_thread(thread)
-            history = deck.history(thread)
+            rows = steps(deck, thread)
+            if timeline is not None:
+                draw_timeline(deck, thread, timeline)
     except SkillDeckError as exc:
         _fail(exc, as_json)
     if as_json:
-        print(json.dumps({**_summary(result), "history": history}, ensure_ascii=False, default=str))
+        body = {**_summary(result), "history": rows}
+        if timeline is not None:
+            body["timeline"] = str(timeline)
+        print(json.dumps(body, ensure_ascii=False, default=str))
         return
-    table = Table("step", "ran", "skill", "attempt", "action", "status", "card", title="history")
-    for row in history:
+    out.print(_steps_table(rows))
+    _print_result(result, False)
+    if timeline is not None:
+        out.print(f"timeline: {timeline}", highlight=False)
+
+
+def _steps_table(rows: list[dict[str, Any]]) -> Table:
+    columns = ("step", "node", "skill", "attempt", "action", "tools", "model", "tokens", "ms")
+    table = Table(*columns, "status", "card", title="steps")
+    for row in rows:
+        action = row["action"] or ""
+        if row["validation_errors"]:
+            action += f" ({len(row['validation_errors'])} errors)"
+        tools = ", ".join(f"{c['name']} {c['status']}" for c in row["tool_calls"])
+        tokens = (row["tokens"] or {}).get("total_tokens")
+        card = "asked" if row["card"] else "answered" if row["answers"] else ""
         table.add_row(
             str(row["step"]),
-            ",".join(row["ran"]),
-            row["skill"] or "",
+            row["node"] or "",
+            row["in_skill"] or "",
             str(row["attempt"] or ""),
-            row["action"] or "",
+            action,
+            tools,
+            _short_model(row["model"]),
+            "" if tokens is None else str(tokens),
+            "" if row["elapsed_ms"] is None else f"{row['elapsed_ms']:g}",
             row["status"],
-            "asked" if row["card"] else "",
+            card,
         )
-    out.print(table)
-    _print_result(result, False)
+    return table
+
+
+def _short_model(label: str | None) -> str:
+    """``scripted:/long/path/turns.yaml`` → ``scripted:turns.yaml``: tables stay narrow."""
+    provider, _, name = (label or "").rpartition(":")
+    return f"{provider}:{Path(name).name}" if provider and "/" in name else label or ""
 
 
 @app.command()
-def graph(skills: SkillsOpt = None, as_json: JsonOpt = False) -> None:
-    """Print the compiled graph as Mermaid text."""
+def graph(
+    png: Annotated[Path | None, typer.Option("--png", help="Draw the graph into a PNG.")] = None,
+    svg: Annotated[Path | None, typer.Option("--svg", help="Draw the graph into an SVG.")] = None,
+    skills: SkillsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the compiled graph as Mermaid text, or draw it offline with Graphviz."""
+    from skilldeck.pictures import graph_picture
+
+    pictures = [p for p in (png, svg) if p is not None]
     try:
         with _deck(skills, "memory://", None) as deck:
             text = deck.mermaid()
+            for picture, fmt in ((png, "png"), (svg, "svg")):
+                if picture is not None:
+                    graph_picture(deck, picture, format=fmt)
     except SkillDeckError as exc:
         _fail(exc, as_json)
-    print(json.dumps({"mermaid": text}) if as_json else text)
+    if as_json:
+        print(json.dumps({"mermaid": text, "pictures": [str(p) for p in pictures]}))
+    elif pictures:
+        out.print("\n".join(f"wrote {p}" for p in pictures), highlight=False)
+    else:
+        print(text)
 
 
 def _ask(card: Card) -> dict[str, Any]:

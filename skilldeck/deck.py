@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,10 +16,22 @@ from langgraph.channels import LastValue
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
-from langgraph.types import Command, Interrupt, StateSnapshot
+from langgraph.types import Command, StateSnapshot
 
-from skilldeck.checkpoints.open import Persistence, open_persistence
+from skilldeck._internal.aio import LoopGraphs
+from skilldeck._internal.events import EventTranslator, terminal_event
+from skilldeck.checkpoints.claims import InterruptClaims, MemoryClaims
+from skilldeck.checkpoints.inspect import pending_card as _card
+from skilldeck.checkpoints.inspect import step_rows, thread_status
+from skilldeck.checkpoints.open import (
+    AsyncPersistence,
+    Persistence,
+    open_async_persistence,
+    open_persistence,
+)
 from skilldeck.errors import (
+    AlreadyResumedError,
+    CardPendingError,
     CheckpointError,
     InvalidAnswersError,
     NoModelConfiguredError,
@@ -35,7 +47,7 @@ from skilldeck.services import Lazy, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.tools import IDENTITY_KEYS, ToolRegistry, default_registry
-from skilldeck.types import Card, RunResult, ThreadStatus, ThreadSummary
+from skilldeck.types import Event, RunResult, ThreadStatus, ThreadSummary
 
 __all__ = ["SkillDeck"]
 
@@ -105,11 +117,17 @@ class SkillDeck:
             store = store or InMemoryStore()
         self.checkpointer = saver
         self.store = store
+        #: Resume claims: of concurrent resumes of one card, exactly one proceeds.
+        self.claims: InterruptClaims = (
+            self._persistence.claims if self._persistence is not None else MemoryClaims()
+        )
         self.graph = builder.compile(checkpointer=saver, store=store)
+        self._loops = LoopGraphs(self._open_async)
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
         """Close the checkpoint connections and the tool stores this deck opened."""
+        self._loops.close()
         for opened in (self._memory.made, self._knowledge.made):
             if opened is not None:
                 opened.close()
@@ -121,6 +139,37 @@ class SkillDeck:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def aclose(self) -> None:
+        """Close the running loop's async checkpointer, then what :meth:`close` closes."""
+        await self._loops.aclose()
+        self.close()
+
+    async def __aenter__(self) -> SkillDeck:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _open_async(self) -> tuple[Any, AsyncPersistence | None]:
+        """The graph compiled on async savers for the running loop (see ``LoopGraphs``)."""
+        if self._persistence is None:
+            try:  # savers without an async API raise NotImplementedError (SqliteSaver does)
+                await self.checkpointer.aget_tuple(self._config("__skilldeck_probe__"))
+            except NotImplementedError:
+                raise CheckpointError(
+                    f"{type(self.checkpointer).__name__} has no async API: open the deck from a "
+                    "checkpoint URL (its async saver is opened for you) or pass an async-capable "
+                    "saver"
+                ) from None
+            return self.graph, None
+        opened = await open_async_persistence(
+            self._persistence,
+            timeout=self.settings.sqlite_timeout_s,
+            pool_size=self.settings.postgres_pool_size,
+        )
+        graph = self.graph.builder.compile(checkpointer=opened.saver, store=opened.store)
+        return graph, opened
 
     # -- models ---------------------------------------------------------------------------
     def model_spec(self, skill: str) -> ModelSpec:
@@ -146,17 +195,25 @@ class SkillDeck:
         mode = self._ctx.bundles[skill].execution.mode
         return self.model_spec(skill).label if self._has_model(skill) else f"rules:{mode}"
 
-    def check_models(self) -> None:
-        """Build every skill's model now, so a missing key fails before a run starts.
+    def check_models(self, context: str | None = None) -> None:
+        """Build the skills' models now, so a missing key fails before a run starts.
+
+        Args:
+            context: check only the skills that can run in this context (a run checks its
+                own); by default every skill.
 
         Skills whose execution mode has a rule-based fallback may run without a model.
         """
         for bundle in self.bundles:
+            if context is not None and context not in bundle.contexts:
+                continue
             if MODES[bundle.execution.mode].rules_fallback and not self._has_model(bundle.name):
                 continue
             self._model_for(bundle.name)
 
     # -- running --------------------------------------------------------------------------
+    # Each way to run has a blocking, a streaming, an async and an async streaming form; they
+    # share the request checks (_start, _answer) and differ only in how the graph is driven.
     def run(
         self,
         input: Mapping[str, Any] | None = None,
@@ -176,36 +233,45 @@ class SkillDeck:
         ``metadata`` and ``callbacks`` go into the run's LangChain config, so tracing handlers
         (and the eval harness's recorder) see every model call; ``metadata["skilldeck_case"]``
         selects a scripted model's per-case turns.
+
+        Raises:
+            CardPendingError: the thread waits for answers to a card (resume it instead).
+            SkillDeckError: ``input`` carries identity keys, or ``next_skill`` is unknown.
         """
-        input = dict(input or {})
-        forged = sorted(set(input) & set(IDENTITY_KEYS))
-        if forged:
-            raise SkillDeckError(
-                f"input must not carry identity ({', '.join(forged)}): pass user_id= and "
-                "matter_id= (CLI: --user, --matter)"
-            )
-        if next_skill is not None and next_skill not in self._ctx.bundles:
-            raise SkillDeckError(f"next_skill {next_skill!r} is not a loaded skill")
         thread_id = thread_id or uuid.uuid4().hex
-        snapshot = self._snapshot(thread_id)
-        if snapshot is not None and snapshot.interrupts:
-            raise SkillDeckError(
-                f"thread {thread_id!r} is waiting for answers to a card; call resume() first"
-            )
-        self.check_models()
-        update = {
-            "context": context,
-            "input": input,
-            "user_id": user_id,
-            "matter_id": matter_id,
-            "next_skill": next_skill,
-            "status": "running",
-            "error": None,
-            "guard": None,
-            "turn": None,
-        }
         identity = {"user_id": user_id, "matter_id": matter_id}
-        return self._invoke(update, self._config(thread_id, identity, metadata, callbacks))
+        payload, config = self._start(
+            self._snapshot(thread_id), thread_id, input, context, identity, next_skill
+        )
+        return self._invoke(payload, self._with(config, metadata, callbacks))
+
+    def stream(
+        self,
+        input: Mapping[str, Any] | None = None,
+        *,
+        context: str,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        matter_id: str | None = None,
+        next_skill: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+    ) -> Iterator[Event]:
+        """:meth:`run`, yielding typed events as the run goes (see :mod:`skilldeck.types`).
+
+        The request is checked now, so a bad one raises before any event. The stream ends with
+        exactly one ``card``, ``done`` or ``error`` event. Stopping the iteration stops the run
+        after its current step; the steps already made stay checkpointed.
+
+        Example:
+            >>> for event in deck.stream({"documents": ["c.txt"]}, context="matter"):
+            ...     print(event.to_dict())
+        """
+        thread_id = thread_id or uuid.uuid4().hex
+        identity = {"user_id": user_id, "matter_id": matter_id}
+        snapshot = self._snapshot(thread_id)
+        payload, config = self._start(snapshot, thread_id, input, context, identity, next_skill)
+        return self._events(payload, self._with(config, metadata, callbacks), snapshot)
 
     def resume(
         self,
@@ -220,12 +286,169 @@ class SkillDeck:
 
         Answers are ``{field_key: value}``. They are checked before anything is written:
         invalid or partial answers raise :class:`~skilldeck.errors.InvalidAnswersError` (its
-        ``card`` carries the errors) and leave the thread as it was.
+        ``card`` carries the errors) and leave the thread as it was. Of concurrent resumes of
+        one card (threads, processes sharing the checkpoint database) exactly one proceeds.
 
         Raises:
-            ThreadNotFoundError, NoPendingCardError, StaleInterruptError, InvalidAnswersError
+            ThreadNotFoundError, NoPendingCardError, StaleInterruptError, InvalidAnswersError,
+            AlreadyResumedError (another resume of this card won)
         """
-        snapshot = self._require(thread_id)
+        payload, config, claim = self._answer(
+            thread_id, self._snapshot(thread_id), answers, interrupt_id
+        )
+        self._claim(claim)
+        with self._releasing(claim):
+            return self._invoke(payload, self._with(config, metadata, callbacks))
+
+    def stream_resume(
+        self,
+        thread_id: str,
+        answers: Mapping[str, Any],
+        *,
+        interrupt_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+    ) -> Iterator[Event]:
+        """:meth:`resume`, yielding typed events like :meth:`stream`.
+
+        The answers are checked and the card is claimed now, so a bad or losing resume raises
+        before any event. Iterate the stream to the end: a claimed card that is never resumed
+        stays claimed until the claim's lease expires.
+        """
+        snapshot = self._snapshot(thread_id)
+        payload, config, claim = self._answer(thread_id, snapshot, answers, interrupt_id)
+        self._claim(claim)
+        return self._events(payload, self._with(config, metadata, callbacks), snapshot, claim)
+
+    async def arun(
+        self,
+        input: Mapping[str, Any] | None = None,
+        *,
+        context: str,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        matter_id: str | None = None,
+        next_skill: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+    ) -> RunResult:
+        """:meth:`run` on LangGraph's async API and the async checkpointer of the running loop.
+
+        ``await deck.aclose()`` (or ``async with deck:``) before the loop ends.
+        """
+        graph = await self._loops.get()
+        thread_id = thread_id or uuid.uuid4().hex
+        identity = {"user_id": user_id, "matter_id": matter_id}
+        snapshot = await self._asnapshot(graph, thread_id)
+        payload, config = self._start(snapshot, thread_id, input, context, identity, next_skill)
+        return await self._ainvoke(graph, payload, self._with(config, metadata, callbacks))
+
+    async def astream(
+        self,
+        input: Mapping[str, Any] | None = None,
+        *,
+        context: str,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        matter_id: str | None = None,
+        next_skill: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+    ) -> AsyncIterator[Event]:
+        """:meth:`stream` on the async API (see :meth:`arun`); a bad request raises before
+        the first event."""
+        graph = await self._loops.get()
+        thread_id = thread_id or uuid.uuid4().hex
+        identity = {"user_id": user_id, "matter_id": matter_id}
+        snapshot = await self._asnapshot(graph, thread_id)
+        payload, config = self._start(snapshot, thread_id, input, context, identity, next_skill)
+        config = self._with(config, metadata, callbacks)
+        async for event in self._aevents(graph, payload, config, snapshot):
+            yield event
+
+    async def aresume(
+        self,
+        thread_id: str,
+        answers: Mapping[str, Any],
+        *,
+        interrupt_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+    ) -> RunResult:
+        """:meth:`resume` on the async API (see :meth:`arun`)."""
+        graph = await self._loops.get()
+        snapshot = await self._asnapshot(graph, thread_id)
+        payload, config, claim = self._answer(thread_id, snapshot, answers, interrupt_id)
+        await self._aclaim(claim)
+        try:
+            return await self._ainvoke(graph, payload, self._with(config, metadata, callbacks))
+        except BaseException:
+            await self.claims.arelease(*claim)
+            raise
+
+    async def astream_resume(
+        self,
+        thread_id: str,
+        answers: Mapping[str, Any],
+        *,
+        interrupt_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+    ) -> AsyncIterator[Event]:
+        """:meth:`stream_resume` on the async API (see :meth:`arun`)."""
+        graph = await self._loops.get()
+        snapshot = await self._asnapshot(graph, thread_id)
+        payload, config, claim = self._answer(thread_id, snapshot, answers, interrupt_id)
+        await self._aclaim(claim)
+        config = self._with(config, metadata, callbacks)
+        async for event in self._aevents(graph, payload, config, snapshot, claim):
+            yield event
+
+    # -- request checks -------------------------------------------------------------------
+    def _start(
+        self,
+        snapshot: StateSnapshot | None,
+        thread_id: str,
+        input: Mapping[str, Any] | None,
+        context: str,
+        identity: dict[str, Any],
+        next_skill: str | None,
+    ) -> tuple[dict[str, Any], RunnableConfig]:
+        """Check a run request against the thread; the update and config that start it."""
+        input = dict(input or {})
+        forged = sorted(set(input) & set(IDENTITY_KEYS))
+        if forged:
+            raise SkillDeckError(
+                f"input must not carry identity ({', '.join(forged)}): pass user_id= and "
+                "matter_id= (CLI: --user, --matter)"
+            )
+        if next_skill is not None and next_skill not in self._ctx.bundles:
+            raise SkillDeckError(f"next_skill {next_skill!r} is not a loaded skill")
+        if snapshot is not None and snapshot.interrupts:
+            raise CardPendingError(thread_id)
+        self.check_models(context)
+        update = {
+            "context": context,
+            "input": input,
+            **identity,
+            "next_skill": next_skill,
+            "status": "running",
+            "error": None,
+            "guard": None,
+            "turn": None,
+        }
+        return update, self._config(thread_id, identity)
+
+    def _answer(
+        self,
+        thread_id: str,
+        snapshot: StateSnapshot | None,
+        answers: Mapping[str, Any],
+        interrupt_id: str | None,
+    ) -> tuple[Command[Any], RunnableConfig, tuple[str, str]]:
+        """Check answers against the pending card; the resume command, its config, its claim."""
+        if snapshot is None:
+            raise ThreadNotFoundError(thread_id)
         if not snapshot.interrupts:
             raise NoPendingCardError(thread_id, self._status(snapshot))
         pending = snapshot.interrupts[0]
@@ -235,9 +458,31 @@ class SkillDeck:
         errors = validate_answers(card["questions"], answers)
         if errors:
             raise InvalidAnswersError(dict(card), errors)
-        self.check_models()
-        config = self._config(thread_id, _identity(snapshot.values), metadata, callbacks)
-        return self._invoke(Command(resume={pending.id: dict(answers)}), config)
+        self.check_models(snapshot.values.get("context"))
+        config = self._config(thread_id, _identity(snapshot.values))
+        return Command(resume={pending.id: dict(answers)}), config, (thread_id, pending.id)
+
+    def _claim(self, claim: tuple[str, str]) -> None:
+        with _checkpoint_errors():
+            won = self.claims.claim(*claim)
+        if not won:
+            raise AlreadyResumedError(*claim)
+
+    async def _aclaim(self, claim: tuple[str, str]) -> None:
+        with _checkpoint_errors():
+            won = await self.claims.aclaim(*claim)
+        if not won:
+            raise AlreadyResumedError(*claim)
+
+    @contextlib.contextmanager
+    def _releasing(self, claim: tuple[str, str] | None) -> Iterator[None]:
+        """Give the claim back if the resume fails or is abandoned, so it can be retried."""
+        try:
+            yield
+        except BaseException:
+            if claim is not None:
+                self.claims.release(*claim)
+            raise
 
     def _config(
         self,
@@ -254,6 +499,14 @@ class SkillDeck:
             "configurable": configurable,
             "recursion_limit": self.settings.max_steps,
         }
+        return self._with(config, metadata, callbacks)
+
+    @staticmethod
+    def _with(
+        config: RunnableConfig,
+        metadata: Mapping[str, Any] | None,
+        callbacks: Sequence[BaseCallbackHandler] | None,
+    ) -> RunnableConfig:
         if metadata:
             config["metadata"] = dict(metadata)
         if callbacks:
@@ -264,6 +517,74 @@ class SkillDeck:
         with _checkpoint_errors():
             self.graph.invoke(payload, config, durability=self.settings.durability, version="v2")
         return self.get_thread(config["configurable"]["thread_id"])
+
+    def _translator(
+        self, config: RunnableConfig, snapshot: StateSnapshot | None
+    ) -> EventTranslator:
+        data_keys = {b.name: frozenset(b.data_keys) for b in self.bundles}
+        state = snapshot.values if snapshot is not None else None
+        return EventTranslator(config["configurable"]["thread_id"], data_keys, state)
+
+    def _events(
+        self,
+        payload: Any,
+        config: RunnableConfig,
+        snapshot: StateSnapshot | None,
+        claim: tuple[str, str] | None = None,
+    ) -> Iterator[Event]:
+        translator = self._translator(config, snapshot)
+        with self._releasing(claim), _checkpoint_errors():
+            for part in self.graph.stream(
+                payload,
+                config,
+                stream_mode=["updates"],
+                durability=self.settings.durability,
+                version="v2",
+            ):
+                yield from translator.feed(part)
+        yield terminal_event(self.get_thread(translator.thread_id))
+
+    async def _asnapshot(self, graph: Any, thread_id: str) -> StateSnapshot | None:
+        with _checkpoint_errors():
+            snapshot: StateSnapshot = await graph.aget_state(self._config(thread_id))
+        return snapshot if snapshot.created_at is not None else None
+
+    async def _athread(self, graph: Any, thread_id: str) -> RunResult:
+        snapshot = await self._asnapshot(graph, thread_id)
+        if snapshot is None:
+            raise ThreadNotFoundError(thread_id)
+        return self._result(thread_id, snapshot)
+
+    async def _ainvoke(self, graph: Any, payload: Any, config: RunnableConfig) -> RunResult:
+        with _checkpoint_errors():
+            await graph.ainvoke(payload, config, durability=self.settings.durability, version="v2")
+        return await self._athread(graph, config["configurable"]["thread_id"])
+
+    async def _aevents(
+        self,
+        graph: Any,
+        payload: Any,
+        config: RunnableConfig,
+        snapshot: StateSnapshot | None,
+        claim: tuple[str, str] | None = None,
+    ) -> AsyncIterator[Event]:
+        translator = self._translator(config, snapshot)
+        try:
+            with _checkpoint_errors():
+                async for part in graph.astream(
+                    payload,
+                    config,
+                    stream_mode=["updates"],
+                    durability=self.settings.durability,
+                    version="v2",
+                ):
+                    for event in translator.feed(part):
+                        yield event
+        except BaseException:
+            if claim is not None:
+                await self.claims.arelease(*claim)
+            raise
+        yield terminal_event(await self._athread(graph, translator.thread_id))
 
     # -- time travel ----------------------------------------------------------------------
     def fork(
@@ -330,16 +651,13 @@ class SkillDeck:
 
     @staticmethod
     def _status(snapshot: StateSnapshot) -> ThreadStatus:
-        if snapshot.interrupts:
-            return "interrupted"
-        status = snapshot.values.get("status")
-        if status in ("finished", "failed") and not snapshot.next:
-            return status  # type: ignore[no-any-return]
-        return "running" if snapshot.next else "finished"
+        return thread_status(snapshot)
 
     def get_thread(self, thread_id: str) -> RunResult:
         """The current state of a thread, with its pending card if it is paused."""
-        snapshot = self._require(thread_id)
+        return self._result(thread_id, self._require(thread_id))
+
+    def _result(self, thread_id: str, snapshot: StateSnapshot) -> RunResult:
         status = self._status(snapshot)
         return RunResult(
             status=status,
@@ -351,50 +669,26 @@ class SkillDeck:
         )
 
     def history(self, thread_id: str) -> list[dict[str, Any]]:
-        """The thread's checkpoints, oldest first: one row per super-step."""
+        """The thread's checkpoints, oldest first: one row per super-step (the keys are listed
+        in :func:`skilldeck.checkpoints.inspect.step_rows`)."""
         self._require(thread_id)
         with _checkpoint_errors():
-            snapshots = list(self.graph.get_state_history(self._config(thread_id)))
-        rows: list[dict[str, Any]] = []
-        ran: list[str] = []
-        previous: dict[str, Any] = {}
-        for snap in reversed(snapshots):
-            meta = snap.metadata or {}
-            attempt = snap.values.get("attempt") or {}
-            # The state carries the last attempt forward; report it only on the step that made it.
-            fresh = attempt if attempt != previous else {}
-            rows.append(
-                {
-                    "checkpoint_id": snap.config["configurable"].get("checkpoint_id"),
-                    "parent_id": (snap.parent_config or {})
-                    .get("configurable", {})
-                    .get("checkpoint_id"),
-                    "step": meta.get("step"),
-                    "source": meta.get("source"),
-                    "ran": ran,
-                    "next": list(snap.next),
-                    "created_at": snap.created_at,
-                    "status": self._status(snap),
-                    "skill": fresh.get("skill"),
-                    "attempt": fresh.get("attempt"),
-                    "action": fresh.get("action"),
-                    "validation_errors": fresh.get("validation_errors", []),
-                    "card": _card(snap.interrupts[0]) if snap.interrupts else None,
-                }
-            )
-            ran, previous = list(snap.next), attempt
-        return rows
+            return step_rows(self.graph.get_state_history(self._config(thread_id)))
 
     def threads(self) -> list[ThreadSummary]:
         """Every thread in the checkpoint database, newest first."""
         with _checkpoint_errors():
             latest: dict[str, Any] = {}
+            created: dict[str, str] = {}
             for item in self.checkpointer.list(None):
                 thread = item.config["configurable"]["thread_id"]
                 if item.config["configurable"].get("checkpoint_ns"):
                     continue
                 if thread not in latest:
                     latest[thread] = item
+                created[thread] = min(
+                    created.get(thread, item.checkpoint["ts"]), item.checkpoint["ts"]
+                )
         rows = []
         for thread_id, item in latest.items():
             snapshot = self._require(thread_id)
@@ -407,6 +701,7 @@ class SkillDeck:
                     last_skill=attempt.get("skill"),
                     steps=int((item.metadata or {}).get("step", 0)) + 1,
                     updated_at=snapshot.created_at,
+                    created_at=created[thread_id],
                 )
             )
         rows.sort(key=lambda r: r.updated_at or "", reverse=True)
@@ -435,10 +730,6 @@ def _load(skills: SkillsSource | None, settings: Settings) -> tuple[SkillBundle,
 
 def _identity(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: values.get(k) for k in ("user_id", "matter_id")}
-
-
-def _card(pending: Interrupt) -> Card:
-    return {**pending.value, "interrupt_id": pending.id}  # type: ignore[typeddict-item]
 
 
 @contextlib.contextmanager

@@ -11,16 +11,21 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "AlreadyResumedError",
     "BundleError",
+    "CardPendingError",
     "CheckpointError",
     "ErrorCode",
+    "EvalConfigError",
     "InvalidAnswersError",
+    "MissingExtraError",
     "ModelConfigError",
     "NoModelConfiguredError",
     "NoPendingCardError",
     "ScriptedModelError",
     "SkillDeckError",
     "StaleInterruptError",
+    "ThreadBusyError",
     "ThreadNotFoundError",
     "ToolError",
 ]
@@ -38,9 +43,14 @@ class ErrorCode(StrEnum):
     NO_PENDING_CARD = "NO_PENDING_CARD"
     INVALID_ANSWERS = "INVALID_ANSWERS"
     STALE_INTERRUPT = "STALE_INTERRUPT"
+    ALREADY_RESUMED = "ALREADY_RESUMED"
+    CARD_PENDING = "CARD_PENDING"
+    THREAD_BUSY = "THREAD_BUSY"
     CHECKPOINT_UNAVAILABLE = "CHECKPOINT_UNAVAILABLE"
     TOOL_ERROR = "TOOL_ERROR"
     INVALID_INPUT = "INVALID_INPUT"
+    INVALID_EVAL = "INVALID_EVAL"
+    MISSING_EXTRA = "MISSING_EXTRA"
 
 
 class SkillDeckError(Exception):
@@ -118,6 +128,45 @@ class StaleInterruptError(SkillDeckError):
         )
 
 
+class AlreadyResumedError(SkillDeckError):
+    """Another resume of the same card won the race; its answers are the ones applied."""
+
+    code = ErrorCode.ALREADY_RESUMED
+
+    def __init__(self, thread_id: str, interrupt_id: str) -> None:
+        self.thread_id, self.interrupt_id = thread_id, interrupt_id
+        super().__init__(
+            f"card {interrupt_id!r} of thread {thread_id!r} is already being answered by another "
+            "request; fetch the thread again to see the outcome"
+        )
+
+
+class CardPendingError(SkillDeckError):
+    """A new run was asked of a thread that waits for answers to a card."""
+
+    code = ErrorCode.CARD_PENDING
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"thread {thread_id!r} is waiting for answers to a card; answer it with resume() "
+            "(HTTP: POST /threads/{id}/resume) before starting a new run"
+        )
+
+
+class ThreadBusyError(SkillDeckError):
+    """A run of the thread is in progress in this process."""
+
+    code = ErrorCode.THREAD_BUSY
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"a run of thread {thread_id!r} is in progress; wait for its stream to end, "
+            "then fetch the thread"
+        )
+
+
 class InvalidAnswersError(SkillDeckError):
     """Card answers failed validation; nothing was written.
 
@@ -144,3 +193,20 @@ class ToolError(SkillDeckError):
     """A tool refused its arguments or failed; the message is fed back to the model."""
 
     code = ErrorCode.TOOL_ERROR
+
+
+class EvalConfigError(SkillDeckError):
+    """An eval task, suite, grader config, cassette or report is malformed; nothing ran."""
+
+    code = ErrorCode.INVALID_EVAL
+
+
+class MissingExtraError(SkillDeckError):
+    """An optional dependency (a Python package or a program) is not installed."""
+
+    code = ErrorCode.MISSING_EXTRA
+
+    def __init__(self, package: str, extra: str | None = None, *, hint: str | None = None) -> None:
+        self.package = package
+        how = hint or f"pip install 'skilldeck[{extra}]'"
+        super().__init__(f"{package} is not installed: {how}")

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Literal, NotRequired, TypedDict
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict
 
-__all__ = ["Card", "CardOption", "CardQuestion", "RunResult", "ThreadStatus", "ThreadSummary"]
+__all__ = [
+    "Card",
+    "CardEvent",
+    "CardOption",
+    "CardQuestion",
+    "DoneEvent",
+    "ErrorEvent",
+    "Event",
+    "RunResult",
+    "SkillResultEvent",
+    "StepEvent",
+    "ThreadStatus",
+    "ThreadSummary",
+    "ToolCallEvent",
+]
 
 ThreadStatus = Literal["running", "interrupted", "finished", "failed"]
 
@@ -67,6 +81,124 @@ class ThreadSummary:
     last_skill: str | None
     steps: int
     updated_at: str | None
+    created_at: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# -- stream events ----------------------------------------------------------------------------
+# ``SkillDeck.stream`` yields these. Every stream ends with exactly one terminal event: ``card``
+# (the run paused), ``done`` (it ended without a card) or ``error`` (it failed).
+
+
+class _Event:
+    __slots__ = ()
+    event: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-native dict with the event name first (the SSE ``data`` of the event)."""
+        return {"event": self.event, **asdict(self)}  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent(_Event):
+    """A graph node finished a step; its writes are checkpointed.
+
+    ``skill`` is the skill the step worked for; ``status`` is set when the step changed the
+    thread's status.
+    """
+
+    event: ClassVar[Literal["step"]] = "step"
+    thread_id: str
+    node: str
+    skill: str | None = None
+    status: ThreadStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEvent(_Event):
+    """A tool call of a skill ran (``status`` ok or error) or was refused (not allowed)."""
+
+    event: ClassVar[Literal["tool_call"]] = "tool_call"
+    thread_id: str
+    skill: str
+    name: str
+    call_id: str
+    status: str
+    args: dict[str, Any] | None = None
+    ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SkillResultEvent(_Event):
+    """A skill attempt ended: accepted (``action`` continue, finish or ask_user, with the data
+    fields and profile increment it merged) or rejected (``validation_errors``; retried)."""
+
+    event: ClassVar[Literal["skill_result"]] = "skill_result"
+    thread_id: str
+    skill: str
+    action: str
+    attempt: int
+    response: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    profile: dict[str, Any] = field(default_factory=dict)
+    validation_errors: list[dict[str, str]] = field(default_factory=list)
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CardEvent(_Event):
+    """The run paused on a card (terminal); ``to_dict()`` is the seed's ``event=card`` payload.
+
+    Answer it with ``SkillDeck.resume(thread_id, answers, interrupt_id=...)``.
+    """
+
+    event: ClassVar[Literal["card"]] = "card"
+    thread_id: str
+    skill: str
+    review_type: str
+    questions: list[CardQuestion]
+    interrupt_id: str
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The card payload; ``errors`` only when a previous answer was refused, as in
+        :attr:`RunResult.card`."""
+        body = _Event.to_dict(self)
+        if not self.errors:
+            del body["errors"]
+        return body
+
+    @property
+    def card(self) -> Card:
+        """The card as :attr:`RunResult.card` holds it."""
+        return self.to_dict()  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent(_Event):
+    """The run failed (terminal): ``code`` and ``message`` say why; ``details`` has the rest
+    (e.g. a skill's last ``errors``)."""
+
+    event: ClassVar[Literal["error"]] = "error"
+    thread_id: str
+    code: str
+    message: str
+    skill: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent(_Event):
+    """The run ended without a card (terminal); ``status`` is the thread's status."""
+
+    event: ClassVar[Literal["done"]] = "done"
+    thread_id: str
+    status: ThreadStatus
+    response: str | None = None
+    checkpoint_id: str | None = None
+
+
+Event = StepEvent | ToolCallEvent | SkillResultEvent | CardEvent | ErrorEvent | DoneEvent
+"""Any event of a run's stream; match on the class or on ``event.event``."""

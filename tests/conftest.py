@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+# The real-server fixtures (postgres_url, chroma_url, ...): see tests/servers.py.
+from servers import chroma_url, postgres_server, postgres_url, private_postgres  # noqa: F401
+
 from skilldeck import Settings, SkillDeck, demo
 
 DEMO_SCRIPT = demo.SCRIPT
@@ -122,6 +125,14 @@ def make_deck(tmp_path: Path) -> Iterator[Callable[..., SkillDeck]]:
     yield factory
     for deck in decks:
         deck.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A checkpoint URL per backend: a SQLite file, or a fresh database on the real PostgreSQL."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return f"sqlite:///{tmp_path / 'checkpoints.sqlite'}"
 
 
 @pytest.fixture

@@ -173,3 +173,28 @@ def test_openai_compatible_endpoint_with_function_calling(
     attempt = result.state["attempt"]
     assert attempt["model"] == "compatible:qwen/qwen3-32b"
     assert attempt["tokens"] == {"input_tokens": 22, "output_tokens": 14, "total_tokens": 36}
+
+
+def test_a_run_needs_models_only_for_the_skills_of_its_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import output, write_bundle
+
+    from skilldeck.errors import NoModelConfiguredError
+
+    monkeypatch.delenv("SKILLDECK_MODEL", raising=False)
+    script = tmp_path / "turns.json"
+    script.write_text(json.dumps({"skills": {"ready": [output(response="done")]}}), "utf-8")
+    skills = tmp_path / "skills"
+    ready = {
+        "triggers": {"contexts": ["a"]},
+        "execution_config": {"provider": "scripted", "model": str(script)},
+    }
+    write_bundle(skills, "ready", meta=ready)
+    write_bundle(skills, "unset", meta={"triggers": {"contexts": ["b"]}})
+    with SkillDeck(skills, checkpointer="memory://", settings=Settings()) as deck:
+        assert deck.run({}, context="a").state["response"] == "done"
+        with pytest.raises(NoModelConfiguredError):
+            deck.run({}, context="b")
+        with pytest.raises(NoModelConfiguredError):
+            deck.check_models()
