@@ -109,6 +109,7 @@ class SkillDeck:
                 else open_persistence(
                     checkpointer or self.settings.checkpoint_url,
                     timeout=self.settings.sqlite_timeout_s,
+                    pool_size=self.settings.postgres_pool_size,
                 )
             )
             saver, store = self._persistence.saver, self._persistence.store
