@@ -22,11 +22,9 @@ all in one run so that ratios compare numbers taken on the same (noisy, shared) 
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import json
 import os
-import platform
 import pstats
 import sqlite3
 import statistics
@@ -37,12 +35,12 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypedDict
 
-from common import log, median, progress_bar
+from common import arguments, log, median, progress_bar, report_header, show_report
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from rich.console import Console
@@ -603,21 +601,16 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = arguments(__doc__)
     parser.add_argument(
         "--reps", type=int, default=100, help="interleaved overhead repetitions (default 100)"
     )
     parser.add_argument("--resume-reps", type=int, default=7, help="resume processes (default 7)")
     parser.add_argument("--steps", type=int, default=1000, help="counter steps (default 1000)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.steps < 10 or args.reps < 1 or args.resume_reps < 1:
         parser.error("--steps must be >= 10, --reps and --resume-reps >= 1")
-    report: dict[str, Any] = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{os.cpu_count()} cpu, {platform.system()} {platform.machine()}, "
-        f"Python {platform.python_version()}",
-    }
+    report = report_header()
     with tempfile.TemporaryDirectory(prefix="skilldeck-bench-") as name:
         tmp = Path(name)
         log(f"1/3 engine overhead: {args.reps} interleaved repetitions")
@@ -627,11 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         report["growth"] = bench_growth(tmp, args.steps)
         log(f"3/3 resume latency: {args.resume_reps} new processes")
         report["resume"] = bench_resume(tmp, args.resume_reps)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_report(report)
-    return 0
+    return show_report(report, args.json, print_report)
 
 
 if __name__ == "__main__":

@@ -30,11 +30,8 @@ No target is set: the numbers are recorded as measured.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
-import os
-import platform
 import re
 import statistics
 import sys
@@ -43,11 +40,10 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import err, log
+from common import arguments, err, log, report_header, show_report
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -278,9 +274,8 @@ def print_report(report: Mapping[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = arguments(__doc__)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="tatqa_dataset_dev.json")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions")
     parser.add_argument(
         "--raw-tables", action="store_true", help="write tables as given (no header joining)"
@@ -290,21 +285,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no TAT-QA file at {args.data}; pass --data")
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be >= 1")
-    report: dict[str, Any] = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{os.cpu_count()} cpu, {platform.system()} {platform.machine()}, "
-        f"Python {platform.python_version()}",
-        "data": str(args.data),
-        "tables": "raw" if args.raw_tables else "one header row",
-        "limit": args.limit,
-    }
+    report = report_header(
+        data=str(args.data),
+        tables="raw" if args.raw_tables else "one header row",
+        limit=args.limit,
+    )
     with tempfile.TemporaryDirectory(prefix="skilldeck-rag-") as name:
         report.update(bench(args.data, args.limit, Path(name), raw_tables=args.raw_tables))
-    if args.json:
-        print(json.dumps(report, indent=2, ensure_ascii=False))
-    else:
-        print_report(report)
-    return 0
+    return show_report(report, args.json, print_report)
 
 
 if __name__ == "__main__":

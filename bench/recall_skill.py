@@ -25,10 +25,7 @@ the median wall time per question (``deck.run``) and how many runs finished or f
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -36,11 +33,10 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import err, log
+from common import arguments, err, log, report_header, show_report
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -227,9 +223,8 @@ def print_report(report: Mapping[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = arguments(__doc__)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo JSON file")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--limit", type=int, default=None, help="first N questions only")
     parser.add_argument(
         "--variant",
@@ -241,12 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data.is_file():
         parser.error(f"no such file: {args.data}")
-    report: dict[str, Any] = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{os.cpu_count()} cpu, {platform.system()} {platform.machine()}, "
-        f"Python {platform.python_version()}",
-        "data": str(args.data),
-    }
+    report = report_header(data=str(args.data))
     with tempfile.TemporaryDirectory(prefix="skilldeck-recall-") as name:
         tmp = Path(name)
         # model=None overrides SKILLDECK_MODEL: this benchmark measures the no-model planner.
@@ -273,11 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"variant {variant}: recall@6 {row['recall_at_6']:.2f}")
                 report["variants"].append(row)
         configure("default")
-    if args.json:
-        print(json.dumps(report, indent=2, ensure_ascii=False))
-    else:
-        print_report(report)
-    return 0
+    return show_report(report, args.json, print_report)
 
 
 if __name__ == "__main__":

@@ -44,10 +44,7 @@ retrieval uses the offline USE model on one thread, exactly as :class:`VectorInd
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import random
 import re
 import sys
@@ -62,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import log, median, progress_bar
+from common import arguments, log, median, progress_bar, report_header
 from rank_bm25 import BM25Okapi
 from rich.console import Console
 from rich.table import Table
@@ -1318,13 +1315,12 @@ def print_speed(out: Console, r: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = arguments(__doc__)
     parser.add_argument(
         "--dataset", required=True, choices=["locomo", "scifact", "cmrc2018", "speed"]
     )
     parser.add_argument("--data", type=Path, help="dataset file or folder (see the docstring)")
     parser.add_argument("--qrels", type=Path, help="SciFact qrels (default qrels/train.tsv)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--limit", type=int, help="a smaller run (meaning per dataset)")
     parser.add_argument(
         "--embeddings-cache",
@@ -1338,10 +1334,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "dataset": args.dataset,
         "data": str(data),
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{os.cpu_count()} cpu, {platform.system()} {platform.machine()}, "
-        f"Python {platform.python_version()}",
-        "limit": args.limit,
+        **report_header(limit=args.limit),
     }
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="skilldeck-retrieval-") as name:

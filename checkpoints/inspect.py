@@ -50,10 +50,15 @@ def thread_status(snapshot: StateSnapshot) -> ThreadStatus:
     """Where a thread stands at ``snapshot``: running, interrupted, finished or failed."""
     if snapshot.interrupts:
         return "interrupted"
+    if snapshot.next:
+        return "running"
     status = snapshot.values.get("status")
-    if status in ("finished", "failed") and not snapshot.next:
+    if status in ("finished", "failed"):
         return status  # type: ignore[no-any-return]
-    return "running" if snapshot.next else "finished"
+    # Nothing left to run, yet the state does not say the run ended: a live read between a
+    # step's task writes and its checkpoint (LangGraph lists only unwritten tasks in ``next``),
+    # or a process that died right there. The run has not ended either way.
+    return "running" if status in ("running", "interrupted") else "finished"
 
 
 def pending_card(pending: Interrupt) -> Card:

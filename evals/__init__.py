@@ -26,9 +26,10 @@ from skilldeck.evals.judge import Judge
 from skilldeck.evals.outcome import FileChange, Outcome, ToolCall
 from skilldeck.evals.report import build_report, load_report, markdown, pass_at_k, write_reports
 from skilldeck.evals.runner import TrialResult, grade, run_suite
+from skilldeck.evals.setup import EvalSetup, RunScope, TrialSetup, load_setup
 from skilldeck.evals.suites import Suite, load_suite, promote, suite_for_skill
 from skilldeck.evals.tasks import GraderSpec, Task, load_tasks, task_from_dict
-from skilldeck.evals.trial import run_trial
+from skilldeck.evals.trial import outcome_of, run_trial
 
 __all__ = [
     "BucketDelta",
@@ -36,6 +37,7 @@ __all__ = [
     "CassetteRecorder",
     "Comparison",
     "ConfigReader",
+    "EvalSetup",
     "FileChange",
     "GradeContext",
     "GradeResult",
@@ -43,10 +45,12 @@ __all__ = [
     "GraderSpec",
     "Judge",
     "Outcome",
+    "RunScope",
     "Suite",
     "Task",
     "ToolCall",
     "TrialResult",
+    "TrialSetup",
     "agreement",
     "build_grader",
     "build_report",
@@ -58,9 +62,11 @@ __all__ = [
     "grader",
     "load_labels",
     "load_report",
+    "load_setup",
     "load_suite",
     "load_tasks",
     "markdown",
+    "outcome_of",
     "pass_at_k",
     "promote",
     "registered_graders",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from skilldeck.evals.graders import GradeContext, GradeResult
 from skilldeck.evals.judge import Judge
 from skilldeck.evals.outcome import Outcome
 from skilldeck.evals.report import build_report
+from skilldeck.evals.setup import RunScope
 from skilldeck.evals.suites import Suite
 from skilldeck.evals.tasks import GraderSpec, Task
 from skilldeck.evals.trial import run_trial, trial_id
@@ -77,16 +79,25 @@ def run_suite(
     on_trial: Callable[[TrialResult], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``suite`` and return its report (see :func:`build_report`); nothing is written
-    except the trial workspaces and checkpoints under ``out`` and the ``record`` cassette.
+    except the trial workspaces, the run's stores and checkpoints under ``out`` and the
+    ``record`` cassette.
+
+    The deck's message store, Chroma and knowledge base are fresh ones in ``out/stores/``
+    (whatever ``settings`` say), so cases see only what their setup hooks put there and the
+    user's own stores are never touched.
 
     Raises:
-        EvalConfigError: bad ``epochs``/``concurrency``; ModelConfigError: no usable model.
+        EvalConfigError: bad ``epochs``/``concurrency``, or a skill's setup hook failed;
+            ModelConfigError: no usable model.
     """
     if epochs < 1 or concurrency < 1:
         raise EvalConfigError("epochs and concurrency must be at least 1")
     out.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
-    update: dict[str, Any] = {"files_root": str((out / "workspaces").resolve())}
+    update: dict[str, Any] = {
+        "files_root": str((out / "workspaces").resolve()),
+        **_fresh_stores(out / "stores", run_id),
+    }
     if model:
         update["model"] = model
     deck_settings = (settings or Settings()).model_copy(update=update)
@@ -101,6 +112,7 @@ def run_suite(
             "two task ids map to the same trial folder; make them differ in [A-Za-z0-9_-]"
         )
     fixtures = {task.id: suite.fixture(task) for task in suite.tasks}
+    scope = RunScope()
     started, clock = datetime.now(UTC), time.perf_counter()
     results: list[TrialResult] = []
     url = checkpoint or f"sqlite:///{(out / 'checkpoints.sqlite').resolve()}"
@@ -116,16 +128,23 @@ def run_suite(
                 fixture=fixtures[task.id],
                 run_id=run_id,
                 callbacks=callbacks,
+                setup=suite.setups.get(str(task.skill)),
+                find_fixture=lambda name: _found(suite.find_fixture(task, name)),
+                scope=scope,
             )
             return grade(task, outcome, judge)
 
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             futures = [pool.submit(trial, task, epoch) for task, epoch in jobs]
-            for future in as_completed(futures):
-                result = future.result()
-                results.append(result)
-                if on_trial is not None:
-                    on_trial(result)
+            try:
+                for future in as_completed(futures):
+                    result = future.result()
+                    results.append(result)
+                    if on_trial is not None:
+                        on_trial(result)
+            except BaseException:  # a failed setup stops the suite: do not start more trials
+                pool.shutdown(cancel_futures=True)
+                raise
     if recorder is not None and record is not None:
         recorder.write(record)
     meta = {
@@ -140,6 +159,24 @@ def run_suite(
         "recorded_to": str(record) if record else None,
     }
     return build_report(suite, results, meta)
+
+
+def _fresh_stores(folder: Path, run_id: str) -> dict[str, Any]:
+    """Settings for a run's own stores under ``folder`` (earlier runs' stores removed)."""
+    if folder.is_dir():
+        shutil.rmtree(folder)
+    own = (folder / run_id).resolve()
+    return {
+        "messages_path": str(own / "messages.sqlite"),
+        "chroma_path": str(own / "chroma"),
+        "chroma_url": None,
+        "knowledge_path": str(own / "knowledge"),
+    }
+
+
+def _found(path: Path | None) -> Path:
+    assert path is not None, "find_fixture raises when a fixture is missing"
+    return path
 
 
 def _label(deck: SkillDeck, skill: str) -> str:

@@ -16,7 +16,9 @@ A suite file (YAML), paths relative to it::
 a capability bucket until ``skilldeck eval promote`` records it as regression.
 
 Base fixtures are looked up, by name, in ``fixtures/`` next to the task file, in the bundle's
-``fixtures/`` and in the suite's ``fixtures`` folders.
+``fixtures/`` and in the suite's ``fixtures`` folders. A folder is copied as the trial's
+workspace. A file (``<name>.<ext>``, e.g. a ``.jsonl`` of messages) is for the skill's eval
+setup hook (``scripts/eval_setup.py``, see :mod:`skilldeck.evals.setup`) to read.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, Literal
 import yaml
 
 from skilldeck.errors import EvalConfigError
+from skilldeck.evals.setup import EvalSetup, load_setup
 from skilldeck.evals.tasks import Task, check_unique, load_tasks
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 
@@ -49,6 +52,8 @@ class Suite:
     kinds: Mapping[str, Kind] = field(default_factory=dict)
     fixture_dirs: tuple[Path, ...] = ()
     path: Path | None = None
+    #: Each skill's eval setup hook, for the skills that have one.
+    setups: Mapping[str, EvalSetup] = field(default_factory=dict)
 
     @staticmethod
     def bucket_key(task: Task) -> str:
@@ -66,20 +71,39 @@ class Suite:
         return next(b for b in self.bundles if b.name == skill)
 
     def fixture(self, task: Task) -> Path | None:
-        """The folder to copy for ``task``'s workspace, or ``None`` for an empty workspace."""
+        """``task``'s base fixture: a folder to copy as its workspace, a file for its skill's
+        setup hook, or ``None`` (an empty workspace)."""
         if task.base_fixture is None:
             return None
+        return self.find_fixture(
+            task, task.base_fixture, optional=task.fixture_optional, what="base fixture"
+        )
+
+    def find_fixture(
+        self, task: Task, name: str, *, optional: bool = False, what: str = "fixture"
+    ) -> Path | None:
+        """The fixture ``name`` for ``task``: a folder ``name``, or else the one file
+        ``name.<ext>``, in the first place that has one; raise if none does (unless
+        ``optional``)."""
         places = [task.source.parent / "fixtures"] if task.source else []
         places += [self.bundle(str(task.skill)).path / "fixtures", *self.fixture_dirs]
         for place in places:
-            if (place / task.base_fixture).is_dir():
-                return place / task.base_fixture
-        if task.fixture_optional:
+            if (place / name).is_dir():
+                return place / name
+            files = sorted(p for p in place.glob(f"{name}.*") if p.is_file())
+            if len(files) > 1:
+                raise EvalConfigError(
+                    f"task {task.id!r}: {what} {name!r} is ambiguous in {place}: "
+                    f"{', '.join(p.name for p in files)}; keep one"
+                )
+            if files:
+                return files[0]
+        if optional:
             return None
         looked = ", ".join(str(p) for p in places)
         raise EvalConfigError(
-            f"task {task.id!r}: base fixture {task.base_fixture!r} not found in {looked}; "
-            f"create the folder or fix base_fixture"
+            f"task {task.id!r}: {what} {name!r} not found in {looked}; "
+            f"create the folder or fix the name"
         )
 
 
@@ -111,17 +135,24 @@ def _assemble(
             raise EvalConfigError(f"task {task.id!r}: skill {task.skill!r} is not loaded")
     tasks += extra
     check_unique(tasks, f"suite {name!r}")
-    used = {t.skill for t in tasks}
+    used = [b for n, b in bundles.items() if n in {t.skill for t in tasks}]
+    setups = {b.name: hook for b in used if (hook := load_setup(b)) is not None}
     suite = Suite(
         name=name,
         tasks=tuple(tasks),
-        bundles=tuple(b for n, b in bundles.items() if n in used),
+        bundles=tuple(used),
         kinds=dict(kinds),
         fixture_dirs=tuple(fixture_dirs),
         path=path,
+        setups=setups,
     )
     for task in suite.tasks:  # a missing fixture fails now, before any trial runs
-        suite.fixture(task)
+        found = suite.fixture(task)
+        if found is not None and found.is_file() and task.skill not in setups:
+            raise EvalConfigError(
+                f"task {task.id!r}: base fixture {found} is a file, which only a skill's "
+                "scripts/eval_setup.py can use; a workspace fixture is a folder"
+            )
     return suite
 
 

@@ -11,6 +11,10 @@ are taken out of the run input:
 - ``matter_id``: ``null`` runs without a matter (no workspace); a name is used as the base
   fixture when there is no ``base_fixture`` and a fixture of that name exists. Either way a
   trial with a matter binds its own trial id, so trials never share files.
+
+Keys that only a skill's eval setup hook reads (nomemory-recall's ``messages``, rag-retrieve's
+``knowledge``) stay in ``input``; the hook returns the run input without them (see
+:mod:`skilldeck.evals.setup`).
 """
 
 from __future__ import annotations

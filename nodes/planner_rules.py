@@ -1,7 +1,7 @@
 """The no-model planner of seed 001: time signals, hybrid search, neighbors and cue extraction.
 
 When no model is configured, :class:`RulesPlanner` writes the plans a model would write, and
-they go through the same validation and execution as a model's (see ``nodes/planner.py``):
+they go through the same validation and execution as a model's (see :mod:`skilldeck.nodes.planner`):
 
 1. The question's time signal becomes an explicit ``time_range``: a date, a month or a year, or
    最近 / 上次 / recently / last time relative to the user's latest message (stored

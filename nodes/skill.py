@@ -14,7 +14,8 @@ import json
 import time
 import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +35,7 @@ from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import CARD_SCHEMA, check_field_keys, format_errors
 
-__all__ = ["SkillNode", "parse_output"]
+__all__ = ["SkillNode", "Visit", "parse_output"]
 
 Errors = list[dict[str, str]]
 _CARD_VALIDATOR = Draft202012Validator(CARD_SCHEMA)
@@ -78,6 +79,24 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+@dataclass(frozen=True, slots=True)
+class Visit:
+    """One call of a skill node: the state it was given and where its transcript goes.
+
+    ``calls`` (model calls per skill: the scripted provider replays by this index) is updated in
+    place as the node calls its model. The turn is not part of it: each step replaces the turn.
+    """
+
+    state: dict[str, Any]
+    calls: dict[str, int]
+    thread_id: str
+    store: BaseStore
+
+    def save(self, turn: Mapping[str, Any], messages: Sequence[BaseMessage]) -> int:
+        """Append ``messages`` to the turn's transcript in one write; the turn's next position."""
+        return append_messages(self.store, self.thread_id, turn["id"], turn["pos"], messages)
+
+
 class SkillNode:
     """Runs one skill; see the module docstring.
 
@@ -98,6 +117,7 @@ class SkillNode:
         self, state: dict[str, Any], config: RunnableConfig, store: BaseStore
     ) -> Command[str]:
         thread_id = str(config["configurable"]["thread_id"])
+        visit = Visit(state, dict(state.get("calls") or {}), thread_id, store)
         turn = state.get("turn")
         opening: list[BaseMessage] = []
         if turn and turn.get("skill") == self.name:
@@ -108,19 +128,19 @@ class SkillNode:
             except Exception as exc:
                 return self._fail(state, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
             conversation = list(opening)
-        calls = dict(state.get("calls") or {})
+        calls = visit.calls
         index = calls.get(self.name, 0)
         rounds_left = self._max_rounds() - turn["round"]
         try:
             message = self._call_model(conversation, index, tools=rounds_left > 0)
         except Exception as exc:
-            return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
+            return self._model_error(state, exc, turn)
         calls[self.name] = index + 1
         # The turn's new messages go to the store in one transaction.
         new = [*opening, message]
         turn = {
             **turn,
-            "pos": append_messages(store, thread_id, turn["id"], turn["pos"], new),
+            "pos": visit.save(turn, new),
             "tokens": _add_tokens(turn.get("tokens"), message),
         }
         pending = [c for c in message.tool_calls if c["name"] != SUBMIT_TOOL]
@@ -138,8 +158,8 @@ class SkillNode:
                     "the final JSON output now",
                 }
             ]
-            return self._reject(state, turn, calls, errors, None, thread_id, store)
-        return self._finish_attempt(state, turn, calls, message, thread_id, store)
+            return self._reject(visit, turn, errors, None)
+        return self._finish_attempt(visit, turn, message)
 
     # -- steps ----------------------------------------------------------------------------
     def open_turn(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], list[BaseMessage]]:
@@ -206,30 +226,19 @@ class SkillNode:
         }
 
     def _finish_attempt(
-        self,
-        state: dict[str, Any],
-        turn: dict[str, Any],
-        calls: dict[str, int],
-        message: AIMessage,
-        thread_id: str,
-        store: BaseStore,
+        self, visit: Visit, turn: dict[str, Any], message: AIMessage
     ) -> Command[str]:
         output, errors = parse_output(message)
         if output is None:
-            return self._reject(state, turn, calls, errors, None, thread_id, store)
-        return self.accept_output(state, turn, calls, output, thread_id, store)
+            return self._reject(visit, turn, errors, None)
+        return self.accept_output(visit, turn, output)
 
     def accept_output(
-        self,
-        state: dict[str, Any],
-        turn: dict[str, Any],
-        calls: dict[str, int],
-        output: dict[str, Any],
-        thread_id: str,
-        store: BaseStore,
+        self, visit: Visit, turn: dict[str, Any], output: dict[str, Any]
     ) -> Command[str]:
         """Validate a candidate output and merge it, ask, retry or fail: the one path every
         execution mode ends in."""
+        state, calls = visit.state, visit.calls
         errors = format_errors(self.bundle.validator, output)
         control: dict[str, Any] = (
             output["control"] if isinstance(output.get("control"), dict) else {}
@@ -239,14 +248,10 @@ class SkillNode:
                 control["questions"], self.bundle.provides, self.bundle.data_keys
             )
         if errors:
-            return self._reject(
-                state, turn, calls, errors, control.get("retry_prompt"), thread_id, store
-            )
+            return self._reject(visit, turn, errors, control.get("retry_prompt"))
         if control["action"] == "retry":
             errors = [{"path": "$.control.action", "message": "the skill asked to retry"}]
-            return self._reject(
-                state, turn, calls, errors, control.get("retry_prompt"), thread_id, store
-            )
+            return self._reject(visit, turn, errors, control.get("retry_prompt"))
 
         merged = {
             **state,
@@ -257,9 +262,7 @@ class SkillNode:
         if verdict["action"] == "error":
             return self._fail(state, "SCRIPT_ERROR", verdict["message"], turn)
         if verdict["action"] == "retry":
-            return self._reject(
-                state, turn, calls, verdict["errors"], verdict.get("retry_prompt"), thread_id, store
-            )
+            return self._reject(visit, turn, verdict["errors"], verdict.get("retry_prompt"))
         action = "ask_user" if verdict["action"] == "ask_user" else control["action"]
         update: dict[str, Any] = {
             **output["data"],
@@ -319,14 +322,7 @@ class SkillNode:
         }
 
     def _reject(
-        self,
-        state: dict[str, Any],
-        turn: dict[str, Any],
-        calls: dict[str, int],
-        errors: Errors,
-        retry_prompt: str | None,
-        thread_id: str,
-        store: BaseStore,
+        self, visit: Visit, turn: dict[str, Any], errors: Errors, retry_prompt: str | None
     ) -> Command[str]:
         """Re-ask the model with the errors, or fail the run when retries are used up."""
         record = self._record(turn, "rejected", errors)
@@ -347,7 +343,7 @@ class SkillNode:
                     },
                     "attempt": record,
                     "turn": None,
-                    "calls": calls,
+                    "calls": visit.calls,
                 },
             )
         feedback = render_feedback(errors, retry_prompt)
@@ -358,12 +354,12 @@ class SkillNode:
             "pending": [],
             "tool_calls": [],
             "tokens": None,
-            "pos": append_messages(store, thread_id, turn["id"], turn["pos"], [feedback]),
+            "pos": visit.save(turn, [feedback]),
             "started_at": _now(),
             "t0": time.time(),
         }
         return Command(
-            goto=self.name, update={"turn": next_turn, "attempt": record, "calls": calls}
+            goto=self.name, update={"turn": next_turn, "attempt": record, "calls": visit.calls}
         )
 
     def _fail(
@@ -377,6 +373,12 @@ class SkillNode:
         if turn is not None:
             update["attempt"] = self._record(turn, "failed", [])
         return _command(state, END, update)
+
+    def _model_error(
+        self, state: Mapping[str, Any], exc: Exception, turn: dict[str, Any] | None
+    ) -> Command[str]:
+        """Fail the run on a model call that raised (endpoint down, bad key, timeout)."""
+        return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
 
     def _record(self, turn: Mapping[str, Any], action: str, errors: Errors) -> dict[str, Any]:
         """The attempt record kept in the state (the checkpoint history keeps them all)."""

@@ -93,11 +93,14 @@ def _deck(
         raise
 
 
-def _parse_json(text: str, what: str) -> Any:
+def _json_object(text: str, what: str) -> dict[str, Any]:
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SkillDeckError(f"{what} is not valid JSON: {exc.msg} (char {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise SkillDeckError(f"{what} must be a JSON object, e.g. '{{\"key\": \"value\"}}'")
+    return value
 
 
 def _summary(result: RunResult) -> dict[str, Any]:
@@ -164,9 +167,7 @@ def run(
 ) -> None:
     """Start a run; prints the final state, or the card when the run pauses."""
     try:
-        payload = _parse_json(input, "--input")
-        if not isinstance(payload, dict):
-            raise SkillDeckError("--input must be a JSON object")
+        payload = _json_object(input, "--input")
         with _deck(skills, checkpoint, model) as deck:
             result = deck.run(
                 payload, context=context, thread_id=thread, user_id=user, matter_id=matter
@@ -188,7 +189,7 @@ def resume(
 ) -> None:
     """Answer a paused run's card and continue it."""
     try:
-        values = _parse_json(answers, "--answers")
+        values = _json_object(answers, "--answers")
         with _deck(skills, checkpoint, model, existing=True) as deck:
             result = deck.resume(thread, values, interrupt_id=interrupt_id)
     except SkillDeckError as exc:
@@ -358,7 +359,7 @@ def demo(
                 _print_result(result, False)
             while result.status == "interrupted" and result.card is not None:
                 if answers is not None:
-                    given = _parse_json(answers, "--answers")
+                    given = _json_object(answers, "--answers")
                 elif sys.stdin.isatty() and not as_json:
                     given = _ask(result.card)
                 else:

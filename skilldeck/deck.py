@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -11,7 +9,6 @@ from typing import Any, cast
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableConfig
 from langgraph.channels import LastValue
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
@@ -19,10 +16,9 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command, StateSnapshot
 
 from skilldeck._internal.aio import LoopGraphs
-from skilldeck._internal.events import EventTranslator, terminal_event
+from skilldeck._internal.drive import AsyncDriver, Driver, Request, checkpoint_errors
 from skilldeck.checkpoints.claims import InterruptClaims, MemoryClaims
-from skilldeck.checkpoints.inspect import pending_card as _card
-from skilldeck.checkpoints.inspect import step_rows, thread_status
+from skilldeck.checkpoints.inspect import pending_card, step_rows, thread_status
 from skilldeck.checkpoints.open import (
     AsyncPersistence,
     Persistence,
@@ -30,7 +26,6 @@ from skilldeck.checkpoints.open import (
     open_persistence,
 )
 from skilldeck.errors import (
-    AlreadyResumedError,
     CardPendingError,
     CheckpointError,
     InvalidAnswersError,
@@ -47,7 +42,9 @@ from skilldeck.services import Lazy, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.tools import IDENTITY_KEYS, ToolRegistry, default_registry
-from skilldeck.types import Event, RunResult, ThreadStatus, ThreadSummary
+from skilldeck.tools.knowledge import KnowledgeBase
+from skilldeck.tools.memory import Memory
+from skilldeck.types import Event, RunResult, ThreadSummary
 
 __all__ = ["SkillDeck"]
 
@@ -123,6 +120,11 @@ class SkillDeck:
             self._persistence.claims if self._persistence is not None else MemoryClaims()
         )
         self.graph = builder.compile(checkpointer=saver, store=store)
+        data_keys = {b.name: frozenset(b.data_keys) for b in self.bundles}
+        # What a driver needs besides its graph: the sync graph's driver is made once, the
+        # async one per call, on the graph of the running loop.
+        self._runtime = (self.settings, data_keys, self.claims)
+        self._sync = Driver(self.graph, *self._runtime)
         self._loops = LoopGraphs(self._open_async)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -156,7 +158,7 @@ class SkillDeck:
         """The graph compiled on async savers for the running loop (see ``LoopGraphs``)."""
         if self._persistence is None:
             try:  # savers without an async API raise NotImplementedError (SqliteSaver does)
-                await self.checkpointer.aget_tuple(self._config("__skilldeck_probe__"))
+                await self.checkpointer.aget_tuple(self._sync.config("__skilldeck_probe__"))
             except NotImplementedError:
                 raise CheckpointError(
                     f"{type(self.checkpointer).__name__} has no async API: open the deck from a "
@@ -213,8 +215,8 @@ class SkillDeck:
             self._model_for(bundle.name)
 
     # -- running --------------------------------------------------------------------------
-    # Each way to run has a blocking, a streaming, an async and an async streaming form; they
-    # share the request checks (_start, _answer) and differ only in how the graph is driven.
+    # Each way to run has a blocking, a streaming, an async and an async streaming form. The
+    # request is checked once (_start, _answer); a driver (skilldeck._internal.drive) runs it.
     def run(
         self,
         input: Mapping[str, Any] | None = None,
@@ -239,12 +241,9 @@ class SkillDeck:
             CardPendingError: the thread waits for answers to a card (resume it instead).
             SkillDeckError: ``input`` carries identity keys, or ``next_skill`` is unknown.
         """
-        thread_id = thread_id or uuid.uuid4().hex
-        identity = {"user_id": user_id, "matter_id": matter_id}
-        payload, config = self._start(
-            self._snapshot(thread_id), thread_id, input, context, identity, next_skill
-        )
-        return self._invoke(payload, self._with(config, metadata, callbacks))
+        thread_id = thread_id or _new_thread_id()
+        args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
+        return self._sync.invoke(self._start(self._sync.snapshot(thread_id), thread_id, *args))
 
     def stream(
         self,
@@ -268,11 +267,9 @@ class SkillDeck:
             >>> for event in deck.stream({"documents": ["c.txt"]}, context="matter"):
             ...     print(event.to_dict())
         """
-        thread_id = thread_id or uuid.uuid4().hex
-        identity = {"user_id": user_id, "matter_id": matter_id}
-        snapshot = self._snapshot(thread_id)
-        payload, config = self._start(snapshot, thread_id, input, context, identity, next_skill)
-        return self._events(payload, self._with(config, metadata, callbacks), snapshot)
+        thread_id = thread_id or _new_thread_id()
+        args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
+        return self._sync.events(self._start(self._sync.snapshot(thread_id), thread_id, *args))
 
     def resume(
         self,
@@ -294,12 +291,8 @@ class SkillDeck:
             ThreadNotFoundError, NoPendingCardError, StaleInterruptError, InvalidAnswersError,
             AlreadyResumedError (another resume of this card won)
         """
-        payload, config, claim = self._answer(
-            thread_id, self._snapshot(thread_id), answers, interrupt_id
-        )
-        self._claim(claim)
-        with self._releasing(claim):
-            return self._invoke(payload, self._with(config, metadata, callbacks))
+        args = (answers, interrupt_id, metadata, callbacks)
+        return self._sync.invoke(self._answer(self._sync.snapshot(thread_id), thread_id, *args))
 
     def stream_resume(
         self,
@@ -316,10 +309,8 @@ class SkillDeck:
         before any event. Iterate the stream to the end: a claimed card that is never resumed
         stays claimed until the claim's lease expires.
         """
-        snapshot = self._snapshot(thread_id)
-        payload, config, claim = self._answer(thread_id, snapshot, answers, interrupt_id)
-        self._claim(claim)
-        return self._events(payload, self._with(config, metadata, callbacks), snapshot, claim)
+        args = (answers, interrupt_id, metadata, callbacks)
+        return self._sync.events(self._answer(self._sync.snapshot(thread_id), thread_id, *args))
 
     async def arun(
         self,
@@ -337,12 +328,9 @@ class SkillDeck:
 
         ``await deck.aclose()`` (or ``async with deck:``) before the loop ends.
         """
-        graph = await self._loops.get()
-        thread_id = thread_id or uuid.uuid4().hex
-        identity = {"user_id": user_id, "matter_id": matter_id}
-        snapshot = await self._asnapshot(graph, thread_id)
-        payload, config = self._start(snapshot, thread_id, input, context, identity, next_skill)
-        return await self._ainvoke(graph, payload, self._with(config, metadata, callbacks))
+        driver, thread_id = await self._driver(), thread_id or _new_thread_id()
+        args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
+        return await driver.invoke(self._start(await driver.snapshot(thread_id), thread_id, *args))
 
     async def astream(
         self,
@@ -358,13 +346,10 @@ class SkillDeck:
     ) -> AsyncIterator[Event]:
         """:meth:`stream` on the async API (see :meth:`arun`); a bad request raises before
         the first event."""
-        graph = await self._loops.get()
-        thread_id = thread_id or uuid.uuid4().hex
-        identity = {"user_id": user_id, "matter_id": matter_id}
-        snapshot = await self._asnapshot(graph, thread_id)
-        payload, config = self._start(snapshot, thread_id, input, context, identity, next_skill)
-        config = self._with(config, metadata, callbacks)
-        async for event in self._aevents(graph, payload, config, snapshot):
+        driver, thread_id = await self._driver(), thread_id or _new_thread_id()
+        args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
+        request = self._start(await driver.snapshot(thread_id), thread_id, *args)
+        async for event in driver.events(request):
             yield event
 
     async def aresume(
@@ -377,15 +362,8 @@ class SkillDeck:
         callbacks: Sequence[BaseCallbackHandler] | None = None,
     ) -> RunResult:
         """:meth:`resume` on the async API (see :meth:`arun`)."""
-        graph = await self._loops.get()
-        snapshot = await self._asnapshot(graph, thread_id)
-        payload, config, claim = self._answer(thread_id, snapshot, answers, interrupt_id)
-        await self._aclaim(claim)
-        try:
-            return await self._ainvoke(graph, payload, self._with(config, metadata, callbacks))
-        except BaseException:
-            await self.claims.arelease(*claim)
-            raise
+        driver, args = await self._driver(), (answers, interrupt_id, metadata, callbacks)
+        return await driver.invoke(self._answer(await driver.snapshot(thread_id), thread_id, *args))
 
     async def astream_resume(
         self,
@@ -397,13 +375,14 @@ class SkillDeck:
         callbacks: Sequence[BaseCallbackHandler] | None = None,
     ) -> AsyncIterator[Event]:
         """:meth:`stream_resume` on the async API (see :meth:`arun`)."""
-        graph = await self._loops.get()
-        snapshot = await self._asnapshot(graph, thread_id)
-        payload, config, claim = self._answer(thread_id, snapshot, answers, interrupt_id)
-        await self._aclaim(claim)
-        config = self._with(config, metadata, callbacks)
-        async for event in self._aevents(graph, payload, config, snapshot, claim):
+        driver, args = await self._driver(), (answers, interrupt_id, metadata, callbacks)
+        request = self._answer(await driver.snapshot(thread_id), thread_id, *args)
+        async for event in driver.events(request):
             yield event
+
+    async def _driver(self) -> AsyncDriver:
+        """The async driver of the running loop's graph (see ``LoopGraphs``)."""
+        return AsyncDriver(await self._loops.get(), *self._runtime)
 
     # -- request checks -------------------------------------------------------------------
     def _start(
@@ -412,9 +391,12 @@ class SkillDeck:
         thread_id: str,
         input: Mapping[str, Any] | None,
         context: str,
-        identity: dict[str, Any],
+        user_id: str | None,
+        matter_id: str | None,
         next_skill: str | None,
-    ) -> tuple[dict[str, Any], RunnableConfig]:
+        metadata: Mapping[str, Any] | None,
+        callbacks: Sequence[BaseCallbackHandler] | None,
+    ) -> Request:
         """Check a run request against the thread; the update and config that start it."""
         input = dict(input or {})
         forged = sorted(set(input) & set(IDENTITY_KEYS))
@@ -428,6 +410,13 @@ class SkillDeck:
         if snapshot is not None and snapshot.interrupts:
             raise CardPendingError(thread_id)
         self.check_models(context)
+        identity = {"user_id": user_id, "matter_id": matter_id}
+        config = self._sync.config(thread_id, identity, metadata, callbacks)
+        if snapshot is not None and _stopped_mid_run(snapshot, input, context, identity):
+            # The same request again for a run that stopped mid-way (its process died, or its
+            # database went away): continue from the last checkpoint. New input would discard
+            # the unfinished step, with the writes it had saved (a card's answers among them).
+            return Request(None, config, snapshot)
         update = {
             "context": context,
             "input": input,
@@ -438,154 +427,33 @@ class SkillDeck:
             "guard": None,
             "turn": None,
         }
-        return update, self._config(thread_id, identity)
+        return Request(update, config, snapshot)
 
     def _answer(
         self,
-        thread_id: str,
         snapshot: StateSnapshot | None,
+        thread_id: str,
         answers: Mapping[str, Any],
         interrupt_id: str | None,
-    ) -> tuple[Command[Any], RunnableConfig, tuple[str, str]]:
+        metadata: Mapping[str, Any] | None,
+        callbacks: Sequence[BaseCallbackHandler] | None,
+    ) -> Request:
         """Check answers against the pending card; the resume command, its config, its claim."""
         if snapshot is None:
             raise ThreadNotFoundError(thread_id)
         if not snapshot.interrupts:
-            raise NoPendingCardError(thread_id, self._status(snapshot))
+            raise NoPendingCardError(thread_id, thread_status(snapshot))
         pending = snapshot.interrupts[0]
         if interrupt_id is not None and interrupt_id != pending.id:
             raise StaleInterruptError(thread_id, interrupt_id, pending.id)
-        card = _card(pending)
+        card = pending_card(pending)
         errors = validate_answers(card["questions"], answers)
         if errors:
             raise InvalidAnswersError(dict(card), errors)
         self.check_models(snapshot.values.get("context"))
-        config = self._config(thread_id, _identity(snapshot.values))
-        return Command(resume={pending.id: dict(answers)}), config, (thread_id, pending.id)
-
-    def _claim(self, claim: tuple[str, str]) -> None:
-        with _checkpoint_errors():
-            won = self.claims.claim(*claim)
-        if not won:
-            raise AlreadyResumedError(*claim)
-
-    async def _aclaim(self, claim: tuple[str, str]) -> None:
-        with _checkpoint_errors():
-            won = await self.claims.aclaim(*claim)
-        if not won:
-            raise AlreadyResumedError(*claim)
-
-    @contextlib.contextmanager
-    def _releasing(self, claim: tuple[str, str] | None) -> Iterator[None]:
-        """Give the claim back if the resume fails or is abandoned, so it can be retried."""
-        try:
-            yield
-        except BaseException:
-            if claim is not None:
-                self.claims.release(*claim)
-            raise
-
-    def _config(
-        self,
-        thread_id: str,
-        identity: Mapping[str, Any] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-        checkpoint_id: str | None = None,
-    ) -> RunnableConfig:
-        configurable = {"thread_id": thread_id, **(identity or {})}
-        if checkpoint_id is not None:
-            configurable["checkpoint_id"] = checkpoint_id
-        config: RunnableConfig = {
-            "configurable": configurable,
-            "recursion_limit": self.settings.max_steps,
-        }
-        return self._with(config, metadata, callbacks)
-
-    @staticmethod
-    def _with(
-        config: RunnableConfig,
-        metadata: Mapping[str, Any] | None,
-        callbacks: Sequence[BaseCallbackHandler] | None,
-    ) -> RunnableConfig:
-        if metadata:
-            config["metadata"] = dict(metadata)
-        if callbacks:
-            config["callbacks"] = list(callbacks)
-        return config
-
-    def _invoke(self, payload: Any, config: RunnableConfig) -> RunResult:
-        with _checkpoint_errors():
-            self.graph.invoke(payload, config, durability=self.settings.durability, version="v2")
-        return self.get_thread(config["configurable"]["thread_id"])
-
-    def _translator(
-        self, config: RunnableConfig, snapshot: StateSnapshot | None
-    ) -> EventTranslator:
-        data_keys = {b.name: frozenset(b.data_keys) for b in self.bundles}
-        state = snapshot.values if snapshot is not None else None
-        return EventTranslator(config["configurable"]["thread_id"], data_keys, state)
-
-    def _events(
-        self,
-        payload: Any,
-        config: RunnableConfig,
-        snapshot: StateSnapshot | None,
-        claim: tuple[str, str] | None = None,
-    ) -> Iterator[Event]:
-        translator = self._translator(config, snapshot)
-        with self._releasing(claim), _checkpoint_errors():
-            for part in self.graph.stream(
-                payload,
-                config,
-                stream_mode=["updates"],
-                durability=self.settings.durability,
-                version="v2",
-            ):
-                yield from translator.feed(part)
-        yield terminal_event(self.get_thread(translator.thread_id))
-
-    async def _asnapshot(self, graph: Any, thread_id: str) -> StateSnapshot | None:
-        with _checkpoint_errors():
-            snapshot: StateSnapshot = await graph.aget_state(self._config(thread_id))
-        return snapshot if snapshot.created_at is not None else None
-
-    async def _athread(self, graph: Any, thread_id: str) -> RunResult:
-        snapshot = await self._asnapshot(graph, thread_id)
-        if snapshot is None:
-            raise ThreadNotFoundError(thread_id)
-        return self._result(thread_id, snapshot)
-
-    async def _ainvoke(self, graph: Any, payload: Any, config: RunnableConfig) -> RunResult:
-        with _checkpoint_errors():
-            await graph.ainvoke(payload, config, durability=self.settings.durability, version="v2")
-        return await self._athread(graph, config["configurable"]["thread_id"])
-
-    async def _aevents(
-        self,
-        graph: Any,
-        payload: Any,
-        config: RunnableConfig,
-        snapshot: StateSnapshot | None,
-        claim: tuple[str, str] | None = None,
-    ) -> AsyncIterator[Event]:
-        translator = self._translator(config, snapshot)
-        try:
-            with _checkpoint_errors():
-                async for part in graph.astream(
-                    payload,
-                    config,
-                    stream_mode=["updates"],
-                    durability=self.settings.durability,
-                    version="v2",
-                ):
-                    for event in translator.feed(part):
-                        yield event
-        except BaseException:
-            if claim is not None:
-                await self.claims.arelease(*claim)
-            raise
-        yield terminal_event(await self._athread(graph, translator.thread_id))
+        config = self._sync.config(thread_id, _identity(snapshot.values), metadata, callbacks)
+        command: Command[Any] = Command(resume={pending.id: dict(answers)})
+        return Request(command, config, snapshot, claim=(thread_id, pending.id))
 
     # -- time travel ----------------------------------------------------------------------
     def fork(
@@ -609,8 +477,8 @@ class SkillDeck:
             CheckpointError: ``checkpoint_id`` is not a checkpoint of ``thread_id``.
         """
         self._require(thread_id)
-        with _checkpoint_errors():
-            source = self.graph.get_state(self._config(thread_id, checkpoint_id=checkpoint_id))
+        with checkpoint_errors():
+            source = self.graph.get_state(self._sync.config(thread_id, checkpoint_id=checkpoint_id))
         if source.created_at is None:
             raise CheckpointError(
                 f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; list them with "
@@ -628,57 +496,37 @@ class SkillDeck:
             if k not in update or not isinstance(self.graph.channels.get(k), LastValue)
         ]
         writes += list(update.items())
-        new_thread_id = new_thread_id or uuid.uuid4().hex
-        if self._snapshot(new_thread_id) is not None:
+        new_thread_id = new_thread_id or _new_thread_id()
+        if self._sync.snapshot(new_thread_id) is not None:
             raise SkillDeckError(f"thread {new_thread_id!r} already exists; pick a new id")
-        config = self._config(new_thread_id, _identity(dict(writes)), metadata, callbacks)
+        config = self._sync.config(new_thread_id, _identity(dict(writes)), metadata, callbacks)
         # Re-enter where the source stood: its pending nodes, or the router when it had ended.
         goto = list(source.next) or [ROUTER_NODE]
-        with _checkpoint_errors():
+        with checkpoint_errors():
             self.graph.update_state(config, Command(update=writes, goto=goto), as_node=ROUTER_NODE)
-        return self._invoke(None, config)
+        return self._sync.invoke(Request(None, config, None))
 
     # -- reading --------------------------------------------------------------------------
-    def _snapshot(self, thread_id: str) -> StateSnapshot | None:
-        with _checkpoint_errors():
-            snapshot = self.graph.get_state(self._config(thread_id))
-        return snapshot if snapshot.created_at is not None else None
-
     def _require(self, thread_id: str) -> StateSnapshot:
-        snapshot = self._snapshot(thread_id)
+        snapshot = self._sync.snapshot(thread_id)
         if snapshot is None:
             raise ThreadNotFoundError(thread_id)
         return snapshot
 
-    @staticmethod
-    def _status(snapshot: StateSnapshot) -> ThreadStatus:
-        return thread_status(snapshot)
-
     def get_thread(self, thread_id: str) -> RunResult:
         """The current state of a thread, with its pending card if it is paused."""
-        return self._result(thread_id, self._require(thread_id))
-
-    def _result(self, thread_id: str, snapshot: StateSnapshot) -> RunResult:
-        status = self._status(snapshot)
-        return RunResult(
-            status=status,
-            thread_id=thread_id,
-            state=dict(snapshot.values),
-            card=_card(snapshot.interrupts[0]) if snapshot.interrupts else None,
-            error=snapshot.values.get("error") if status == "failed" else None,
-            checkpoint_id=snapshot.config["configurable"].get("checkpoint_id"),
-        )
+        return self._sync.thread(thread_id)
 
     def history(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's checkpoints, oldest first: one row per super-step (the keys are listed
         in :func:`skilldeck.checkpoints.inspect.step_rows`)."""
         self._require(thread_id)
-        with _checkpoint_errors():
-            return step_rows(self.graph.get_state_history(self._config(thread_id)))
+        with checkpoint_errors():
+            return step_rows(self.graph.get_state_history(self._sync.config(thread_id)))
 
     def threads(self) -> list[ThreadSummary]:
         """Every thread in the checkpoint database, newest first."""
-        with _checkpoint_errors():
+        with checkpoint_errors():
             latest: dict[str, Any] = {}
             created: dict[str, str] = {}
             for item in self.checkpointer.list(None):
@@ -697,7 +545,7 @@ class SkillDeck:
             rows.append(
                 ThreadSummary(
                     thread_id=thread_id,
-                    status=self._status(snapshot),
+                    status=thread_status(snapshot),
                     user_id=snapshot.values.get("user_id"),
                     last_skill=attempt.get("skill"),
                     steps=int((item.metadata or {}).get("step", 0)) + 1,
@@ -711,6 +559,18 @@ class SkillDeck:
     def mermaid(self) -> str:
         """The compiled graph as Mermaid text (rendered offline by any Mermaid viewer)."""
         return str(self.graph.get_graph().draw_mermaid())
+
+    @property
+    def memory(self) -> Memory:
+        """The message store and indexes the built-in memory tools use (opened from
+        ``settings`` on first use; a deck given its own ``tools`` may not use it)."""
+        return self._memory()
+
+    @property
+    def knowledge(self) -> KnowledgeBase:
+        """The knowledge base the built-in knowledge tools use (opened from ``settings`` on
+        first use; a deck given its own ``tools`` may not use it)."""
+        return self._knowledge()
 
 
 def _load(skills: SkillsSource | None, settings: Settings) -> tuple[SkillBundle, ...]:
@@ -729,17 +589,19 @@ def _load(skills: SkillsSource | None, settings: Settings) -> tuple[SkillBundle,
     return load_skills(paths, reference_token_budget=settings.reference_token_budget)
 
 
+def _stopped_mid_run(
+    snapshot: StateSnapshot, input: Mapping[str, Any], context: str, identity: Mapping[str, Any]
+) -> bool:
+    """Whether the thread's last run, started by this same request, has not ended."""
+    values = snapshot.values
+    same = values.get("input") == input and values.get("context") == context
+    same = same and all(values.get(k) == v for k, v in identity.items())
+    return same and thread_status(snapshot) == "running"
+
+
 def _identity(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: values.get(k) for k in ("user_id", "matter_id")}
 
 
-@contextlib.contextmanager
-def _checkpoint_errors() -> Iterator[None]:
-    """Turn database failures into :class:`CheckpointError` with a hint."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        raise CheckpointError(
-            f"checkpoint database unavailable ({exc}); if another process holds a write lock, "
-            "retry or raise SKILLDECK_SQLITE_TIMEOUT_S"
-        ) from exc
+def _new_thread_id() -> str:
+    return uuid.uuid4().hex

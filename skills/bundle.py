@@ -75,6 +75,14 @@ class SkillBundle:
         path = self.path / "cases.yaml"
         return path if path.is_file() else None
 
+    @property
+    def eval_setup_path(self) -> Path | None:
+        """``scripts/eval_setup.py``: the hook that prepares each eval trial of this skill
+        (see :mod:`skilldeck.evals.setup`). Only the eval harness imports it, so a broken
+        hook never stops the skill from loading."""
+        path = self.path / "scripts" / "eval_setup.py"
+        return path if path.is_file() else None
+
     def is_candidate(self, state: Mapping[str, Any]) -> bool:
         """Whether the router may pick this skill for ``state`` (seed 004 triggers/requires)."""
         return (

@@ -24,7 +24,7 @@ from skilldeck.skills.conditions import Condition, ConditionError, parse_conditi
 from skilldeck.skills.contract import build_output_schema
 from skilldeck.skills.tokens import estimate_tokens, truncate_to_tokens
 
-__all__ = ["builtin_skills_dir", "load_bundle", "load_skills"]
+__all__ = ["builtin_skills_dir", "load_bundle", "load_script", "load_skills"]
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 _SCRIPTS = {"preprocess": "preprocess(state)", "validate": "validate(output, state)"}
@@ -87,7 +87,15 @@ def _conditions(file: Path, where: str, sources: Sequence[str]) -> tuple[Conditi
     return tuple(out)
 
 
-def _load_script(bundle: str, file: Path, func: str) -> Callable[..., Any]:
+def load_script(
+    bundle: str, file: Path, func: str, signature: str | None = None
+) -> Callable[..., Any]:
+    """Import ``file`` (a bundle's ``scripts/*.py``) and return its function ``func``.
+
+    Raises:
+        BundleError: naming ``file``, when it does not import or has no callable ``func``
+            (``signature`` is how the message shows it, e.g. ``setup(task, trial)``).
+    """
     spec = importlib.util.spec_from_file_location(f"skilldeck_skill_{bundle}_{func}", file)
     if spec is None or spec.loader is None:
         raise BundleError(str(file), "$", "cannot be imported as a Python module")
@@ -98,7 +106,8 @@ def _load_script(bundle: str, file: Path, func: str) -> Callable[..., Any]:
         raise BundleError(str(file), "$", f"import failed: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, func, None)
     if not callable(fn):
-        raise BundleError(str(file), "$", f"must define a function {_SCRIPTS[func]}")
+        shown = signature or _SCRIPTS.get(func, f"{func}(...)")
+        raise BundleError(str(file), "$", f"must define a function {shown}")
     return fn  # type: ignore[no-any-return]
 
 
@@ -182,7 +191,7 @@ def load_bundle(
     triggers = meta.get("triggers") or {}
     requires = meta.get("requires") or {}
     scripts = {
-        func: _load_script(folder.name, folder / "scripts" / f"{func}.py", func)
+        func: load_script(folder.name, folder / "scripts" / f"{func}.py", func)
         for func in _SCRIPTS
         if (folder / "scripts" / f"{func}.py").is_file()
     }

@@ -216,6 +216,10 @@ def test_resume_with_invalid_answers_leaves_the_card_pending(cli: Cli) -> None:
     assert not_json["code"] == "INVALID_INPUT"
     assert cli.json("show", thread)["status"] == "interrupted"
 
+    a_list = cli.error("resume", thread, "--answers", '["Acme"]', "--model", MODEL)
+    assert a_list["code"] == "INVALID_INPUT" and "JSON object" in a_list["message"]
+    assert cli.json("show", thread)["status"] == "interrupted"
+
 
 def test_resume_of_a_finished_thread(cli: Cli) -> None:
     thread = cli.start()["thread_id"]

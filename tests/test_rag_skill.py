@@ -2,7 +2,7 @@
 
 Runs without a model (the rules path) and on the scripted provider (the model path: rewrite,
 then an answer that the citation contract rejects and the re-ask fixes), and runs every case
-of ``skills/rag-retrieve/cases.yaml`` with small implementations of its three graders.
+of ``skills/rag-retrieve/cases.yaml``, graded by the eval harness's graders.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import StructuredTool
 
 from skilldeck import Settings, SkillDeck
+from skilldeck.evals import Task, grade, outcome_of, suite_for_skill
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.tools import default_registry
@@ -29,9 +30,11 @@ from skilldeck.tools.vectors import open_chroma
 pytestmark = pytest.mark.L2
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLE = builtin_skills_dir() / "rag-retrieve"
-FIXTURES = Path(__file__).parent / "fixtures" / "rag"
+SKILL = "rag-retrieve"
+BUNDLE = builtin_skills_dir() / SKILL
+FIXTURES = BUNDLE / "fixtures"
 CASES = yaml.safe_load((BUNDLE / "cases.yaml").read_text("utf-8"))
+SUITE = suite_for_skill(SKILL)  # the cases as the eval harness loads them
 SKU = '<CITATION file="docs/glossary.md" lines="5-6" />'
 TABLE = "knowledge__table_rag_retrieve"
 RAG = "knowledge__rag_retrieve"
@@ -279,33 +282,6 @@ def test_scripted_model_is_not_asked_when_nothing_was_found(
 
 
 # -- the eval cases ----------------------------------------------------------------------------
-def _at(value: Any, path: str) -> Any:
-    """The value at a dotted path with ``[i]`` list indices; None when missing."""
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
-        if part.startswith("["):
-            index = int(part[1:-1])
-            value = value[index] if isinstance(value, list) and index < len(value) else None
-        else:
-            value = value.get(part) if isinstance(value, Mapping) else None
-    return value
-
-
-def _grade(name: str, config: Mapping[str, Any], outcome: Mapping[str, Any]) -> str | None:
-    """Why the outcome fails the grader, or None when it passes."""
-    value = _at(outcome, config["path"])
-    if name == "must_contain":
-        missing = [s for s in config["substrings"] if s not in str(value)]
-        return f"{config['path']} lacks {missing}: {value!r}" if missing else None
-    if name == "json_path_equals":
-        return None if value == config["value"] else f"{config['path']} is {value!r}"
-    if name == "trajectory_match":
-        got = [item.get(config["key"]) for item in value or []]
-        expected = list(config["expected"])
-        ok = got == expected if config["order"] == "exact" else got[: len(expected)] == expected
-        return None if ok else f"trajectory {got} != {expected} ({config['order']})"
-    raise AssertionError(f"unknown grader {name}")
-
-
 def test_cases_have_the_seed_003_shape() -> None:
     assert len(CASES) >= 15
     assert len({c["id"] for c in CASES}) == len(CASES)
@@ -314,20 +290,33 @@ def test_cases_have_the_seed_003_shape() -> None:
     assert 3 <= len(chinese) < len(CASES)
     for case in CASES:
         assert set(case) == {"id", "bucket", "input", "graders"}
-        assert {"context", "knowledge", "files_root", "question"} <= set(case["input"])
-        assert (ROOT / case["input"]["knowledge"]).is_dir()
+        assert {"context", "knowledge", "base_fixture", "question"} <= set(case["input"])
+        assert (FIXTURES / case["input"]["knowledge"]).is_dir()
+        assert (FIXTURES / case["input"]["base_fixture"]).is_dir()
         names = {g["name"] for g in case["graders"]}
         assert names <= {"must_contain", "trajectory_match", "json_path_equals"}
         assert all(isinstance(g["config"], dict) for g in case["graders"])
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
-def test_case(case: dict[str, Any], make: Callable[..., SkillDeck]) -> None:
-    given = case["input"]
-    assert (ROOT / given["knowledge"]).resolve() == (FIXTURES / "kb").resolve()
-    deck = make(files_root=ROOT / given["files_root"])
-    result = deck.run({"question": given["question"]}, context=given["context"])
-    outcome = {"state": result.state, "status": result.status}
-    failures = [_grade(g["name"], g["config"], outcome) for g in case["graders"]]
+@pytest.mark.parametrize("task", SUITE.tasks, ids=[t.id for t in SUITE.tasks])
+def test_case(task: Task, make: Callable[..., SkillDeck]) -> None:
+    # The harness indexes the case's knowledge folder and copies its base fixture as the local
+    # files; here the module's base is that folder, and the fixture is the files root.
+    assert SUITE.find_fixture(task, task.input["knowledge"]) == FIXTURES / "kb"
+    local = SUITE.fixture(task)
+    assert local == FIXTURES / "local"
+    deck = make(files_root=local)
+    result = deck.run({"question": task.input["question"]}, context=task.context)
+    graded = grade(task, outcome_of(deck, task, result))
+    failures = [(spec.name, r.rationale) for spec, r in graded.grades if not r.passed]
     assert result.status == "finished", result.error
-    assert not [f for f in failures if f], (failures, result.state.get("response"))
+    assert not failures, (failures, result.state.get("response"))
+    assert graded.passed is True and graded.score == 1.0
+
+
+def test_the_case_graders_can_fail(make: Callable[..., SkillDeck]) -> None:
+    task = SUITE.tasks[0]  # table first, a price with its citation, found
+    deck = make()
+    result = deck.run({"question": "What is the capital of Mars?"}, context=task.context)
+    graded = grade(task, outcome_of(deck, task, result))
+    assert [r.passed for _, r in graded.grades] == [False, False, False]

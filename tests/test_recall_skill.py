@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,17 @@ from typer.testing import CliRunner
 
 from skilldeck import RunResult, Settings, SkillDeck
 from skilldeck.cli import app
+from skilldeck.evals import (
+    GradeContext,
+    Outcome,
+    Task,
+    TrialSetup,
+    build_grader,
+    grade,
+    outcome_of,
+    registered_graders,
+    suite_for_skill,
+)
 from skilldeck.nodes.planner import PlannerSkillNode
 from skilldeck.nodes.planner_rules import (
     ALL_TIME,
@@ -28,48 +40,55 @@ from skilldeck.nodes.planner_rules import (
 from skilldeck.skills import builtin_skills_dir, load_skills
 from skilldeck.tools import default_registry
 from skilldeck.tools.memory import Memory
-from skilldeck.tools.messages import Message, MessageStore
-from skilldeck.tools.vectors import VectorIndex, open_chroma
+from skilldeck.tools.messages import Message
 
 pytestmark = pytest.mark.L2
 
-BUNDLE = builtin_skills_dir() / "nomemory-recall"
+SKILL = "nomemory-recall"
+BUNDLE = builtin_skills_dir() / SKILL
 SEED = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "001_0fee95d1ec7294ad.txt"
 EMPTY_VIEW = {"preferences": [], "profile": [], "constraints": []}
 CASES = yaml.safe_load((BUNDLE / "cases.yaml").read_text("utf-8"))
+SUITE = suite_for_skill(SKILL)  # the cases as the eval harness loads them
+TASKS = SUITE.tasks
 
 
-def _case_messages(case: Mapping[str, Any]) -> list[Message]:
-    """What the harness imports for a case: its base fixture, then its own messages."""
-    spec = case["input"]
-    user, records = spec["user_id"], []
-    if spec.get("base_fixture"):
-        fixture = BUNDLE / "fixtures" / f"{spec['base_fixture']}.jsonl"
-        records = [json.loads(line) for line in fixture.read_text("utf-8").splitlines()]
-    records += [{**r, "thread_id": "case"} for r in spec["messages"]]
-    return [Message(r["id"], user, r["thread_id"], r["role"], r["ts"], r["text"]) for r in records]
+def prepare(deck: SkillDeck, task: Task, folder: Path) -> dict[str, Any]:
+    """What the harness does before a case: the bundle's setup hook fills the memory."""
+    trial = TrialSetup(
+        id=task.id,
+        deck=deck,
+        bundle=SUITE.bundle(SKILL),
+        workspace=folder,
+        fixture=SUITE.fixture(task),
+        user_id=task.user_id,
+        find_fixture=lambda name: SUITE.find_fixture(task, name),
+    )
+    return SUITE.setups[SKILL](task, trial)
 
 
 @pytest.fixture(scope="module")
-def memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
-    """u1's messages and every case's fixture, each case as its own user."""
+def deck(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkillDeck]:
+    """The built-in bundle with no model (the rule-based planner runs) and its own stores:
+    u1's messages and every case's, each case as its own user."""
     root = tmp_path_factory.mktemp("recall")
-    mem = Memory(MessageStore(root / "m.sqlite"), VectorIndex(open_chroma(root / "chroma")))
-    mem.add(Message(i, "u1", "t1", role, ts, text) for i, role, ts, text in MEMORY_TEXTS)
-    for case in CASES:
-        mem.add(_case_messages(case))
-    yield mem
-    mem.store.close()
+    settings = Settings(
+        model=None,
+        messages_path=str(root / "m.sqlite"),
+        chroma_path=str(root / "chroma"),
+        chroma_url=None,
+        files_root=str(root / "files"),
+    )
+    with SkillDeck(BUNDLE, checkpointer="memory://", settings=settings) as d:
+        d.memory.add(Message(i, "u1", "t1", role, ts, text) for i, role, ts, text in MEMORY_TEXTS)
+        for task in TASKS:
+            assert prepare(d, task, root) == {"question": task.input["question"]}
+        yield d
 
 
 @pytest.fixture(scope="module")
-def deck(memory: Memory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkillDeck]:
-    """The built-in bundle with no model: the rule-based planner runs."""
-    tools = default_registry(tmp_path_factory.mktemp("files"), memory=lambda: memory)
-    with SkillDeck(
-        BUNDLE, checkpointer="memory://", settings=Settings(model=None), tools=tools
-    ) as d:
-        yield d
+def memory(deck: SkillDeck) -> Memory:
+    return deck.memory
 
 
 def ask(deck: SkillDeck, question: str, user: str = "u1") -> RunResult:
@@ -108,7 +127,7 @@ def test_cases_follow_the_seed_003_task_shape() -> None:
         base = case["input"].get("base_fixture")
         assert base is None or (BUNDLE / "fixtures" / f"{base}.jsonl").is_file()
         assert case["graders"] and all(set(g) == {"name", "config"} for g in case["graders"])
-        assert {g["name"] for g in case["graders"]} <= set(GRADERS)
+        assert {g["name"] for g in case["graders"]} <= set(registered_graders())
 
 
 # -- the rules: time signals, keywords, the latest message, cues ---------------------------------
@@ -301,62 +320,30 @@ def test_the_rules_planner_goes_through_the_same_validation(
     assert result.state["memory_view"] == EMPTY_VIEW
 
 
-# -- the cases, graded on the no-model path --------------------------------------------------------
-def _path(value: Any, path: str) -> Any:
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
-        if part.startswith("["):
-            index = int(part[1:-1])
-            value = value[index] if isinstance(value, list) and index < len(value) else None
-        else:
-            value = value.get(part) if isinstance(value, Mapping) else None
-    return value
-
-
-def _text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False).casefold()
-
-
-def _cites_evidence(result: Mapping[str, Any], _: Mapping[str, Any]) -> bool:
-    shown = {e["message_id"] for e in result["state"].get("evidence") or []}
-    view = result["state"].get("memory_view") or {}
-    return all(set(i["evidence"]) <= shown for items in view.values() for i in items)
-
-
-def _trajectory_match(result: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
-    tools = iter(r["tool"] for r in result["state"]["attempt"]["trajectory"])
-    return all(any(t == want for t in tools) for want in config["tools"])
-
-
-GRADERS: dict[str, Any] = {
-    "json_path_equals": lambda r, c: _path(r, c["path"]) == c["value"],
-    "must_contain": lambda r, c: all(s.casefold() in _text(_path(r, c["path"])) for s in
-                                     c["substrings"]),
-    "must_not_contain": lambda r, c: not any(s.casefold() in _text(_path(r, c["path"])) for s in
-                                             c["substrings"]),
-    "tool_called": lambda r, c: c["tool"] in [t["name"] for t in
-                                              r["state"]["attempt"]["tool_calls"]],
-    "trajectory_match": _trajectory_match,
-    "cites_evidence": _cites_evidence,
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
-def test_case_passes_on_the_no_model_planner(deck: SkillDeck, case: Mapping[str, Any]) -> None:
-    result = ask(deck, case["input"]["question"], user=case["input"]["user_id"])
-    body = {"status": result.status, "state": {**result.state, "status": result.status}}
-    failed = [g for g in case["graders"] if not GRADERS[g["name"]](body, g["config"])]
+# -- the cases, graded on the no-model path by the harness's graders ----------------------------
+@pytest.mark.parametrize("task", TASKS, ids=[t.id for t in TASKS])
+def test_case_passes_on_the_no_model_planner(deck: SkillDeck, task: Task) -> None:
+    result = ask(deck, task.input["question"], user=str(task.user_id))
+    graded = grade(task, outcome_of(deck, task, result))
+    failed = [(spec.name, r.rationale) for spec, r in graded.grades if not r.passed]
     assert not failed, (failed, result.state.get("memory_view"), result.state.get("evidence"))
+    assert graded.passed is True and graded.score == 1.0
 
 
 def test_the_graders_can_fail(deck: SkillDeck) -> None:
     result = ask(deck, "What food do I avoid?")
-    body = {"status": result.status, "state": result.state}
-    assert not GRADERS["must_contain"](body, {"path": "state.evidence", "substrings": ["m99"]})
-    assert not GRADERS["tool_called"](body, {"tool": "messages_list"})
-    assert not GRADERS["trajectory_match"](body, {"tools": ["neighbors", "lexical_search"]})
-    forged = {"state": {**result.state, "memory_view": {"profile": [
-        {"text": "x", "evidence": ["m99"]}]}}}  # fmt: skip
-    assert not GRADERS["cites_evidence"](forged, {})
+    outcome = outcome_of(deck, TASKS[0], result)
+
+    def passes(name: str, config: dict[str, Any], seen: Outcome = outcome) -> bool | None:
+        return build_grader(name, config).evaluate(GradeContext(TASKS[0], seen)).passed
+
+    assert passes("must_contain", {"path": "state.evidence", "substrings": ["m1"]})
+    assert not passes("must_contain", {"path": "state.evidence", "substrings": ["m99"]})
+    assert not passes("tool_called", {"tool": "messages_list"})
+    assert not passes("trajectory_match", {"tools": ["neighbors", "lexical_search"]})
+    assert passes("cites_evidence", {})
+    forged = {**result.state, "memory_view": {"profile": [{"text": "x", "evidence": ["m99"]}]}}
+    assert not passes("cites_evidence", {}, replace(outcome, state=forged))
 
 
 # -- the command line ------------------------------------------------------------------------------

@@ -1,27 +1,11 @@
-"""Graders: the registry and the built-in graders (generic, card-agent, pkm-agent)."""
+"""Graders: the registry and the built-in graders (generic, card-agent, pkm-agent, recall).
 
-from skilldeck.evals.graders import card, generic, pkm
-from skilldeck.evals.graders.base import (
-    NO_JUDGE,
-    ConfigReader,
-    GradeContext,
-    Grader,
-    GradeResult,
-    build_grader,
-    grader,
-    registered_graders,
-)
+The registry's API is :mod:`.base`'s, re-exported as its ``__all__`` lists it; importing the
+built-in grader modules registers their graders.
+"""
 
-__all__ = [
-    "NO_JUDGE",
-    "ConfigReader",
-    "GradeContext",
-    "GradeResult",
-    "Grader",
-    "build_grader",
-    "card",
-    "generic",
-    "grader",
-    "pkm",
-    "registered_graders",
-]
+from skilldeck.evals.graders import base, card, generic, pkm, recall
+from skilldeck.evals.graders.base import *  # noqa: F403
+
+__all__ = ["card", "generic", "pkm", "recall"]
+__all__ += base.__all__

@@ -27,6 +27,7 @@ __all__ = [
     "Grader",
     "build_grader",
     "grader",
+    "judged",
     "registered_graders",
 ]
 
@@ -97,6 +98,32 @@ class Grader:
 
     def evaluate(self, ctx: GradeContext) -> GradeResult:
         raise NotImplementedError
+
+
+def judged(
+    ctx: GradeContext,
+    subject: Callable[[], tuple[str, str] | GradeResult],
+    *,
+    rubric: str,
+    threshold: float,
+) -> GradeResult:
+    """The judge model's score of what ``subject()`` gives: ``(subject, context)``, or the
+    result itself when there is nothing to judge. Without a judge nothing is looked at."""
+    if ctx.judge is None:
+        return GradeResult.not_scored(NO_JUDGE)
+    found = subject()
+    if isinstance(found, GradeResult):
+        return found
+    text, context = found
+    return ctx.judge.grade(
+        rubric=rubric,
+        subject=text,
+        context=context,
+        case=ctx.task.id,
+        index=ctx.index,
+        epoch=ctx.outcome.epoch,
+        threshold=threshold,
+    )
 
 
 G = TypeVar("G", bound=type[Grader])

@@ -14,12 +14,12 @@ from typing import Any, Self
 
 from skilldeck.evals._paths import text_of, value_at
 from skilldeck.evals.graders.base import (
-    NO_JUDGE,
     ConfigReader,
     GradeContext,
     Grader,
     GradeResult,
     grader,
+    judged,
 )
 
 __all__ = [
@@ -235,17 +235,10 @@ class LlmJudge(Grader):
         )
 
     def evaluate(self, ctx: GradeContext) -> GradeResult:
-        if ctx.judge is None:
-            return GradeResult.not_scored(NO_JUDGE)
+        return judged(ctx, lambda: self._subject(ctx), rubric=self.rubric, threshold=self.threshold)
+
+    def _subject(self, ctx: GradeContext) -> tuple[str, str] | GradeResult:
         subject = value_at(ctx.outcome.view(), self.path)
         if subject in (None, "", [], {}):
             return GradeResult.check(False, f"{self.path} is empty: nothing to judge")
-        return ctx.judge.grade(
-            rubric=self.rubric,
-            subject=text_of(subject),
-            context=json.dumps(ctx.task.input, ensure_ascii=False, default=str),
-            case=ctx.task.id,
-            index=ctx.index,
-            epoch=ctx.outcome.epoch,
-            threshold=self.threshold,
-        )
+        return text_of(subject), json.dumps(ctx.task.input, ensure_ascii=False, default=str)

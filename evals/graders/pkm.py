@@ -10,12 +10,12 @@ from typing import Any, ClassVar, Self
 
 from skilldeck.evals.environment import PARA_FOLDERS, PKM_ROOT, pkm_path, pkm_written, saved_card
 from skilldeck.evals.graders.base import (
-    NO_JUDGE,
     ConfigReader,
     GradeContext,
     Grader,
     GradeResult,
     grader,
+    judged,
 )
 
 __all__ = [
@@ -213,21 +213,7 @@ class _Judged(Grader):
         return cls(config.number("threshold", 0.7))
 
     def evaluate(self, ctx: GradeContext) -> GradeResult:
-        if ctx.judge is None:
-            return GradeResult.not_scored(NO_JUDGE)
-        found = self.subject(ctx)
-        if isinstance(found, GradeResult):
-            return found
-        subject, context = found
-        return ctx.judge.grade(
-            rubric=self.rubric,
-            subject=subject,
-            context=context,
-            case=ctx.task.id,
-            index=ctx.index,
-            epoch=ctx.outcome.epoch,
-            threshold=self.threshold,
-        )
+        return judged(ctx, lambda: self.subject(ctx), rubric=self.rubric, threshold=self.threshold)
 
     def subject(self, ctx: GradeContext) -> tuple[str, str] | GradeResult:
         """``(subject, context)`` for the judge, or the result when there is nothing to judge."""

@@ -27,6 +27,7 @@ from uuid import uuid4
 
 from fastapi import Depends, FastAPI
 from fastapi import Path as PathParam
+from fastapi.types import DecoratedCallable
 from langchain_core.runnables import RunnableConfig
 from starlette.concurrency import run_in_threadpool
 
@@ -265,12 +266,25 @@ def create_app(
         """Create a thread owned by the caller; start it with ``POST /threads/{id}/runs``."""
         return await run_in_threadpool(threads.create, user)
 
-    @app.post(
-        "/threads/{thread_id}/runs",
-        response_class=EventStreamResponse,
-        responses={**_SSE_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
-        tags=["threads"],
-    )
+    # The routes of one thread share their documented errors: streams and reads each alike.
+    def streamed(path: str) -> Callable[[DecoratedCallable], DecoratedCallable]:
+        return app.post(
+            path,
+            response_class=EventStreamResponse,
+            responses={**_SSE_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
+            tags=["threads"],
+        )
+
+    def read(path: str, model: type[Any]) -> Callable[[DecoratedCallable], DecoratedCallable]:
+        return app.get(
+            path,
+            response_model=model,
+            response_model_exclude_unset=True,
+            responses=responses(401, 404),
+            tags=["threads"],
+        )
+
+    @streamed("/threads/{thread_id}/runs")
     async def start_run(thread_id: ThreadId, body: RunRequest, user: User) -> Any:
         """Run the thread and stream its events until a card, the end or an error."""
         await run_in_threadpool(threads.owned, thread_id, user)
@@ -287,12 +301,7 @@ def create_app(
             ),
         )
 
-    @app.post(
-        "/threads/{thread_id}/resume",
-        response_class=EventStreamResponse,
-        responses={**_SSE_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
-        tags=["threads"],
-    )
+    @streamed("/threads/{thread_id}/resume")
     async def resume(thread_id: ThreadId, body: ResumeRequest, user: User) -> Any:
         """Answer the pending card and stream the run on. Of concurrent answers to one card
         exactly one is applied; the others get 409."""
@@ -303,24 +312,12 @@ def create_app(
             lambda: deck.stream_resume(thread_id, body.answers, interrupt_id=body.interrupt_id),
         )
 
-    @app.get(
-        "/threads/{thread_id}",
-        response_model=ThreadView,
-        response_model_exclude_unset=True,
-        responses=responses(401, 404),
-        tags=["threads"],
-    )
+    @read("/threads/{thread_id}", ThreadView)
     async def get_thread(thread_id: ThreadId, user: User) -> ThreadView:
         """The thread's state and status, and its pending card when it is ``interrupted``."""
         return _thread_view(thread_id, await run_in_threadpool(threads.owned, thread_id, user))
 
-    @app.get(
-        "/threads/{thread_id}/history",
-        response_model=History,
-        response_model_exclude_unset=True,
-        responses=responses(401, 404),
-        tags=["threads"],
-    )
+    @read("/threads/{thread_id}/history", History)
     async def history(thread_id: ThreadId, user: User) -> History:
         """The thread's checkpoints, oldest first (one per step)."""
         result = await run_in_threadpool(threads.owned, thread_id, user)

@@ -10,19 +10,18 @@ source runs once. No source stands in for another: the other RAG tool and the lo
 tried whatever the first one found, and "no relevant information" is said only after all.
 
 With a model, the model rewrites the question (JSON) and writes the answer from the evidence;
-without one, :mod:`~skilldeck.nodes.retrieval_rules` does both. Either answer must pass the
-citation contract (:func:`~skilldeck.nodes.retrieval_rules.check_answer`); a failing answer goes
-back through the re-ask path with the errors. The trajectory (rewrite, plan, every step with its
-tool, args, result summary and verdict) is kept in the attempt record, the tool calls and model
-turns in the transcript, and the evidence in the store for a re-ask.
+without one, the rules (:mod:`skilldeck.nodes.retrieval_rules`) do both. Either answer must pass
+the citation contract (:func:`~skilldeck.nodes.retrieval.answer.check_answer`); a failing answer
+goes back through the re-ask path with the errors. The trajectory (rewrite, plan, every step with
+its tool, args, result summary and verdict) is kept in the attempt record, the tool calls and
+model turns in the transcript, and the evidence in the store for a re-ask.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -32,38 +31,20 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
 from skilldeck.nodes.context import NodeContext
-from skilldeck.nodes.retrieval_rules import (
-    EXPANDABLE,
-    INTENTS,
-    LOCAL,
-    RAG,
-    REWRITE_SCHEMA,
-    STANDARD,
-    TABLE,
-    TOP_K,
-    Evidence,
-    Plan,
-    Rewrite,
-    check_answer,
-    citations_in,
-    compose_answer,
-    judge,
-    make_plan,
-    parse_result,
-    rewrite_question,
-    select_evidence,
-)
-from skilldeck.nodes.skill import SkillNode, parse_output
-from skilldeck.nodes.transcript import append_messages, read_messages
+from skilldeck.nodes.retrieval.answer import check_answer, compose_answer, select_evidence
+from skilldeck.nodes.retrieval.evidence import Evidence, citations_in
+from skilldeck.nodes.retrieval.plan import LOCAL, RAG, TABLE, Plan, make_plan
+from skilldeck.nodes.retrieval.policy import Invoke, run_policy, source_order
+from skilldeck.nodes.retrieval.rewrite import INTENTS, REWRITE_SCHEMA, Rewrite, rewrite_question
+from skilldeck.nodes.skill import SkillNode, Visit, parse_output
+from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import format_errors
 from skilldeck.tools.registry import IDENTITY_KEYS, ToolResult
 
-__all__ = ["PolicyRun", "RetrievalSkillNode", "run_policy", "source_order"]
+__all__ = ["RetrievalSkillNode"]
 
-Invoke = Callable[[str, dict[str, Any]], ToolResult]
 _REWRITE_VALIDATOR = Draft202012Validator(REWRITE_SCHEMA)
-_MAX_ROWS = 20  # table rows and local lines shown per call, the tools' defaults
 _ALIASES = {RAG: "rag_retrieve", TABLE: "table_rag_retrieve", LOCAL: "local_file_search"}
 _MODE_NOTE = """\
 ## How this skill runs
@@ -108,88 +89,6 @@ _RETRY = (
 )
 
 
-# -- the policy --------------------------------------------------------------------------------
-def source_order(
-    tools: Sequence[str], resolve: Callable[[str], str | None], table_first: bool
-) -> list[str]:
-    """Sources in policy order: skill-enabled tools (meta order), the two RAG tools, files."""
-    enabled = [c for c in dict.fromkeys(map(resolve, tools)) if c and c not in STANDARD]
-    pair = [TABLE, RAG] if table_first else [RAG, TABLE]
-    return [*enabled, *pair, LOCAL]
-
-
-@dataclass
-class PolicyRun:
-    """What the policy did: its steps, all evidence gathered, the usable part, who answered."""
-
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    gathered: list[Evidence] = field(default_factory=list)
-    usable: list[Evidence] = field(default_factory=list)
-    answered_by: str | None = None
-
-
-def _attempts(tool: str, plan: Plan) -> list[dict[str, Any]]:
-    """The argument sets a source may be called with, in order (only RAG expands)."""
-    if tool == RAG:
-        steps = [k for k in TOP_K if k >= plan.top_k]
-        last = len(plan.variants) - 1
-        return [{"query": plan.variants[min(i, last)], "top_k": k} for i, k in enumerate(steps)]
-    if tool == TABLE:
-        return [{"query": plan.variants[0], "max_rows": _MAX_ROWS}]
-    if tool == LOCAL:
-        return [{"query": plan.variants[0], "max_results": _MAX_ROWS}]
-    return [{"query": plan.variants[0]}]
-
-
-def run_policy(plan: Plan, sources: Sequence[str], allowed: Set[str], invoke: Invoke) -> PolicyRun:
-    """Try ``sources`` in order, one call at a time, until the evidence suffices.
-
-    A source not in ``allowed`` is refused and recorded, never called. Each step records its
-    tool, args, a result summary and the verdict; ``rag_retrieve`` moves to the next ``top_k``
-    only when its results filled ``top_k`` and fell short for a reason more results can fix.
-    """
-    run = PolicyRun()
-    seen: set[str] = set()
-    for tool in sources:
-        if tool not in allowed:
-            why = "refused: not among the skill's tools"
-            run.steps.append({"tool": tool, "args": {}, "refused": True, "why": why})
-            continue
-        attempts = _attempts(tool, plan)
-        for i, args in enumerate(attempts):
-            started = time.perf_counter()
-            result = invoke(tool, args)
-            ms = round((time.perf_counter() - started) * 1000, 1)
-            parsed = parse_result(tool, result.content, len(run.steps))
-            top_k = args.get("top_k") if tool == RAG else None
-            verdict = judge(
-                plan, parsed, ok=result.ok, content=result.content, before=run.usable, top_k=top_k
-            )
-            run.gathered += parsed.items
-            fresh = [e for e in verdict.usable if e.citation not in seen]
-            seen.update(e.citation for e in fresh)
-            run.usable += fresh
-            step: dict[str, Any] = {
-                "tool": tool,
-                "args": args,
-                "ok": result.ok,
-                "summary": parsed.summary if result.ok else result.content[:200],
-                "usable": len(verdict.usable),
-                "sufficient": verdict.sufficient,
-                "why": verdict.why,
-                "ms": ms,
-            }
-            run.steps.append(step)
-            if verdict.sufficient:
-                run.answered_by = tool
-                return run
-            more = i + 1 < len(attempts) and top_k is not None and parsed.returned >= top_k
-            if not (more and verdict.code in EXPANDABLE):
-                break
-            step["next"] = f"top_k {top_k} -> {attempts[i + 1]['top_k']}"
-    return run
-
-
 # -- the node ----------------------------------------------------------------------------------
 def _question(state: Mapping[str, Any]) -> str | None:
     """``input.question``, whitespace-normalised; None when missing or blank."""
@@ -215,6 +114,13 @@ def _store_key(thread_id: str, turn_id: str) -> tuple[str, ...]:
     return ("skilldeck", "retrieval", thread_id, turn_id)
 
 
+def _save(visit: Visit, turn: dict[str, Any], new: list[BaseMessage]) -> None:
+    """The turn's new messages go to the store in one write."""
+    if new:
+        turn["pos"] = visit.save(turn, new)
+        new.clear()
+
+
 def _tried(steps: Sequence[Mapping[str, Any]]) -> list[str]:
     names = [str(s["tool"]) for s in steps if not s.get("refused")]
     return [_ALIASES.get(n, n) for n in dict.fromkeys(names)]
@@ -235,19 +141,19 @@ class RetrievalSkillNode(SkillNode):
     ) -> Command[str]:
         configurable = config.get("configurable", {})
         thread_id = str(configurable["thread_id"])
-        calls = dict(state.get("calls") or {})
+        visit = Visit(state, dict(state.get("calls") or {}), thread_id, store)
         turn = state.get("turn")
         if turn and turn.get("skill") == self.name:
-            return self._answer_again(state, turn, calls, thread_id, store)
+            return self._answer_again(visit, turn)
         question = _question(state)
         if question is None:
             message = "input.question is missing: pass the question to answer"
             return self._fail(state, "INVALID_INPUT", message, None)
         turn, new = self.open_turn(state)
         try:
-            rewrite, note = self._rewrite(question, new, calls, turn)
+            rewrite, note = self._rewrite(question, new, visit.calls, turn)
         except Exception as exc:
-            return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
+            return self._model_error(state, exc, turn)
         # The model sees the rewrite exchange again when it answers; tool calls it does not.
         conversation = list(new)
         plan = make_plan(question, rewrite)
@@ -274,17 +180,17 @@ class RetrievalSkillNode(SkillNode):
         if turn["trajectory"]["answer_by"] == "model":
             ask = HumanMessage(self._answer_ask(plan, run.steps, shown, run.answered_by))
             try:
-                reply = self.ask_json([*conversation, ask], calls, turn)
+                reply = self.ask_json([*conversation, ask], visit.calls, turn)
             except Exception as exc:
-                self._save(store, thread_id, turn, new)
-                return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
+                _save(visit, turn, new)
+                return self._model_error(state, exc, turn)
             new += [ask, reply]
-            self._save(store, thread_id, turn, new)
-            return self._finish(state, turn, calls, reply, shown, known, thread_id, store)
+            _save(visit, turn, new)
+            return self._finish(visit, turn, reply, shown, known)
         answer = self._rules_answer(plan, turn["trajectory"], shown)
         new.append(AIMessage(json.dumps({"answer": answer}, ensure_ascii=False)))
-        self._save(store, thread_id, turn, new)
-        return self._finish(state, turn, calls, answer, shown, known, thread_id, store)
+        _save(visit, turn, new)
+        return self._finish(visit, turn, answer, shown, known)
 
     # -- steps ----------------------------------------------------------------------------
     def _rewrite(
@@ -370,57 +276,39 @@ class RetrievalSkillNode(SkillNode):
         complete = bool(trajectory["complete"])
         return compose_answer(plan, shown, complete=complete, sources=_tried(trajectory["steps"]))
 
-    def _save(
-        self, store: BaseStore, thread_id: str, turn: dict[str, Any], new: list[BaseMessage]
-    ) -> None:
-        """The turn's new messages go to the store in one write."""
-        if new:
-            turn["pos"] = append_messages(store, thread_id, turn["id"], turn["pos"], new)
-            new.clear()
-
-    def _answer_again(
-        self,
-        state: dict[str, Any],
-        turn: dict[str, Any],
-        calls: dict[str, int],
-        thread_id: str,
-        store: BaseStore,
-    ) -> Command[str]:
+    def _answer_again(self, visit: Visit, turn: dict[str, Any]) -> Command[str]:
         """After a rejected answer: answer again from the stored evidence (no new retrieval)."""
         trajectory = turn.get("trajectory") or {}
-        item = store.get(_store_key(thread_id, turn["id"]), "evidence")
-        question = _question(state)
+        item = visit.store.get(_store_key(visit.thread_id, turn["id"]), "evidence")
+        question = _question(visit.state)
         if item is None or question is None or not trajectory:
             message = "the retrieval turn's evidence is gone from the store; start a new run"
-            return self._fail(state, "SCRIPT_ERROR", message, turn)
+            return self._fail(visit.state, "SCRIPT_ERROR", message, turn)
         shown = [Evidence.from_dict(e) for e in item.value["shown"]]
         known = {k: (tuple(v) if v else None) for k, v in item.value["known"].items()}
         plan = make_plan(question, Rewrite.from_dict(trajectory["rewrite"]))
         if trajectory.get("answer_by") != "model":
             answer = self._rules_answer(plan, trajectory, shown)
-            return self._finish(state, turn, calls, answer, shown, known, thread_id, store)
+            return self._finish(visit, turn, answer, shown, known)
         conversation = [
             m
-            for m in read_messages(store, thread_id, turn["id"])
+            for m in read_messages(visit.store, visit.thread_id, turn["id"])
             if not isinstance(m, ToolMessage) and not (isinstance(m, AIMessage) and m.tool_calls)
         ]
         try:
-            reply = self.ask_json(conversation, calls, turn)
+            reply = self.ask_json(conversation, visit.calls, turn)
         except Exception as exc:
-            return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
-        self._save(store, thread_id, turn, [reply])
-        return self._finish(state, turn, calls, reply, shown, known, thread_id, store)
+            return self._model_error(visit.state, exc, turn)
+        _save(visit, turn, [reply])
+        return self._finish(visit, turn, reply, shown, known)
 
     def _finish(
         self,
-        state: dict[str, Any],
+        visit: Visit,
         turn: dict[str, Any],
-        calls: dict[str, int],
         answer: AIMessage | str,
         shown: Sequence[Evidence],
         known: Mapping[str, Any],
-        thread_id: str,
-        store: BaseStore,
     ) -> Command[str]:
         """Check the citation contract, then hand the four-part output to ``accept_output``."""
         if isinstance(answer, AIMessage):
@@ -429,12 +317,12 @@ class RetrievalSkillNode(SkillNode):
             if value is not None and not (isinstance(text, str) and text.strip()):
                 errors = [{"path": "$.answer", "message": 'reply with {"answer": "<text>"}'}]
             if errors:
-                return self._reject(state, turn, calls, errors, _RETRY, thread_id, store)
+                return self._reject(visit, turn, errors, _RETRY)
             answer = str(text)
         question = str(turn["trajectory"]["question"])
         errors = check_answer(answer, question=question, shown=shown, known=known)
         if errors:
-            return self._reject(state, turn, calls, errors, _RETRY, thread_id, store)
+            return self._reject(visit, turn, errors, _RETRY)
         citations = citations_in(answer)
         output = {
             "response": answer,
@@ -447,4 +335,4 @@ class RetrievalSkillNode(SkillNode):
             },
             "control": {"action": "finish"},
         }
-        return self.accept_output(state, turn, calls, output, thread_id, store)
+        return self.accept_output(visit, turn, output)
