@@ -9,6 +9,8 @@ A claim is never needed again once the resume has checkpointed (the interrupt is
 pending), but a process killed between claiming and checkpointing would leave the card
 unanswerable. So a claim older than ``lease_s`` may be taken over; a resume that fails cleanly
 (invalid answers, nothing changed) should :meth:`~InterruptClaims.release` its claim at once.
+On PostgreSQL a claim also records the claiming server session, and the claim of a session
+that is gone may be taken over after a short grace (see :class:`PostgresClaims`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from skilldeck.errors import CheckpointError
 
 __all__ = [
+    "DEFAULT_DEAD_OWNER_GRACE_S",
     "DEFAULT_LEASE_S",
     "InterruptClaims",
     "MemoryClaims",
@@ -33,6 +36,8 @@ __all__ = [
 
 #: Seconds after which an unfinished claim may be taken over (its owner presumably died).
 DEFAULT_LEASE_S = 300.0
+#: PostgreSQL: seconds after which a claim whose session is gone may be taken over.
+DEFAULT_DEAD_OWNER_GRACE_S = 10.0
 
 _TABLE = "skilldeck_interrupt_claims"
 _CREATE = f"""
@@ -48,6 +53,23 @@ INSERT INTO {_TABLE} (thread_id, interrupt_id, claimed_at) VALUES ({{p}}, {{p}},
 ON CONFLICT (thread_id, interrupt_id) DO UPDATE SET claimed_at = excluded.claimed_at
 WHERE {_TABLE}.claimed_at < {{now}} - {{p}}"""
 _RELEASE = f"DELETE FROM {_TABLE} WHERE thread_id = {{p}} AND interrupt_id = {{p}}"
+
+# PostgreSQL claims also record the claiming session (see PostgresClaims).
+_PG_OWNER_COLUMNS = f"""
+ALTER TABLE {_TABLE}
+    ADD COLUMN IF NOT EXISTS owner_pid INTEGER,
+    ADD COLUMN IF NOT EXISTS owner_start TIMESTAMPTZ"""
+_PG_CLAIM = f"""
+INSERT INTO {_TABLE} AS c (thread_id, interrupt_id, claimed_at, owner_pid, owner_start)
+SELECT %s, %s, extract(epoch from clock_timestamp()), pid, backend_start
+FROM pg_stat_activity WHERE pid = pg_backend_pid()
+ON CONFLICT (thread_id, interrupt_id) DO UPDATE
+SET claimed_at = excluded.claimed_at, owner_pid = excluded.owner_pid,
+    owner_start = excluded.owner_start
+WHERE c.claimed_at < excluded.claimed_at - %s
+    OR (c.claimed_at < excluded.claimed_at - %s AND NOT EXISTS (
+        SELECT 1 FROM pg_stat_activity a
+        WHERE a.pid = c.owner_pid AND a.backend_start = c.owner_start))"""
 
 # With no lease, the takeover condition can never hold.
 _NO_LEASE = 1e15
@@ -149,30 +171,83 @@ class SqliteClaims(InterruptClaims):
 
 
 class PostgresClaims(InterruptClaims):
-    """Claims in a PostgreSQL table, on a connection pool the caller owns.
+    """Claims in a PostgreSQL table, made on a connection of their own.
 
-    The server's clock dates the claims, so app hosts with skewed clocks agree on leases.
+    That connection's server session stands for this process: each claim records it, and a
+    claim whose session is gone (its process died, e.g. ``kill -9`` between claiming a card and
+    checkpointing the answers) may be taken over after ``dead_owner_grace_s`` instead of the
+    whole lease. The grace covers a live owner whose connection dropped (a server restart)
+    and who still has to write. The server's clock dates the claims, so app hosts with skewed
+    clocks agree on leases.
 
     Args:
-        pool: a ``psycopg_pool.ConnectionPool`` of autocommit connections.
+        pool: a ``psycopg_pool.ConnectionPool``; the claims connect with its conninfo and options.
         lease_s: see :class:`InterruptClaims`.
+        dead_owner_grace_s: seconds after which a claim of a gone session may be taken over.
     """
 
-    def __init__(self, pool: Any, *, lease_s: float | None = DEFAULT_LEASE_S) -> None:
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        lease_s: float | None = DEFAULT_LEASE_S,
+        dead_owner_grace_s: float = DEFAULT_DEAD_OWNER_GRACE_S,
+    ) -> None:
         super().__init__(lease_s)
-        self._pool = pool
+        self._conninfo: str = pool.conninfo
+        self._kwargs: dict[str, Any] = {**pool.kwargs, "autocommit": True}
+        self.dead_owner_grace_s = dead_owner_grace_s
+        self._conn: Any = None
+        self._lock = threading.Lock()
 
     @staticmethod
     def setup(conn: Any) -> None:
         """Create the claims table on ``conn`` (the caller holds the setup lock)."""
         conn.execute(_CREATE)
+        conn.execute(_PG_OWNER_COLUMNS)
+
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
+        """Run ``sql`` on the claims connection (reconnecting once if it broke); its rowcount."""
+        import psycopg
+
+        with self._lock:
+            for retry in (False, True):
+                if self._conn is None or self._conn.closed:
+                    self._conn = self._connect()
+                try:
+                    return int(self._conn.execute(sql, params).rowcount)
+                except psycopg.OperationalError:
+                    # The server restarted or the network dropped: a new session, once.
+                    self._conn.close()
+                    self._conn = None
+                    if retry:
+                        raise
+        raise AssertionError("unreachable")
+
+    def _connect(self) -> Any:
+        """A new connection, waiting for a restarting server like the pools do."""
+        import psycopg
+
+        from skilldeck._internal.postgres import POOL_WAIT_S
+
+        deadline = time.monotonic() + POOL_WAIT_S
+        while True:
+            try:
+                return psycopg.connect(self._conninfo, connect_timeout=5, **self._kwargs)
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def claim(self, thread_id: str, interrupt_id: str) -> bool:
-        sql = _CLAIM.format(p="%s", now="extract(epoch from clock_timestamp())")
-        with self._pool.connection() as conn:
-            cur = conn.execute(sql, (thread_id, interrupt_id, self._lease))
-            return int(cur.rowcount) == 1
+        params = (thread_id, interrupt_id, self._lease, self.dead_owner_grace_s)
+        return self._execute(_PG_CLAIM, params) == 1
 
     def release(self, thread_id: str, interrupt_id: str) -> None:
-        with self._pool.connection() as conn:
-            conn.execute(_RELEASE.format(p="%s"), (thread_id, interrupt_id))
+        self._execute(_RELEASE.format(p="%s"), (thread_id, interrupt_id))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

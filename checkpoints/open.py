@@ -254,7 +254,7 @@ def _open_postgres(
     saver = PostgresSaver(pool, serde=strict_serde())
     store = PostgresStore(pool)
     claims = PostgresClaims(pool, lease_s=lease_s)
-    return Persistence(url, saver, store, claims, [pool.close])
+    return Persistence(url, saver, store, claims, [pool.close, claims.close])
 
 
 @dataclass

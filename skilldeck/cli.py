@@ -99,7 +99,7 @@ def _json_object(text: str, what: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise SkillDeckError(f"{what} is not valid JSON: {exc.msg} (char {exc.pos})") from None
     if not isinstance(value, dict):
-        raise SkillDeckError(f"{what} must be a JSON object, e.g. '{{\"key\": \"value\"}}'")
+        raise SkillDeckError(f'{what} must be a JSON object, e.g. \'{{"key": "value"}}\'')
     return value
 
 

@@ -1,7 +1,8 @@
 """PostgreSQL connections for the checkpointer, the store, resume claims and the message store.
 
 Pools check each connection before lending it (``check_connection``), so connections broken by
-a server restart are dropped and replaced by the pool's reconnect loop, with no manual step.
+a server restart are dropped and replaced by the pool's reconnect loop, with no manual step;
+the first broken one found has the pool check all its idle connections at once.
 A first, direct connection is made before any pool: its error (refused, unknown host, bad
 password, missing database) names the problem at once instead of a pool timeout later.
 """
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "POSTGRES_SCHEMES",
     "connect",
+    "connection_errors",
     "is_postgres_url",
     "open_async_pool",
     "open_pool",
@@ -37,6 +39,11 @@ _SETUP_LOCK_KEY = 0x5C17DEC4
 # How long a request waits for a pooled connection, e.g. while the server restarts.
 POOL_WAIT_S = 30.0
 
+# _PURGE: one connection that fails its check means a restart or a network drop took every
+# connection of the pool. The pool would hand the waiting request the other dead ones one by
+# one, sleeping 1, 2, 4... s after each (and LangGraph's savers hold their lock meanwhile, so
+# the whole process stalls up to POOL_WAIT_S); ``pool.check()`` drops them all at once instead.
+
 
 def is_postgres_url(url: str) -> bool:
     return url.startswith(POSTGRES_SCHEMES)
@@ -50,6 +57,17 @@ def redact(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)
     user = netloc[0].split(":", 1)[0]
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def connection_errors() -> tuple[type[Exception], ...]:
+    """The errors of a PostgreSQL server that cannot be reached right now (restarting, network
+    down, every pooled connection busy); none without the postgres extra."""
+    try:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+    except ImportError:
+        return ()
+    return (psycopg.OperationalError, PoolTimeout)
 
 
 def _psycopg(error: type[Exception]) -> None:
@@ -134,9 +152,17 @@ def open_pool(
     connect(url, timeout=timeout, error=error, what=what).close()
     from psycopg_pool import ConnectionPool, PoolTimeout
 
-    pool: ConnectionPool[Any] = ConnectionPool(
-        url, check=ConnectionPool.check_connection, **_pool_args(size, kwargs)
-    )
+    pools: list[ConnectionPool[Any]] = []
+
+    def check(conn: Any) -> None:
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            pools[0].check()  # see _PURGE
+            raise
+
+    pool: ConnectionPool[Any] = ConnectionPool(url, check=check, **_pool_args(size, kwargs))
+    pools.append(pool)
     try:
         pool.open(wait=True, timeout=max(timeout, 2.0))
     except PoolTimeout as exc:
@@ -160,9 +186,19 @@ async def open_async_pool(
     except psycopg.Error as exc:
         raise _connect_failed(error, url, what, exc) from None
     await probe.close()
+    pools: list[AsyncConnectionPool[Any]] = []
+
+    async def check(conn: Any) -> None:
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except Exception:
+            await pools[0].check()  # see _PURGE
+            raise
+
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        url, check=AsyncConnectionPool.check_connection, **_pool_args(size, kwargs)
+        url, check=check, **_pool_args(size, kwargs)
     )
+    pools.append(pool)
     try:
         await pool.open(wait=True, timeout=max(timeout, 2.0))
     except PoolTimeout as exc:

@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from skilldeck._internal.postgres import connection_errors
 from skilldeck.errors import ErrorCode, SkillDeckError
 from skilldeck.server.auth import Unauthorized
 from skilldeck.server.schemas import ErrorBody
@@ -42,6 +43,9 @@ _DESCRIPTIONS = {
     422: "Invalid request body or card answers; nothing was changed.",
     503: "The checkpoint database or the model is unavailable.",
 }
+
+# A database that is down is usually back within seconds (a restart, a failover).
+_RETRY = {"Retry-After": "1"}
 
 # HTTP-layer codes for statuses raised by FastAPI/Starlette themselves.
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
@@ -87,7 +91,18 @@ def responses(*statuses: int, stream: bool = False) -> dict[int | str, dict[str,
 async def _engine_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SkillDeckError)
     detail = exc.to_dict()
-    return error_response(status_of(exc), detail.pop("code"), detail.pop("message"), **detail)
+    status = status_of(exc)
+    headers = _RETRY if status == 503 else None
+    return error_response(
+        status, detail.pop("code"), detail.pop("message"), headers=headers, **detail
+    )
+
+
+async def _database_down(request: Request, exc: Exception) -> JSONResponse:
+    # Raised outside the engine's own checks (the owners store): the same answer as theirs.
+    reason = " ".join(str(exc).split())
+    message = f"database unavailable ({type(exc).__name__}: {reason}); retry in a moment"
+    return error_response(503, ErrorCode.CHECKPOINT_UNAVAILABLE.value, message, headers=_RETRY)
 
 
 async def _unauthorized(request: Request, exc: Exception) -> JSONResponse:
@@ -128,3 +143,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
+    for error in connection_errors():
+        app.add_exception_handler(error, _database_down)

@@ -1,0 +1,807 @@
+"""Service benchmark: the HTTP card flow under load and faults, on real ``skilldeck serve``
+processes.
+
+Usage::
+
+    python bench/service.py [--runs 500] [--concurrency 50] [--fault-runs 200] [--json]
+
+Every thread is one *flow*: ``POST /threads``, ``POST /threads/{id}/runs`` streamed to the demo's
+card (the litigation-intake demo on the scripted model), then ``POST /threads/{id}/resume`` with
+the demo's answers streamed to ``done``. ``--concurrency`` clients (asyncio + httpx) run flows
+until ``--runs`` are done. Measurements:
+
+A. **one server + SQLite**: ``--runs`` flows against one ``skilldeck serve``.
+B. **two servers + PostgreSQL**: ``--runs`` flows against two ``skilldeck serve`` processes
+   sharing a fresh database on a private PostgreSQL cluster (``.ci/services``); each thread runs
+   on one server and is resumed on the other.
+Faults (configuration B, ``--fault-runs`` flows each, on a fresh database):
+
+a. ``kill -9`` of server 1 after 30% of the flows, of server 2 after 65%; each is restarted at
+   once on its port (durability ``sync``, the default).
+b. ``pg_ctl restart`` of the PostgreSQL cluster after 35% and after 70% of the flows.
+c. clients that disconnect from every run and resume stream after its first event, then poll
+   ``GET /threads/{id}`` until the card (or the end) shows up.
+
+The client below is the recovery procedure the README documents: on a broken stream, a refused
+connection, a 5xx or an ``error`` event it asks ``GET /threads/{id}`` (preferring the other
+server) where the thread stands, and
+
+- ``interrupted`` with the card it was waiting for: the run reached its card; answer it;
+- ``new`` or ``running`` before its card was answered: the run died with its process (or its
+  database connection); ``POST /runs`` again with the same input;
+- ``running`` after the answers went in: the answers are checkpointed and the rest died;
+  ``POST /runs`` again, which finishes the thread;
+- ``finished``: nothing to do.
+
+A 409 ``ALREADY_RESUMED`` while the card is still pending means another resume holds the card;
+the client asks again after a pause. After every measurement each thread is checked: it is
+``finished``, its state equals a reference run's (made in this process on ``memory://``), and
+its history has exactly one card and exactly one answered card with the demo's answers.
+Servers, databases and files live in a temporary directory that is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from common import err, log, progress_bar
+from rich.console import Console
+from rich.table import Table
+
+from skilldeck import Settings, SkillDeck, demo
+from skilldeck.server import hash_key
+from skilldeck.skills import builtin_skills_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVICES = ROOT / ".ci" / "services"
+KEY = "sdk_bench_service_key_0123456789abcdef"
+USER = "bench"
+RUN_BODY = {"input": demo.INPUT, "context": demo.CONTEXT, "matter_id": demo.MATTER_ID}
+TERMINAL = ("card", "done", "error")
+MAX_ATTEMPTS = 40  # per step of a flow; with the backoff below about 2 minutes
+STATE_KEYS_IGNORED = ("attempt", "turn")  # per-run ids and timings
+ATTEMPT_KEYS = ("skill", "attempt", "action", "validation_errors", "tool_calls", "model")
+
+
+# -- processes --------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """One ``skilldeck serve`` process on a fixed port; it can be killed and started again."""
+
+    def __init__(self, name: str, checkpoint: str, work: Path) -> None:
+        self.name, self.checkpoint, self.work = name, checkpoint, work
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.start_s: list[float] = []
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            *("-m", "skilldeck.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)),
+            *("--keys", str(self.work / "keys.json"), "--checkpoint", self.checkpoint),
+            *("--model", f"scripted:{demo.SCRIPT}"),
+            *("--skills", str(builtin_skills_dir() / "litigation-intake")),
+        ]
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "SKILLDECK_FILES_ROOT": str(demo.FILES),
+            "SKILLDECK_DURABILITY": "sync",
+        }
+        self.starts += 1
+        log_file = (self.work / f"{self.name}.log").open("ab")
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            self.command(), env=env, cwd=self.work, stdout=log_file, stderr=subprocess.STDOUT
+        )
+        log_file.close()  # the child has its own descriptor
+        deadline = time.monotonic() + 90
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited; see {self.work / self.name}.log")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} did not answer /health in 90 s")
+            time.sleep(0.1)
+        self.start_s.append(time.perf_counter() - t0)
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown, no flushing; in-flight requests die with the process."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+class Postgres:
+    """A private PostgreSQL cluster started with ``.ci/services`` (the script CI uses)."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.url = ""
+
+    def _run(self, *args: str) -> str:
+        proc = subprocess.run(
+            [str(SERVICES), *args],
+            env={**os.environ, "SKILLDECK_SERVICES_DIR": str(self.state)},
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        if proc.returncode:
+            raise RuntimeError(f".ci/services {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def start(self) -> None:
+        for line in self._run("start", "postgres").splitlines():
+            name, _, value = line.removeprefix("export ").partition("=")
+            if name == "SKILLDECK_TEST_POSTGRES_URL":
+                self.url = value.strip()
+
+    def database(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        return urlunsplit(urlsplit(self.url)._replace(path=f"/{name}"))
+
+    def restart(self) -> float:
+        t0 = time.perf_counter()
+        self._run("restart", "postgres")
+        return time.perf_counter() - t0
+
+    def stop(self) -> None:
+        if self.url:
+            self._run("stop")
+
+
+# -- the client -------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """One streamed request: the terminal event, or how it failed."""
+
+    status: int | None = None
+    terminal: str | None = None  # card, done, error
+    data: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None  # transport error class, "HTTP 409 CODE", "error event CODE"
+    events: int = 0
+
+
+@dataclass
+class Flow:
+    index: int
+    run_on: int
+    resume_on: int
+    thread_id: str = ""
+    interrupt_id: str = ""
+    card_ms: float | None = None
+    done_ms: float | None = None
+    retries: int = 0
+    ok: bool = False
+    problem: str = ""
+
+
+class Client:
+    """``concurrency`` clients driving flows over HTTP, with the documented recovery."""
+
+    def __init__(self, servers: Sequence[Server], *, disconnect: bool = False) -> None:
+        self.servers = servers
+        self.disconnect = disconnect
+        timeout = httpx.Timeout(120.0, connect=5.0)
+        headers = {"Authorization": f"Bearer {KEY}"}
+        self.http = [
+            httpx.AsyncClient(base_url=s.url, timeout=timeout, headers=headers) for s in servers
+        ]
+        self.requests = 0
+        self.failures: Counter[str] = Counter()
+        self.seen: Counter[str] = Counter()  # what the client saw and did (the README's cases)
+        self.paused: set[str] = set()  # threads on a card, not answered yet (for fault a)
+
+    async def aclose(self) -> None:
+        for http in self.http:
+            await http.aclose()
+
+    def other(self, index: int) -> int:
+        return (index + 1) % len(self.servers)
+
+    def fail(self, what: str) -> None:
+        self.failures[what] += 1
+
+    # -- requests ---------------------------------------------------------------------------
+    async def stream(
+        self, server: int, path: str, body: dict[str, Any], *, leave: bool = False
+    ) -> Outcome:
+        """POST ``path`` and read its SSE stream to the terminal event (``leave``: close the
+        connection after the first event)."""
+        out = Outcome()
+        self.requests += 1
+        try:
+            async with self.http[server].stream("POST", path, json=body) as response:
+                out.status = response.status_code
+                if response.status_code != 200:
+                    await response.aread()
+                    code = _error_code(response)
+                    out.failure = f"HTTP {response.status_code} {code}"
+                    return out
+                name = None
+                async for line in response.aiter_lines():
+                    if line.startswith("event: "):
+                        name = line.removeprefix("event: ")
+                    elif line.startswith("data: ") and name:
+                        out.events += 1
+                        if leave:
+                            out.failure = "left"
+                            return out
+                        if name in TERMINAL:
+                            out.terminal, out.data = name, json.loads(line.removeprefix("data: "))
+                if out.terminal == "error":
+                    out.failure = f"error event {out.data.get('code')}"
+                elif out.terminal is None:
+                    out.failure = "stream ended without a terminal event"
+        except httpx.TransportError as exc:
+            out.failure = type(exc).__name__
+        return out
+
+    async def call(self, server: int, method: str, path: str) -> httpx.Response | None:
+        self.requests += 1
+        try:
+            response = await self.http[server].request(method, path)
+        except httpx.TransportError as exc:
+            self.fail(f"{method} {type(exc).__name__}")
+            return None
+        if response.status_code >= 500:
+            self.fail(f"{method} HTTP {response.status_code} {_error_code(response)}")
+            return None
+        return response
+
+    async def view(self, flow: Flow, server: int) -> dict[str, Any] | None:
+        for attempt in range(MAX_ATTEMPTS):
+            response = await self.call(server, "GET", f"/threads/{flow.thread_id}")
+            if response is not None and response.status_code == 200:
+                view: dict[str, Any] = response.json()
+                return view
+            server = self.other(server)
+            await asyncio.sleep(_backoff(attempt))
+        return None
+
+    # -- one flow ---------------------------------------------------------------------------
+    async def create(self, flow: Flow) -> None:
+        server = flow.run_on
+        for attempt in range(MAX_ATTEMPTS):
+            response = await self.call(server, "POST", "/threads")
+            if response is not None and response.status_code == 201:
+                flow.thread_id = response.json()["thread_id"]
+                return
+            flow.retries += 1
+            server = self.other(server)
+            await asyncio.sleep(_backoff(attempt))
+        raise RuntimeError("could not create a thread")
+
+    async def until(
+        self,
+        flow: Flow,
+        server: int,
+        goal: str,
+        request: tuple[str, dict[str, Any]],
+        decide: Callable[[dict[str, Any]], tuple[str, dict[str, Any]] | dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Send ``request`` until its stream ends with the ``goal`` event (its data). After a
+        failure, ``decide`` reads where the thread stands (``GET``) and returns the request to
+        send next, or the data of a goal already reached."""
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt:
+                flow.retries += 1
+                await asyncio.sleep(_backoff(attempt - 1))
+                view = await self.view(flow, server)
+                if view is None:
+                    continue
+                decision = decide(view)
+                if isinstance(decision, dict):
+                    return decision
+                request = decision
+            path, body = request
+            out = await self.stream(server, path, body)
+            if out.terminal == goal:
+                return out.data
+            self.fail(f"{path.rsplit('/', 1)[-1]}: {out.failure}")
+            if out.status is None or out.status >= 500 or out.terminal == "error":
+                server = self.other(server)
+        raise RuntimeError(f"thread {flow.thread_id}: no {goal} after {MAX_ATTEMPTS} attempts")
+
+    async def run_to_card(self, flow: Flow) -> None:
+        t0 = time.perf_counter()
+        run = (f"/threads/{flow.thread_id}/runs", RUN_BODY)
+
+        def decide(view: dict[str, Any]) -> tuple[str, dict[str, Any]] | dict[str, Any]:
+            if view["status"] == "interrupted":
+                self.seen["run: interrupted on GET -> answer the card"] += 1
+                card: dict[str, Any] = view["card"]
+                return card
+            self.seen[f"run: {view['status']} on GET -> POST /runs again"] += 1
+            return run
+
+        card = await self.until(flow, flow.run_on, "card", run, decide)
+        flow.interrupt_id = card["interrupt_id"]
+        flow.card_ms = (time.perf_counter() - t0) * 1000
+        self.paused.add(flow.thread_id)
+
+    async def resume(self, flow: Flow) -> None:
+        t0 = time.perf_counter()
+        body = {"answers": demo.ANSWERS, "interrupt_id": flow.interrupt_id}
+        answer = (f"/threads/{flow.thread_id}/resume", body)
+
+        def decide(view: dict[str, Any]) -> tuple[str, dict[str, Any]] | dict[str, Any]:
+            status = view["status"]
+            if status == "finished":
+                self.seen["resume: finished on GET -> done"] += 1
+                return view
+            if status == "interrupted":
+                if view["card"]["interrupt_id"] != flow.interrupt_id:
+                    raise RuntimeError(f"thread {flow.thread_id}: a second card appeared")
+                self.seen["resume: interrupted on GET -> POST /resume again"] += 1
+                return answer
+            self.seen[f"resume: {status} on GET -> POST /runs again"] += 1
+            return (f"/threads/{flow.thread_id}/runs", RUN_BODY)
+
+        await self.until(flow, flow.resume_on, "done", answer, decide)
+        flow.done_ms = (time.perf_counter() - t0) * 1000
+        self.paused.discard(flow.thread_id)
+
+    async def leave(self, flow: Flow, server: int, path: str, body: dict[str, Any]) -> str:
+        """Start a stream, go away after its first event, then poll until the thread leaves
+        ``running``; returns the status it reached."""
+        out = await self.stream(server, path, body, leave=True)
+        if out.failure != "left":
+            raise RuntimeError(f"thread {flow.thread_id}: {path} failed: {out.failure}")
+        view = await self.view(flow, self.other(server))
+        assert view is not None
+        self.seen[f"{path.rsplit('/', 1)[-1]}: {view['status']} on GET right after leaving"] += 1
+        deadline = time.monotonic() + 120
+        while view["status"] == "running" or (
+            view["status"] == "interrupted" and view["card"]["interrupt_id"] == flow.interrupt_id
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"thread {flow.thread_id}: still {view['status']} after 120 s")
+            await asyncio.sleep(0.1)
+            view = await self.view(flow, self.other(server))
+            assert view is not None
+        if view["status"] == "interrupted":
+            flow.interrupt_id = view["card"]["interrupt_id"]
+        return str(view["status"])
+
+    async def disconnected_flow(self, flow: Flow) -> None:
+        t0 = time.perf_counter()
+        path = f"/threads/{flow.thread_id}"
+        if await self.leave(flow, flow.run_on, f"{path}/runs", RUN_BODY) != "interrupted":
+            raise RuntimeError(f"thread {flow.thread_id}: the run did not reach its card")
+        flow.card_ms = (time.perf_counter() - t0) * 1000
+        t0 = time.perf_counter()
+        body = {"answers": demo.ANSWERS, "interrupt_id": flow.interrupt_id}
+        status = await self.leave(flow, flow.resume_on, f"{path}/resume", body)
+        if status != "finished":
+            raise RuntimeError(f"thread {flow.thread_id}: the resume ended {status}")
+        flow.done_ms = (time.perf_counter() - t0) * 1000
+
+    async def flow(self, flow: Flow) -> None:
+        try:
+            await self.create(flow)
+            if self.disconnect:
+                await self.disconnected_flow(flow)
+            else:
+                await self.run_to_card(flow)
+                await self.resume(flow)
+            flow.ok = True
+        except Exception as exc:
+            flow.problem = f"{type(exc).__name__}: {exc}"
+
+    # -- checking ---------------------------------------------------------------------------
+    async def check(self, flow: Flow, expected: dict[str, Any]) -> str:
+        """'' when the thread is finished with the expected state and one answered card."""
+        if not flow.thread_id:
+            return "no thread"
+        server = flow.index % len(self.servers)
+        view = await self.view(flow, server)
+        if view is None:
+            return "GET failed"
+        if view["status"] != "finished":
+            return f"status {view['status']}"
+        if normal_state(view["state"]) != expected:
+            return "state differs from the reference run"
+        response = await self.call(server, "GET", f"/threads/{flow.thread_id}/history")
+        if response is None or response.status_code != 200:
+            return "history failed"
+        rows = response.json()["checkpoints"]
+        cards = {row["card"]["interrupt_id"] for row in rows if row.get("card")}
+        answered = [row["answers"] for row in rows if row.get("answers")]
+        if len(cards) != 1:
+            return f"{len(cards)} cards in the history"
+        if answered != [demo.ANSWERS]:
+            return f"{len(answered)} answered cards in the history"
+        return ""
+
+
+def _error_code(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:40]
+
+
+def _backoff(attempt: int) -> float:
+    return min(0.1 * 2**attempt, 3.0)
+
+
+def normal_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A finished thread's state without per-run ids and timings."""
+    normal = {k: v for k, v in state.items() if k not in STATE_KEYS_IGNORED}
+    attempt = state.get("attempt") or {}
+    normal["attempt"] = {k: attempt.get(k) for k in ATTEMPT_KEYS}
+    return normal
+
+
+def reference_state() -> dict[str, Any]:
+    """The demo run to its card and resumed in this process: what every thread must end as."""
+    settings = Settings(model=f"scripted:{demo.SCRIPT}", files_root=str(demo.FILES))
+    with SkillDeck(
+        [builtin_skills_dir() / "litigation-intake"], checkpointer="memory://", settings=settings
+    ) as deck:
+        paused = deck.run(demo.INPUT, context=demo.CONTEXT, matter_id=demo.MATTER_ID, user_id=USER)
+        done = deck.resume(paused.thread_id, demo.ANSWERS)
+    if done.status != "finished":
+        raise RuntimeError(f"the reference run ended {done.status}: {done.error}")
+    return normal_state(done.state)
+
+
+# -- measurements -----------------------------------------------------------------------------
+Trigger = tuple[float, str, Callable[[], Awaitable[None]]]
+
+
+async def drive(
+    label: str,
+    servers: Sequence[Server],
+    runs: int,
+    concurrency: int,
+    expected: dict[str, Any],
+    *,
+    triggers: Sequence[Trigger] = (),
+    disconnect: bool = False,
+) -> dict[str, Any]:
+    """Run ``runs`` flows ``concurrency`` at a time; fire each trigger once its share of flows
+    has finished; then check every thread."""
+    client = Client(servers, disconnect=disconnect)
+    flows = [Flow(i, i % len(servers), (i + 1) % len(servers)) for i in range(runs)]
+    queue: asyncio.Queue[Flow] = asyncio.Queue()
+    for flow in flows:
+        queue.put_nowait(flow)
+    fired: list[dict[str, Any]] = []
+    pending = sorted(triggers, key=lambda t: t[0])
+    background: list[asyncio.Task[None]] = []
+    done = 0
+
+    with progress_bar() as bar:
+        task = bar.add_task(label, total=runs)
+
+        async def fire(name: str, action: Callable[[], Awaitable[None]]) -> None:
+            event = {"fault": name, "at_flow": done, "paused_threads": len(client.paused)}
+            t0 = time.perf_counter()
+            await action()
+            event["seconds"] = round(time.perf_counter() - t0, 2)
+            fired.append(event)
+
+        async def worker() -> None:
+            nonlocal done
+            while not queue.empty():
+                flow = queue.get_nowait()
+                await client.flow(flow)
+                done += 1
+                bar.advance(task)
+                while pending and done >= pending[0][0] * runs:
+                    _, name, action = pending.pop(0)
+                    background.append(asyncio.create_task(fire(name, action)))
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+        await asyncio.gather(*background)
+
+    log(f"{label}: {runs} flows in {wall:.1f} s; checking every thread")
+    sem = asyncio.Semaphore(concurrency)
+
+    async def check(flow: Flow) -> str:
+        async with sem:
+            return flow.problem or await client.check(flow, expected)
+
+    problems = await asyncio.gather(*(check(f) for f in flows))
+    await client.aclose()
+    card = [f.card_ms for f in flows if f.card_ms is not None]
+    finish = [f.done_ms for f in flows if f.done_ms is not None]
+    bad = Counter(p for p in problems if p)
+    result: dict[str, Any] = {
+        "flows": runs,
+        "concurrency": concurrency,
+        "servers": len(servers),
+        "wall_s": round(wall, 2),
+        "flows_per_s": round(runs / wall, 1),
+        "requests": client.requests,
+        "run_to_card_ms": percentiles(card),
+        "resume_to_done_ms": percentiles(finish),
+        "failed_requests": sum(client.failures.values()),
+        "failures": dict(client.failures.most_common()),
+        "flows_retried": sum(1 for f in flows if f.retries),
+        "retries": sum(f.retries for f in flows),
+        "client_saw": dict(sorted(client.seen.items())),
+        "finished_as_expected": runs - sum(bad.values()),
+        "lost_or_wrong": sum(bad.values()),
+        "problems": dict(bad.most_common(5)),
+        "problem_threads": [f.thread_id for f, p in zip(flows, problems, strict=True) if p][:5],
+        "faults": fired,
+    }
+    if bad:
+        log(f"[red]{label}: {sum(bad.values())} threads wrong: {dict(bad.most_common(5))}[/red]")
+    return result
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": float("nan"), "p95": float("nan"), "p99": float("nan")}
+    ordered = sorted(values)
+
+    def rank(q: float) -> float:  # nearest rank
+        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+    return {
+        "p50": round(statistics.median(ordered), 1),
+        "p95": round(rank(0.95), 1),
+        "p99": round(rank(0.99), 1),
+    }
+
+
+def start_all(servers: Sequence[Server]) -> None:
+    """Start the servers at once (each takes a few seconds to import and open its pool)."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def start(server: Server) -> None:
+        try:
+            server.start()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(s,)) for s in servers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def workdir(tmp: Path, name: str) -> Path:
+    work = tmp / name
+    work.mkdir()
+    (work / "keys.json").write_text(json.dumps({hash_key(KEY): USER}), "utf-8")
+    return work
+
+
+def measure(
+    label: str,
+    servers: Sequence[Server],
+    args: argparse.Namespace,
+    expected: dict[str, Any],
+    runs: int,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    start_all(servers)
+    try:
+        result = asyncio.run(drive(label, servers, runs, args.concurrency, expected, **kwargs))
+    finally:
+        for server in servers:
+            server.stop()
+    result["server_start_s"] = [round(t, 2) for s in servers for t in s.start_s]
+    return result
+
+
+def kill_and_restart(server: Server) -> Callable[[], Awaitable[None]]:
+    async def action() -> None:
+        server.kill()
+        log(f"killed {server.name} (kill -9); starting it again on port {server.port}")
+        await asyncio.to_thread(server.start)
+        log(f"{server.name} is back after {server.start_s[-1]:.1f} s")
+
+    return action
+
+
+def pg_restart(pg: Postgres) -> Callable[[], Awaitable[None]]:
+    async def action() -> None:
+        log("restarting PostgreSQL (pg_ctl restart)")
+        seconds = await asyncio.to_thread(pg.restart)
+        log(f"PostgreSQL restarted in {seconds:.1f} s")
+
+    return action
+
+
+def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    expected = reference_state()
+    report: dict[str, Any] = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "command": "python bench/service.py " + " ".join(sys.argv[1:]),
+        "runs": args.runs,
+        "concurrency": args.concurrency,
+        "fault_runs": args.fault_runs,
+        "results": {},
+    }
+    results = report["results"]
+    t0 = time.perf_counter()
+    only = set(args.only or ["A", "B", "kill", "pg_restart", "disconnect"])
+    if args.skip_faults:
+        only -= {"kill", "pg_restart", "disconnect"}
+    if "A" in only:
+        work = workdir(tmp, "a")
+        log(f"A: 1 server + SQLite, {args.runs} flows, {args.concurrency} clients")
+        server = Server("a1", f"sqlite:///{work / 'checkpoints.sqlite'}", work)
+        results["A"] = measure("A: 1 server + SQLite", [server], args, expected, args.runs)
+
+    pg = Postgres(tmp / "pg")
+    pg.start()
+    try:
+        cases: list[tuple[str, str, int, dict[str, Any]]] = [
+            ("B", "B: 2 servers + PostgreSQL", args.runs, {}),
+            ("kill", "fault a: kill -9 servers", args.fault_runs, {}),
+            ("pg_restart", "fault b: PostgreSQL restart", args.fault_runs, {}),
+            ("disconnect", "fault c: clients disconnect", args.fault_runs, {"disconnect": True}),
+        ]
+        for key, label, runs, kwargs in cases:
+            if key not in only:
+                continue
+            url = pg.database(f"bench_{key}")
+            work = workdir(tmp, key)
+            servers = [Server(f"{key}{i + 1}", url, work) for i in range(2)]
+            if key == "kill":
+                kwargs["triggers"] = [
+                    (0.30, "kill -9 server 1", kill_and_restart(servers[0])),
+                    (0.65, "kill -9 server 2", kill_and_restart(servers[1])),
+                ]
+            elif key == "pg_restart":
+                kwargs["triggers"] = [
+                    (0.35, "pg_ctl restart", pg_restart(pg)),
+                    (0.70, "pg_ctl restart", pg_restart(pg)),
+                ]
+            log(f"{label}: {runs} flows, {args.concurrency} clients")
+            results[key] = measure(label, servers, args, expected, runs, **kwargs)
+    finally:
+        if args.keep:
+            log(f"PostgreSQL kept: {pg.url}")
+        else:
+            pg.stop()
+    report["wall_s"] = round(time.perf_counter() - t0, 1)
+    report["ok"] = all(r["lost_or_wrong"] == 0 for r in results.values())
+    return report
+
+
+# -- report -----------------------------------------------------------------------------------
+def print_report(report: dict[str, Any]) -> None:
+    table = Table(
+        title=f"skilldeck service benchmark ({report['date']}, {report['machine']}); "
+        f"{report['concurrency']} clients"
+    )
+    for column in ("measurement", "flows", "flows/s", "run→card p50/p95/p99 ms"):
+        table.add_column(column, justify="left" if column == "measurement" else "right")
+    for column in ("resume→done p50/p95/p99 ms", "failed req.", "flows retried", "lost/wrong"):
+        table.add_column(column, justify="right")
+    labels = {
+        "A": "A: 1 server + SQLite",
+        "B": "B: 2 servers + PostgreSQL (run on one, resume on the other)",
+        "kill": "fault a: kill -9 server 1 at 30%, server 2 at 65%, restarted",
+        "pg_restart": "fault b: PostgreSQL restarted at 35% and 70%",
+        "disconnect": "fault c: clients disconnect after the first event",
+    }
+
+    def trio(p: dict[str, float]) -> str:
+        return f"{p['p50']:.0f} / {p['p95']:.0f} / {p['p99']:.0f}"
+
+    for key, row in report["results"].items():
+        table.add_row(
+            labels[key],
+            str(row["flows"]),
+            f"{row['flows_per_s']:.1f}",
+            trio(row["run_to_card_ms"]),
+            trio(row["resume_to_done_ms"]),
+            str(row["failed_requests"]),
+            str(row["flows_retried"]),
+            str(row["lost_or_wrong"]),
+        )
+    wide = Console(stderr=True, width=max(160, err.width))
+    wide.print(table)
+    for key, row in report["results"].items():
+        if row["failures"] or row["client_saw"] or row["faults"]:
+            wide.print(f"[bold]{labels[key]}[/bold]")
+            for fault in row["faults"]:
+                wide.print(f"  fault: {fault}")
+            for what, n in row["failures"].items():
+                wide.print(f"  failed request: {what} × {n}")
+            for what, n in row["client_saw"].items():
+                wide.print(f"  client saw: {what} × {n}")
+    verdict = "[green]nothing lost[/green]" if report["ok"] else "[red]threads lost or wrong[/red]"
+    wide.print(f"{verdict}; wall time {report['wall_s']} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=500, help="flows per load run (default 500)")
+    parser.add_argument("--concurrency", type=int, default=50, help="clients (default 50)")
+    parser.add_argument(
+        "--fault-runs", type=int, default=200, help="flows per fault run (default 200)"
+    )
+    parser.add_argument("--skip-faults", action="store_true", help="only the two load runs")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=["A", "B", "kill", "pg_restart", "disconnect"],
+        help="run only these measurements (repeatable)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary directory and PostgreSQL"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="skilldeck-bench-service-"))
+    tmp.chmod(0o755)  # the postgres user must reach the cluster's folder inside
+    try:
+        report = run_all(args, tmp)
+    finally:
+        if args.keep:
+            log(f"kept {tmp}")
+        else:
+            subprocess.run(["rm", "-rf", str(tmp)], check=False)
+    print_report(report)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

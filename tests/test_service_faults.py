@@ -1,0 +1,474 @@
+"""The HTTP service under faults, on real ``skilldeck serve`` processes and a real PostgreSQL.
+
+Two servers share one database: a run started on one is answered on the other; a server killed
+with ``kill -9`` after a card, or in the middle of a run, loses nothing (a new process resumes
+the card exactly once, and the same run request continues a run that stopped mid-way); a
+PostgreSQL restart between a run and its resume needs no manual step. The engine-level pieces of
+these recoveries (thread status between a step's writes and its checkpoint, continuing a stopped
+run, claims of dead sessions, the pool after a restart, 503 while the database is gone) are
+tested here as well. ``bench/service.py`` measures the same faults under load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import yaml
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from fastapi.testclient import TestClient
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import StateSnapshot
+from servers import Services
+
+import skilldeck._internal.postgres as pg_internal
+from skilldeck import Settings, SkillDeck
+from skilldeck.checkpoints import open_persistence
+from skilldeck.checkpoints.claims import PostgresClaims
+from skilldeck.checkpoints.inspect import thread_status
+from skilldeck.checkpoints.open import strict_serde
+from skilldeck.errors import CheckpointError, ErrorCode, NoPendingCardError
+from skilldeck.server import create_app, hash_key
+from skilldeck.skills import builtin_skills_dir
+
+pytestmark = pytest.mark.L2
+
+KEY = "sdk_faults_test_key_0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+DEMO_RUN = {
+    "input": {"documents": ["complaint.txt"]},
+    "context": "matter",
+    "matter_id": "demo-matter",
+}
+SLOW_RUN = {"context": "slow"}
+SLOW_S = 2.0
+
+
+# -- real server processes --------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def serve_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Keys, a scripted model and the ``slow`` skill (its preprocess step sleeps, so a server
+    can be killed in the middle of a run); the demo skill comes from the built-in bundles."""
+    root = tmp_path_factory.mktemp("faults")
+    write_bundle(
+        root / "skills",
+        "slow",
+        meta={"triggers": {"contexts": ["slow"]}},
+        scripts={"preprocess": f"import time\ndef preprocess(state):\n    time.sleep({SLOW_S})\n"},
+    )
+    ask = output(
+        action="ask_user",
+        review_type="clarify",
+        questions=[
+            {"question": "Note?", "field_key": "note", "input_type": "text", "required": True}
+        ],
+    )
+    script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
+    script["skills"]["slow"] = [ask, output(action="finish", data={})]
+    (root / "script.yaml").write_text(yaml.safe_dump(script), "utf-8")
+    (root / "keys.json").write_text(json.dumps({hash_key(KEY): "carol"}), "utf-8")
+    return root
+
+
+class Server:
+    """One ``skilldeck serve`` process on a free port."""
+
+    def __init__(self, root: Path, checkpoint: str) -> None:
+        self.root, self.checkpoint = root, checkpoint
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = root / f"server-{self.port}.log"
+        command = [
+            sys.executable,
+            *("-m", "skilldeck.cli", "serve", "--port", str(self.port)),
+            *("--keys", str(root / "keys.json"), "--checkpoint", checkpoint),
+            *("--model", f"scripted:{root / 'script.yaml'}"),
+            *("--skills", str(builtin_skills_dir() / "litigation-intake")),
+            *("--skills", str(root / "skills" / "slow")),
+        ]
+        env = {
+            **os.environ,
+            "SKILLDECK_FILES_ROOT": str(DEMO_FILES),
+            "SKILLDECK_DURABILITY": "sync",
+        }
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait(self) -> Server:
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"server did not start:\n{self.log.read_text()}"
+            time.sleep(0.1)
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=AUTH, timeout=60)
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown; in-flight requests die with the process."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def serve(serve_root: Path) -> Iterator[Callable[..., list[Server]]]:
+    """``serve(url, n=1)``: ``n`` servers on ``url``, started at once; stopped after the test."""
+    started: list[Server] = []
+
+    def start(url: str, n: int = 1) -> list[Server]:
+        servers = [Server(serve_root, url) for _ in range(n)]
+        started.extend(servers)
+        return [server.wait() for server in servers]
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def sse(text: str) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+def run_to_card(http: httpx.Client, body: dict[str, Any] = DEMO_RUN) -> tuple[str, dict[str, Any]]:
+    thread = http.post("/threads").json()["thread_id"]
+    response = http.post(f"/threads/{thread}/runs", json=body)
+    assert response.status_code == 200, response.text
+    name, card = sse(response.text)[-1]
+    assert name == "card", response.text
+    return thread, card
+
+
+def resume(http: httpx.Client, thread: str, answers: Any, interrupt_id: str) -> httpx.Response:
+    body = {"answers": answers, "interrupt_id": interrupt_id}
+    return http.post(f"/threads/{thread}/resume", json=body)
+
+
+def answered_cards(http: httpx.Client, thread: str) -> list[dict[str, Any]]:
+    rows = http.get(f"/threads/{thread}/history").json()["checkpoints"]
+    return [row["answers"] for row in rows if row.get("answers")]
+
+
+# -- two servers, one database ----------------------------------------------------------------
+def test_a_run_on_one_server_is_answered_on_the_other(
+    serve: Callable[..., list[Server]], postgres_url: str
+) -> None:
+    one, two = serve(postgres_url, 2)
+    with one.client() as first, two.client() as second:
+        thread, card = run_to_card(first)
+        assert second.get(f"/threads/{thread}").json()["card"] == card
+        done = resume(second, thread, DEMO_ANSWERS, card["interrupt_id"])
+        assert done.status_code == 200 and sse(done.text)[-1][0] == "done"
+        view = first.get(f"/threads/{thread}").json()
+        assert view["status"] == "finished"
+        assert (
+            view["state"]["profile"]["defendant"]["name"] == DEMO_ANSWERS["profile.defendant.name"]
+        )
+        again = resume(first, thread, DEMO_ANSWERS, card["interrupt_id"])
+        assert again.status_code == 409 and again.json()["error"]["code"] == "NO_PENDING_CARD"
+        assert answered_cards(first, thread) == [DEMO_ANSWERS]
+
+
+def test_kill_9_after_a_card_then_a_new_server_resumes_it_exactly_once(
+    serve: Callable[..., list[Server]], postgres_url: str
+) -> None:
+    (first,) = serve(postgres_url)
+    with first.client() as http:
+        thread, card = run_to_card(http)
+    first.kill()
+    (second,) = serve(postgres_url)  # a new process: nothing of the first survives but the database
+    with second.client() as http:
+        assert http.get(f"/threads/{thread}").json()["status"] == "interrupted"
+        done = resume(http, thread, DEMO_ANSWERS, card["interrupt_id"])
+        assert done.status_code == 200 and sse(done.text)[-1][0] == "done"
+        again = resume(http, thread, DEMO_ANSWERS, card["interrupt_id"])
+        assert again.status_code == 409 and again.json()["error"]["code"] == "NO_PENDING_CARD"
+        assert http.get(f"/threads/{thread}").json()["state"]["calls"] == {"litigation-intake": 4}
+        assert answered_cards(http, thread) == [DEMO_ANSWERS]
+
+
+def test_kill_9_mid_run_then_the_same_run_request_continues_it(
+    serve: Callable[..., list[Server]], postgres_url: str
+) -> None:
+    one, two = serve(postgres_url, 2)
+    with one.client() as first, two.client() as second:
+        thread = first.post("/threads").json()["thread_id"]
+        with first.stream("POST", f"/threads/{thread}/runs", json=SLOW_RUN) as response:
+            assert next(response.iter_lines()).startswith("event: step")
+            # The router's step is checkpointed; the skill's preprocess is sleeping: kill now.
+            deadline = time.monotonic() + 10
+            while len(second.get(f"/threads/{thread}/history").json()["checkpoints"]) < 3:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            one.kill()
+        view = second.get(f"/threads/{thread}").json()
+        assert view["status"] == "running"  # and nobody is running it: the process is gone
+        before = second.get(f"/threads/{thread}/history").json()["checkpoints"]
+
+        response = second.post(f"/threads/{thread}/runs", json=SLOW_RUN)  # the same request
+        name, card = sse(response.text)[-1]
+        assert name == "card", response.text
+        after = second.get(f"/threads/{thread}/history").json()["checkpoints"]
+        # Continued from the last checkpoint: no second input checkpoint, no step done twice.
+        assert after[: len(before)] == before
+        assert [row["source"] for row in after].count("input") == 1
+        done = resume(second, thread, {"note": "kept"}, card["interrupt_id"])
+        assert sse(done.text)[-1][0] == "done"
+        assert second.get(f"/threads/{thread}").json()["state"]["note"] == "kept"
+
+
+def test_a_postgres_restart_between_run_and_resume_needs_no_manual_step(
+    serve: Callable[..., list[Server]], private_postgres: Services
+) -> None:
+    url = private_postgres.env["SKILLDECK_TEST_POSTGRES_URL"]
+    (server,) = serve(url)
+    with server.client() as http:
+        thread, card = run_to_card(http)
+        private_postgres.restart_postgres()  # every pooled connection of the server is dead
+        done = resume(http, thread, DEMO_ANSWERS, card["interrupt_id"])
+        assert done.status_code == 200, done.text
+        assert sse(done.text)[-1][0] == "done"
+        assert http.get("/health").json()["status"] == "ok"
+        thread, _ = run_to_card(http)  # and new threads work as before
+        assert answered_cards(http, thread) == []
+
+
+# -- the engine's side of the recoveries ------------------------------------------------------
+def _snapshot(values: dict[str, Any], next: tuple[str, ...] = ()) -> StateSnapshot:
+    return StateSnapshot(values, next, {}, None, "2026-01-01T00:00:00Z", None, (), ())
+
+
+@pytest.mark.parametrize(
+    ("values", "next", "status"),
+    [
+        ({"status": "running"}, ("router",), "running"),
+        # A live read between a step's task writes and its checkpoint: LangGraph lists only the
+        # unwritten tasks in ``next``, so nothing is left, yet the run has not ended.
+        ({"status": "running"}, (), "running"),
+        ({"status": "interrupted"}, (), "running"),
+        ({"status": "finished"}, (), "finished"),
+        ({"status": "failed"}, (), "failed"),
+        ({}, (), "finished"),  # a thread of a graph that keeps no status
+    ],
+)
+def test_thread_status_never_calls_an_unended_run_finished(
+    values: dict[str, Any], next: tuple[str, ...], status: str
+) -> None:
+    assert thread_status(_snapshot(values, next)) == status
+
+
+def _demo_deck(url: str) -> SkillDeck:
+    return SkillDeck(
+        checkpointer=url,
+        settings=Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES)),
+    )
+
+
+DEMO = {"context": "matter", "matter_id": "demo-matter", "user_id": "u"}
+DEMO_INPUT = {"documents": ["complaint.txt"]}
+
+
+def test_the_same_run_request_continues_a_run_that_stopped_mid_way(tmp_path: Path) -> None:
+    with _demo_deck(f"sqlite:///{tmp_path / 'c.sqlite'}") as deck:
+        events = deck.stream(DEMO_INPUT, thread_id="t1", **DEMO)
+        for _, _ in zip(range(4), events, strict=False):
+            pass
+        events.close()  # the run stops after its current step, as if its process died
+        assert deck.get_thread("t1").status == "running"
+        steps = len(deck.history("t1"))
+
+        result = deck.run(DEMO_INPUT, thread_id="t1", **DEMO)
+        assert result.status == "interrupted"
+        assert result.state["calls"] == {"litigation-intake": 3}  # no model turn done twice
+        rows = deck.history("t1")
+        assert [row["source"] for row in rows].count("input") == 1 and len(rows) > steps
+
+        # Other input is a new turn, as on any thread (a card must be answered first, though).
+        deck.resume("t1", DEMO_ANSWERS)
+        other = deck.run({"documents": []}, thread_id="t1", **DEMO)
+        assert [row["source"] for row in deck.history("t1")].count("input") == 2
+        assert other.state["input"] == {"documents": []}
+
+
+class DyingSaver(SqliteSaver):
+    """The real SQLite saver, in a process that dies (``dying``) after a step's tasks saved
+    their writes and before the step's checkpoint."""
+
+    dying = False
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        if self.dying:
+            raise SystemExit("the process died")
+        return super().put(config, checkpoint, metadata, new_versions)
+
+
+def test_answers_saved_before_the_process_died_are_kept_by_the_same_run_request(
+    tmp_path: Path,
+) -> None:
+    """Starting over with the same input would discard the unfinished card step's saved
+    writes: the answers would be lost and the card asked again."""
+    saver = DyingSaver(
+        sqlite3.connect(tmp_path / "d.sqlite", check_same_thread=False), serde=strict_serde()
+    )
+    settings = Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES))
+    with SkillDeck(checkpointer=saver, settings=settings) as deck:
+        assert deck.run(DEMO_INPUT, thread_id="t2", **DEMO).status == "interrupted"
+        saver.dying = True
+        with pytest.raises(SystemExit):
+            deck.resume("t2", DEMO_ANSWERS)
+        saver.dying = False
+        stopped = deck.get_thread("t2")
+        assert stopped.status == "running" and stopped.card is None
+        with pytest.raises(NoPendingCardError):
+            deck.resume("t2", DEMO_ANSWERS)
+
+        done = deck.run(DEMO_INPUT, thread_id="t2", **DEMO)
+        assert done.status == "finished", done.error
+        assert done.state["profile"]["defendant"]["name"] == DEMO_ANSWERS["profile.defendant.name"]
+        assert done.state["calls"] == {"litigation-intake": 4}
+        assert [row["answers"] for row in deck.history("t2") if row["answers"]] == [DEMO_ANSWERS]
+    saver.conn.close()
+
+
+CLAIM_AND_DIE = """
+import os, signal, sys
+from skilldeck.checkpoints import open_persistence
+claims = open_persistence(sys.argv[1]).claims
+print(claims.claim("thread", "card"), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # no release, no close: the process just dies
+"""
+
+
+def test_the_claim_of_a_dead_process_is_taken_over_after_the_grace(postgres_url: str) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", CLAIM_AND_DIE, postgres_url], capture_output=True, text=True
+    )
+    assert dead.returncode == -signal.SIGKILL and dead.stdout.strip() == "True", dead.stderr
+    alive, other = open_persistence(postgres_url), open_persistence(postgres_url)
+    try:
+        claims = other.claims
+        assert isinstance(claims, PostgresClaims)
+        claims.dead_owner_grace_s = 0.5
+        assert alive.claims.claim("thread", "live-card")
+        deadline = time.monotonic() + 10
+        while not claims.claim("thread", "card"):  # once PostgreSQL has seen the session end
+            assert time.monotonic() < deadline, "the dead process's claim was never freed"
+            time.sleep(0.1)
+        assert not claims.claim("thread", "card")  # now ours, and ours is alive
+        time.sleep(0.6)
+        assert not claims.claim("thread", "live-card")  # a live owner keeps it for the lease
+    finally:
+        alive.close()
+        other.close()
+
+
+def test_a_claim_is_not_taken_over_before_the_grace(postgres_url: str) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", CLAIM_AND_DIE, postgres_url], capture_output=True, text=True
+    )
+    assert dead.stdout.strip() == "True", dead.stderr
+    persistence = open_persistence(postgres_url)
+    try:
+        assert not persistence.claims.claim("thread", "card")  # default grace: 10 s
+    finally:
+        persistence.close()
+
+
+def test_after_a_restart_the_pool_drops_every_dead_connection_at_once(
+    private_postgres: Services,
+) -> None:
+    url = private_postgres.env["SKILLDECK_TEST_POSTGRES_URL"]
+    pool = pg_internal.open_pool(url, size=6, timeout=5, error=CheckpointError, what="test")
+    try:
+        held = [pool.getconn() for _ in range(6)]
+        for conn in held:
+            pool.putconn(conn)
+        private_postgres.restart_postgres()  # six dead idle connections
+        t0 = time.monotonic()
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")
+        # One at a time, the pool would sleep 1 + 2 + 4 + 8 + 16 s between dead connections.
+        assert time.monotonic() - t0 < 5
+    finally:
+        pool.close()
+
+
+def test_a_database_that_is_gone_answers_503_and_comes_back_by_itself(
+    postgres_url: str, postgres_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg_internal, "POOL_WAIT_S", 1.0)
+    name = postgres_url.rsplit("/", 1)[1]
+
+    def allow(connections: bool) -> None:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(connections).lower()}')
+            if not connections:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    (name,),
+                )
+
+    deck = _demo_deck(postgres_url)
+    try:
+        with TestClient(create_app(deck, api_keys={hash_key(KEY): "carol"})) as http:
+            thread = http.post("/threads", headers=AUTH).json()["thread_id"]
+            response = http.post(f"/threads/{thread}/runs", headers=AUTH, json=DEMO_RUN)
+            card = sse(response.text)[-1][1]
+            allow(False)
+            try:
+                for response in (
+                    http.get(f"/threads/{thread}", headers=AUTH),
+                    http.post("/threads", headers=AUTH),
+                ):
+                    assert response.status_code == 503, response.text
+                    assert response.json()["error"]["code"] == "CHECKPOINT_UNAVAILABLE"
+                    assert response.headers["retry-after"] == "1"
+                with pytest.raises(CheckpointError, match="unavailable") as caught:
+                    deck.get_thread(thread)
+                assert caught.value.code == ErrorCode.CHECKPOINT_UNAVAILABLE
+            finally:
+                allow(True)
+            deadline = time.monotonic() + 30
+            while (view := http.get(f"/threads/{thread}", headers=AUTH)).status_code != 200:
+                assert time.monotonic() < deadline, view.text
+                time.sleep(0.2)
+            assert view.json()["status"] == "interrupted"
+            body = {"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]}
+            done = http.post(f"/threads/{thread}/resume", headers=AUTH, json=body)
+            assert sse(done.text)[-1][0] == "done"
+    finally:
+        deck.close()
