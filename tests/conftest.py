@@ -32,6 +32,47 @@ MEMORY_TEXTS = [
 ]
 
 
+#: Seed 003's two example tasks, as the seed prints them (JSON text).
+SEED_CARD = """{
+"id": "card_event_meeting_with_time",
+"input": {
+"fact_id": "2026/05/25.md#ts_1",
+"content": "Standup with the eval team Thursday 10:30am, Zoom."
+},
+"graders": [
+{ "name": "card_completion" },
+{
+"name": "card_template_choice",
+"config": { "expected_template_ids": ["event"] }
+},
+{
+"name": "card_must_contain",
+"config": { "substrings": ["10:30", "zoom"] }
+}
+]
+}"""
+SEED_PKM = """{
+"id": "pkm_starter_route_into_health_sleep",
+"input": {
+"content": "Slept 5.5h, energy crashed at 2pm...",
+"base_fixture": "_starter_pkm"
+},
+"graders": [
+{ "name": "pkm_completion" },
+{
+"name": "pkm_routed_correctly",
+"config": {
+"expected_buckets": ["Areas/Health/"],
+"expected_files": ["Areas/Health/Sleep.md"]
+}
+},
+{ "name": "pkm_no_overwrite" },
+{ "name": "pkm_insight_quality" },
+{ "name": "pkm_append_coherence" }
+]
+}"""
+
+
 def write_bundle(
     root: Path,
     name: str,

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import SEED_CARD
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.errors import ToolError
@@ -34,26 +35,7 @@ BUNDLE = builtin_skills_dir() / "card-agent"
 GOOD = BUNDLE / "evals" / "scripted.yaml"
 WORSE = Path(__file__).parent / "fixtures" / "evals" / "card-agent-worse.yaml"
 CASES: list[dict[str, Any]] = yaml.safe_load((BUNDLE / "cases.yaml").read_text("utf-8"))
-SEED_CASE = json.loads(
-    """{
-"id": "card_event_meeting_with_time",
-"input": {
-"fact_id": "2026/05/25.md#ts_1",
-"content": "Standup with the eval team Thursday 10:30am, Zoom."
-},
-"graders": [
-{ "name": "card_completion" },
-{
-"name": "card_template_choice",
-"config": { "expected_template_ids": ["event"] }
-},
-{
-"name": "card_must_contain",
-"config": { "substrings": ["10:30", "zoom"] }
-}
-]
-}"""
-)
+SEED_CASE = json.loads(SEED_CARD)
 
 
 def a_card(**changes: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import write_bundle
+from conftest import SEED_CARD, SEED_PKM, write_bundle
 from typer.testing import CliRunner
 
 from skilldeck.cli import app
@@ -16,46 +16,6 @@ from skilldeck.evals import load_suite, load_tasks, promote, suite_for_skill, ta
 from skilldeck.evals.suites import skill_suite_path
 
 pytestmark = pytest.mark.L2
-
-# Copied verbatim from seed 003.
-SEED_CARD = """{
-"id": "card_event_meeting_with_time",
-"input": {
-"fact_id": "2026/05/25.md#ts_1",
-"content": "Standup with the eval team Thursday 10:30am, Zoom."
-},
-"graders": [
-{ "name": "card_completion" },
-{
-"name": "card_template_choice",
-"config": { "expected_template_ids": ["event"] }
-},
-{
-"name": "card_must_contain",
-"config": { "substrings": ["10:30", "zoom"] }
-}
-]
-}"""
-SEED_PKM = """{
-"id": "pkm_starter_route_into_health_sleep",
-"input": {
-"content": "Slept 5.5h, energy crashed at 2pm...",
-"base_fixture": "_starter_pkm"
-},
-"graders": [
-{ "name": "pkm_completion" },
-{
-"name": "pkm_routed_correctly",
-"config": {
-"expected_buckets": ["Areas/Health/"],
-"expected_files": ["Areas/Health/Sleep.md"]
-}
-},
-{ "name": "pkm_no_overwrite" },
-{ "name": "pkm_insight_quality" },
-{ "name": "pkm_append_coherence" }
-]
-}"""
 
 
 def test_the_seed_examples_load_verbatim(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import SEED_PKM
 from jsonschema import Draft202012Validator
 from langchain_core.tools import BaseTool
 
@@ -313,30 +314,7 @@ def test_cases_follow_the_seed_shape() -> None:
         if case["bucket"] == "ambiguous":
             assert len(routed[0]["config"]["expected_files"]) == 2, case["id"]
     seed = next(c for c in CASES if c["id"] == SEED_CASE)
-    assert {k: seed[k] for k in ("id", "input", "graders")} == json.loads(SEED_TASK)
-
-
-# The seed's example task, as printed in seed 003.
-SEED_TASK = """{
-  "id": "pkm_starter_route_into_health_sleep",
-  "input": {
-    "content": "Slept 5.5h, energy crashed at 2pm...",
-    "base_fixture": "_starter_pkm"
-  },
-  "graders": [
-    { "name": "pkm_completion" },
-    {
-      "name": "pkm_routed_correctly",
-      "config": {
-        "expected_buckets": ["Areas/Health/"],
-        "expected_files": ["Areas/Health/Sleep.md"]
-      }
-    },
-    { "name": "pkm_no_overwrite" },
-    { "name": "pkm_insight_quality" },
-    { "name": "pkm_append_coherence" }
-  ]
-}"""
+    assert {k: seed[k] for k in ("id", "input", "graders")} == json.loads(SEED_PKM)
 
 
 @pytest.mark.parametrize("cassette", [GOOD, WORSE], ids=["good", "worse"])
