@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,37 @@ def output(
             "control": {"action": action, **control},
         }
     }
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_serve_root(root: Path, key_hashes: Mapping[str, str], sleep_s: float) -> Path:
+    """What a ``skilldeck serve`` test process needs in ``root``: ``keys.json``, ``script.yaml``
+    (the demo's turns plus ``slow``'s) and the ``slow`` skill (context ``slow``), whose
+    preprocess step sleeps ``sleep_s`` so a client can leave, or a server die, mid-run."""
+    write_bundle(
+        root / "skills",
+        "slow",
+        meta={"triggers": {"contexts": ["slow"]}},
+        scripts={"preprocess": f"import time\ndef preprocess(state):\n    time.sleep({sleep_s})\n"},
+    )
+    ask = output(
+        action="ask_user",
+        review_type="clarify",
+        questions=[
+            {"question": "Note?", "field_key": "note", "input_type": "text", "required": True}
+        ],
+    )
+    script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
+    script["skills"]["slow"] = [ask, output(action="finish", data={})]
+    (root / "script.yaml").write_text(yaml.safe_dump(script), "utf-8")
+    (root / "keys.json").write_text(json.dumps(dict(key_hashes)), "utf-8")
+    return root
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +18,15 @@ import httpx
 import pytest
 import schemathesis
 import yaml
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from conftest import (
+    DEMO_ANSWERS,
+    DEMO_FILES,
+    DEMO_SCRIPT,
+    free_port,
+    output,
+    write_bundle,
+    write_serve_root,
+)
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
@@ -438,35 +445,12 @@ def test_keys_cli_makes_a_key_and_stores_only_its_hash(tmp_path: Path) -> None:
 SLOW_S = 1.5
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``skilldeck serve`` on a free port: the demo skill plus ``slow``, whose preprocess
     step sleeps, so a client can leave in the middle of a run."""
-    root = tmp_path_factory.mktemp("serve")
-    write_bundle(
-        root / "skills",
-        "slow",
-        meta={"triggers": {"contexts": ["slow"]}},
-        scripts={"preprocess": f"import time\ndef preprocess(state):\n    time.sleep({SLOW_S})\n"},
-    )
-    ask = output(
-        action="ask_user",
-        review_type="clarify",
-        questions=[
-            {"question": "Note?", "field_key": "note", "input_type": "text", "required": True}
-        ],
-    )
-    script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
-    script["skills"]["slow"] = [ask, output(action="finish", data={})]
-    (root / "script.yaml").write_text(yaml.safe_dump(script), "utf-8")
-    (root / "keys.json").write_text(json.dumps(HASHES), "utf-8")
-    port = _free_port()
+    root = write_serve_root(tmp_path_factory.mktemp("serve"), HASHES, SLOW_S)
+    port = free_port()
     command = [
         sys.executable,
         *("-m", "skilldeck.cli", "serve", "--port", str(port)),

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,8 +25,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-import yaml
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, free_port, write_serve_root
 from fastapi.testclient import TestClient
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import StateSnapshot
@@ -57,35 +55,11 @@ SLOW_S = 2.0
 
 
 # -- real server processes --------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def serve_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Keys, a scripted model and the ``slow`` skill (its preprocess step sleeps, so a server
     can be killed in the middle of a run); the demo skill comes from the built-in bundles."""
-    root = tmp_path_factory.mktemp("faults")
-    write_bundle(
-        root / "skills",
-        "slow",
-        meta={"triggers": {"contexts": ["slow"]}},
-        scripts={"preprocess": f"import time\ndef preprocess(state):\n    time.sleep({SLOW_S})\n"},
-    )
-    ask = output(
-        action="ask_user",
-        review_type="clarify",
-        questions=[
-            {"question": "Note?", "field_key": "note", "input_type": "text", "required": True}
-        ],
-    )
-    script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
-    script["skills"]["slow"] = [ask, output(action="finish", data={})]
-    (root / "script.yaml").write_text(yaml.safe_dump(script), "utf-8")
-    (root / "keys.json").write_text(json.dumps({hash_key(KEY): "carol"}), "utf-8")
-    return root
+    return write_serve_root(tmp_path_factory.mktemp("faults"), {hash_key(KEY): "carol"}, SLOW_S)
 
 
 class Server:
@@ -93,7 +67,7 @@ class Server:
 
     def __init__(self, root: Path, checkpoint: str) -> None:
         self.root, self.checkpoint = root, checkpoint
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = root / f"server-{self.port}.log"
         command = [
