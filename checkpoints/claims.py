@@ -9,13 +9,22 @@ A claim is never needed again once the resume has checkpointed (the interrupt is
 pending), but a process killed between claiming and checkpointing would leave the card
 unanswerable. So a claim older than ``lease_s`` may be taken over; a resume that fails cleanly
 (invalid answers, nothing changed) should :meth:`~InterruptClaims.release` its claim at once.
-On PostgreSQL a claim also records the claiming server session, and the claim of a session
-that is gone may be taken over after a short grace (see :class:`PostgresClaims`).
+A claim also records its owner where the database can tell whether it is alive: on PostgreSQL
+the claiming server session, on SQLite the claiming process (see :class:`SqliteClaims`). The
+claim of an owner that is gone may be taken over after a short grace.
+
+The same table holds each thread's *run lease*, the claim ``(thread_id, RUN_LEASE)``: a run or
+resume holds it while it drives the graph, so a stopped run is never continued while it still
+runs elsewhere. A long run renews it (:meth:`~InterruptClaims.renew`) so it never runs out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -28,16 +37,21 @@ from skilldeck.errors import CheckpointError
 __all__ = [
     "DEFAULT_DEAD_OWNER_GRACE_S",
     "DEFAULT_LEASE_S",
+    "RUN_LEASE",
     "InterruptClaims",
     "MemoryClaims",
     "PostgresClaims",
     "SqliteClaims",
+    "owner_gone",
+    "process_owner",
 ]
 
 #: Seconds after which an unfinished claim may be taken over (its owner presumably died).
 DEFAULT_LEASE_S = 300.0
-#: PostgreSQL: seconds after which a claim whose session is gone may be taken over.
+#: Seconds after which a claim whose owner (session, process) is gone may be taken over.
 DEFAULT_DEAD_OWNER_GRACE_S = 10.0
+#: The key of a thread's run lease (interrupt ids are hex digests, never this).
+RUN_LEASE = "run"
 
 _TABLE = "skilldeck_interrupt_claims"
 _CREATE = f"""
@@ -47,11 +61,17 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     claimed_at DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (thread_id, interrupt_id)
 )"""
-# Insert, or take over a claim older than the lease; the row count says whether we won.
-_CLAIM = f"""
-INSERT INTO {_TABLE} (thread_id, interrupt_id, claimed_at) VALUES ({{p}}, {{p}}, {{now}})
-ON CONFLICT (thread_id, interrupt_id) DO UPDATE SET claimed_at = excluded.claimed_at
-WHERE {_TABLE}.claimed_at < {{now}} - {{p}}"""
+# SQLite claims record the claiming process (see SqliteClaims). Insert, or take over a claim
+# older than the lease, or older than the grace if its owner is gone; the row count says who won.
+_SQLITE_OWNER_COLUMN = f"ALTER TABLE {_TABLE} ADD COLUMN owner TEXT"
+_SQLITE_CLAIM = f"""
+INSERT INTO {_TABLE} AS c (thread_id, interrupt_id, claimed_at, owner) VALUES (?, ?, ?, ?)
+ON CONFLICT (thread_id, interrupt_id) DO UPDATE
+SET claimed_at = excluded.claimed_at, owner = excluded.owner
+WHERE c.claimed_at < excluded.claimed_at - ?
+    OR (c.claimed_at < excluded.claimed_at - ? AND skilldeck_owner_gone(c.owner))"""
+_SQLITE_RENEW = f"""
+UPDATE {_TABLE} SET claimed_at = ? WHERE thread_id = ? AND interrupt_id = ? AND owner = ?"""
 _RELEASE = f"DELETE FROM {_TABLE} WHERE thread_id = {{p}} AND interrupt_id = {{p}}"
 
 # PostgreSQL claims also record the claiming session (see PostgresClaims).
@@ -70,22 +90,40 @@ WHERE c.claimed_at < excluded.claimed_at - %s
     OR (c.claimed_at < excluded.claimed_at - %s AND NOT EXISTS (
         SELECT 1 FROM pg_stat_activity a
         WHERE a.pid = c.owner_pid AND a.backend_start = c.owner_start))"""
+# Renewing also moves a claim to this process's current session (its connection may have been
+# replaced after a server restart), unless a live session took it over.
+_PG_RENEW = f"""
+UPDATE {_TABLE} AS c
+SET claimed_at = extract(epoch from clock_timestamp()), owner_pid = me.pid,
+    owner_start = me.backend_start
+FROM pg_stat_activity me
+WHERE me.pid = pg_backend_pid() AND c.thread_id = %s AND c.interrupt_id = %s
+    AND ((c.owner_pid = me.pid AND c.owner_start = me.backend_start) OR NOT EXISTS (
+        SELECT 1 FROM pg_stat_activity a
+        WHERE a.pid = c.owner_pid AND a.backend_start = c.owner_start))"""
 
 # With no lease, the takeover condition can never hold.
 _NO_LEASE = 1e15
 
 
 class InterruptClaims(ABC):
-    """Claims on pending interrupts; see the module docstring.
+    """Claims on pending interrupts (and run leases); see the module docstring.
 
     Args:
         lease_s: seconds after which a claim may be taken over; ``None``: never.
+        dead_owner_grace_s: seconds after which a claim whose owner is known to be gone may be
+            taken over (backends that can tell: PostgreSQL, SQLite on the owner's host).
     """
 
-    def __init__(self, lease_s: float | None = DEFAULT_LEASE_S) -> None:
+    def __init__(
+        self,
+        lease_s: float | None = DEFAULT_LEASE_S,
+        dead_owner_grace_s: float = DEFAULT_DEAD_OWNER_GRACE_S,
+    ) -> None:
         if lease_s is not None and lease_s <= 0:
             raise ValueError(f"lease_s must be positive or None, got {lease_s!r}")
         self.lease_s = lease_s
+        self.dead_owner_grace_s = dead_owner_grace_s
 
     @property
     def _lease(self) -> float:
@@ -96,12 +134,20 @@ class InterruptClaims(ABC):
         """``True`` for exactly one caller per ``(thread_id, interrupt_id)`` (per lease)."""
 
     @abstractmethod
+    def renew(self, thread_id: str, interrupt_id: str) -> bool:
+        """Restart the lease of a claim this process holds; ``False`` if it is no longer ours."""
+
+    @abstractmethod
     def release(self, thread_id: str, interrupt_id: str) -> None:
         """Give a claim back, so the interrupt can be resumed again (the resume failed)."""
 
     async def aclaim(self, thread_id: str, interrupt_id: str) -> bool:
         """:meth:`claim` off the event loop."""
         return await asyncio.to_thread(self.claim, thread_id, interrupt_id)
+
+    async def arenew(self, thread_id: str, interrupt_id: str) -> bool:
+        """:meth:`renew` off the event loop."""
+        return await asyncio.to_thread(self.renew, thread_id, interrupt_id)
 
     async def arelease(self, thread_id: str, interrupt_id: str) -> None:
         """:meth:`release` off the event loop."""
@@ -112,7 +158,7 @@ class InterruptClaims(ABC):
 
 
 class MemoryClaims(InterruptClaims):
-    """Claims within one process (``memory://`` checkpoints, tests)."""
+    """Claims within one process (``memory://`` checkpoints, tests); their owner is alive."""
 
     def __init__(self, lease_s: float | None = DEFAULT_LEASE_S) -> None:
         super().__init__(lease_s)
@@ -128,6 +174,13 @@ class MemoryClaims(InterruptClaims):
             self._claimed[thread_id, interrupt_id] = now
             return True
 
+    def renew(self, thread_id: str, interrupt_id: str) -> bool:
+        with self._lock:
+            if (thread_id, interrupt_id) not in self._claimed:
+                return False
+            self._claimed[thread_id, interrupt_id] = time.monotonic()
+            return True
+
     def release(self, thread_id: str, interrupt_id: str) -> None:
         with self._lock:
             self._claimed.pop((thread_id, interrupt_id), None)
@@ -136,31 +189,53 @@ class MemoryClaims(InterruptClaims):
 class SqliteClaims(InterruptClaims):
     """Claims in a table of the SQLite checkpoint file, shared by the processes using it.
 
+    Each claim records its owner process as ``host/pid/start``: the host (its name and pid
+    namespace), the pid, and when the process started, so a pid reused by a new process is not
+    taken for the owner. A claim whose owner is gone from this host (``kill -9`` between
+    claiming a card and checkpointing the answers) may be taken over after
+    ``dead_owner_grace_s``; claims of other hosts, or where process start times cannot be read
+    (no ``/proc``), keep the lease rule.
+
     Args:
         path: the database file.
         timeout: seconds to wait for another process's write lock.
         lease_s: see :class:`InterruptClaims`.
+        dead_owner_grace_s: see :class:`InterruptClaims`.
     """
 
     def __init__(
-        self, path: str | Path, *, timeout: float = 5.0, lease_s: float | None = DEFAULT_LEASE_S
+        self,
+        path: str | Path,
+        *,
+        timeout: float = 5.0,
+        lease_s: float | None = DEFAULT_LEASE_S,
+        dead_owner_grace_s: float = DEFAULT_DEAD_OWNER_GRACE_S,
     ) -> None:
-        super().__init__(lease_s)
+        super().__init__(lease_s, dead_owner_grace_s)
         try:
             self._conn = sqlite3.connect(
                 path, timeout=timeout, check_same_thread=False, isolation_level=None
             )
+            self._conn.create_function("skilldeck_owner_gone", 1, owner_gone)
             self._conn.execute(_CREATE)
+            columns = {row[1] for row in self._conn.execute(f"PRAGMA table_info({_TABLE})")}
+            if "owner" not in columns:  # a file made before claims recorded owners
+                with contextlib.suppress(sqlite3.OperationalError):  # another process did it
+                    self._conn.execute(_SQLITE_OWNER_COLUMN)
         except sqlite3.Error as exc:
             raise CheckpointError(f"cannot open resume claims in {str(path)!r}: {exc}") from None
         self._lock = threading.Lock()
 
     def claim(self, thread_id: str, interrupt_id: str) -> bool:
-        sql = _CLAIM.format(p="?", now="?")
-        now = time.time()
+        params = (thread_id, interrupt_id, time.time(), process_owner())
         with self._lock:
-            cur = self._conn.execute(sql, (thread_id, interrupt_id, now, now, self._lease))
+            cur = self._conn.execute(_SQLITE_CLAIM, (*params, self._lease, self.dead_owner_grace_s))
             return cur.rowcount == 1
+
+    def renew(self, thread_id: str, interrupt_id: str) -> bool:
+        params = (time.time(), thread_id, interrupt_id, process_owner())
+        with self._lock:
+            return self._conn.execute(_SQLITE_RENEW, params).rowcount == 1
 
     def release(self, thread_id: str, interrupt_id: str) -> None:
         with self._lock:
@@ -168,6 +243,52 @@ class SqliteClaims(InterruptClaims):
 
     def close(self) -> None:
         self._conn.close()
+
+
+@functools.cache
+def _host() -> str:
+    """This host: its name and pid namespace (containers on one host see different pids)."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()}:{namespace}"
+
+
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` started (boot id and clock ticks since boot); ``None`` if it is
+    gone, a zombie, or this system has no ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    # The fields after the command name (which may hold spaces and parentheses) start with the
+    # state; the start time is field 22 of the whole line.
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else f"{boot}:{fields[19]}"
+
+
+@functools.cache
+def _owner(pid: int) -> str:
+    return f"{_host()}/{pid}/{_process_start(pid) or ''}"
+
+
+def process_owner() -> str:
+    """The owner a SQLite claim made by this process records: ``host/pid/start``."""
+    return _owner(os.getpid())  # per pid: a forked child is another owner
+
+
+def owner_gone(owner: str | None) -> bool:
+    """Whether the process that recorded ``owner`` (see :func:`process_owner`) is known to be
+    gone: it ran on this host, and no process with its pid and start time runs now."""
+    parts = (owner or "").rsplit("/", 2)
+    if len(parts) != 3:
+        return False
+    host, pid, start = parts
+    if not start or host != _host() or not pid.isdigit():
+        return False
+    return _process_start(int(pid)) != start
 
 
 class PostgresClaims(InterruptClaims):
@@ -183,7 +304,7 @@ class PostgresClaims(InterruptClaims):
     Args:
         pool: a ``psycopg_pool.ConnectionPool``; the claims connect with its conninfo and options.
         lease_s: see :class:`InterruptClaims`.
-        dead_owner_grace_s: seconds after which a claim of a gone session may be taken over.
+        dead_owner_grace_s: see :class:`InterruptClaims`.
     """
 
     def __init__(
@@ -193,10 +314,9 @@ class PostgresClaims(InterruptClaims):
         lease_s: float | None = DEFAULT_LEASE_S,
         dead_owner_grace_s: float = DEFAULT_DEAD_OWNER_GRACE_S,
     ) -> None:
-        super().__init__(lease_s)
+        super().__init__(lease_s, dead_owner_grace_s)
         self._conninfo: str = pool.conninfo
         self._kwargs: dict[str, Any] = {**pool.kwargs, "autocommit": True}
-        self.dead_owner_grace_s = dead_owner_grace_s
         self._conn: Any = None
         self._lock = threading.Lock()
 
@@ -242,6 +362,9 @@ class PostgresClaims(InterruptClaims):
     def claim(self, thread_id: str, interrupt_id: str) -> bool:
         params = (thread_id, interrupt_id, self._lease, self.dead_owner_grace_s)
         return self._execute(_PG_CLAIM, params) == 1
+
+    def renew(self, thread_id: str, interrupt_id: str) -> bool:
+        return self._execute(_PG_RENEW, (thread_id, interrupt_id)) == 1
 
     def release(self, thread_id: str, interrupt_id: str) -> None:
         self._execute(_RELEASE.format(p="%s"), (thread_id, interrupt_id))

@@ -239,6 +239,8 @@ class SkillDeck:
 
         Raises:
             CardPendingError: the thread waits for answers to a card (resume it instead).
+            ThreadBusyError: a run of the thread is in progress, here or in another process
+                sharing the checkpoint database (or its process died under 10 s ago).
             SkillDeckError: ``input`` carries identity keys, or ``next_skill`` is unknown.
         """
         thread_id = thread_id or _new_thread_id()
@@ -259,7 +261,8 @@ class SkillDeck:
     ) -> Iterator[Event]:
         """:meth:`run`, yielding typed events as the run goes (see :mod:`skilldeck.types`).
 
-        The request is checked now, so a bad one raises before any event. The stream ends with
+        The request is checked and the thread's run lease taken now, so a bad or busy request
+        raises before any event. The stream ends with
         exactly one ``card``, ``done`` or ``error`` event. Stopping the iteration stops the run
         after its current step; the steps already made stay checkpointed.
 
@@ -289,7 +292,8 @@ class SkillDeck:
 
         Raises:
             ThreadNotFoundError, NoPendingCardError, StaleInterruptError, InvalidAnswersError,
-            AlreadyResumedError (another resume of this card won)
+            AlreadyResumedError (another resume of this card won), ThreadBusyError (see
+            :meth:`run`)
         """
         args = (answers, interrupt_id, metadata, callbacks)
         return self._sync.invoke(self._answer(self._sync.snapshot(thread_id), thread_id, *args))
@@ -306,8 +310,8 @@ class SkillDeck:
         """:meth:`resume`, yielding typed events like :meth:`stream`.
 
         The answers are checked and the card is claimed now, so a bad or losing resume raises
-        before any event. Iterate the stream to the end: a claimed card that is never resumed
-        stays claimed until the claim's lease expires.
+        before any event. Iterate the stream to the end (or ``close()`` it): a claimed card
+        that is never resumed, and its thread, stay claimed until the claim's lease expires.
         """
         args = (answers, interrupt_id, metadata, callbacks)
         return self._sync.events(self._answer(self._sync.snapshot(thread_id), thread_id, *args))
@@ -504,7 +508,7 @@ class SkillDeck:
         goto = list(source.next) or [ROUTER_NODE]
         with checkpoint_errors():
             self.graph.update_state(config, Command(update=writes, goto=goto), as_node=ROUTER_NODE)
-        return self._sync.invoke(Request(None, config, None))
+        return self._sync.invoke(Request(None, config, self._sync.snapshot(new_thread_id)))
 
     # -- reading --------------------------------------------------------------------------
     def _require(self, thread_id: str) -> StateSnapshot:

@@ -155,15 +155,16 @@ class CardPendingError(SkillDeckError):
 
 
 class ThreadBusyError(SkillDeckError):
-    """A run of the thread is in progress in this process."""
+    """A run of the thread is in progress, in this process or another one sharing the
+    checkpoint database (it holds the thread's run lease)."""
 
     code = ErrorCode.THREAD_BUSY
 
     def __init__(self, thread_id: str) -> None:
         self.thread_id = thread_id
         super().__init__(
-            f"a run of thread {thread_id!r} is in progress; wait for its stream to end, "
-            "then fetch the thread"
+            f"a run of thread {thread_id!r} is in progress; wait for its stream to end "
+            "(or, if its process died, about 10 s), then fetch the thread"
         )
 
 

@@ -25,7 +25,7 @@ from servers import Services
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.checkpoints import open_async_persistence, open_persistence
-from skilldeck.checkpoints.claims import InterruptClaims, MemoryClaims
+from skilldeck.checkpoints.claims import RUN_LEASE, InterruptClaims, MemoryClaims, PostgresClaims
 from skilldeck.errors import CheckpointError, ErrorCode, ToolError
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills import builtin_skills_dir
@@ -187,6 +187,34 @@ def test_a_claim_is_won_once_released_or_taken_over_after_its_lease(
     time.sleep(0.7)  # the owner died: after the lease, one caller may take the claim over
     assert claims.claim("t1", "i1") is True
     assert claims.claim("t1", "i1") is False
+
+
+def test_a_renewed_claim_outlives_its_first_lease(claims: InterruptClaims) -> None:
+    assert claims.claim("t1", RUN_LEASE)
+    time.sleep(0.3)
+    assert claims.renew("t1", RUN_LEASE)
+    time.sleep(0.3)  # 0.6 s after the claim, 0.3 s after the renewal
+    assert not claims.claim("t1", RUN_LEASE)
+    assert asyncio.run(claims.arenew("t1", RUN_LEASE))
+    assert not claims.renew("t1", "never-claimed")
+
+
+def test_a_postgres_claim_is_renewed_only_by_its_live_session(postgres_url: str) -> None:
+    one, two = open_persistence(postgres_url), open_persistence(postgres_url)
+    try:
+        assert one.claims.claim("t1", RUN_LEASE)
+        assert not two.claims.renew("t1", RUN_LEASE)  # another process's, and it is alive
+        one.claims.close()  # as after a server restart: its session ends, a new one follows
+        deadline = time.monotonic() + 10
+        while not one.claims.renew("t1", RUN_LEASE):  # once the old session is seen gone
+            assert time.monotonic() < deadline, "the claim never moved to the new session"
+            time.sleep(0.05)
+        assert isinstance(two.claims, PostgresClaims)
+        two.claims.dead_owner_grace_s = 0.0
+        assert not two.claims.claim("t1", RUN_LEASE)  # its owner is the new, live session
+    finally:
+        one.close()
+        two.close()
 
 
 def test_concurrent_claims_in_threads_have_one_winner(claims: InterruptClaims) -> None:

@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from skilldeck import Settings, SkillDeck, SkillDeckError
+from skilldeck.checkpoints.claims import RUN_LEASE
 from skilldeck.cli import app as cli
 from skilldeck.server import API_KEYS_ENV, ApiKeys, create_app, hash_key
 from skilldeck.skills import builtin_skills_dir
@@ -403,6 +404,21 @@ def test_a_card_claimed_by_another_process_is_409(client: TestClient, demo_deck:
     response = client.post(f"/threads/{thread}/resume", headers=auth(), json=body)
     assert error_of(response, 409)["code"] == "ALREADY_RESUMED"
     assert client.get(f"/threads/{thread}", headers=auth()).json()["status"] == "interrupted"
+
+
+def test_a_thread_run_by_another_process_is_409_busy(
+    client: TestClient, demo_deck: SkillDeck
+) -> None:
+    thread, card = paused(client)
+    assert demo_deck.claims.claim(thread, RUN_LEASE)  # another process is running the thread
+    body = {"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]}
+    url = f"/threads/{thread}/resume"
+    error = error_of(client.post(url, headers=auth(), json=body), 409)
+    assert error["code"] == "THREAD_BUSY" and "is in progress" in error["message"]
+    assert client.get(f"/threads/{thread}", headers=auth()).json()["status"] == "interrupted"
+    demo_deck.claims.release(thread, RUN_LEASE)
+    done = client.post(url, headers=auth(), json=body)  # the card was given back too
+    assert done.status_code == 200 and names(sse(done.text))[-1] == "done"
 
 
 # -- API keys ---------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ with ``kill -9`` after a card, or in the middle of a run, loses nothing (a new p
 the card exactly once, and the same run request continues a run that stopped mid-way); a
 PostgreSQL restart between a run and its resume needs no manual step. The engine-level pieces of
 these recoveries (thread status between a step's writes and its checkpoint, continuing a stopped
-run, claims of dead sessions, the pool after a restart, 503 while the database is gone) are
-tested here as well. ``bench/service.py`` measures the same faults under load.
+run, claims of dead sessions and processes, run leases, the pool after a restart, 503 while
+the database is gone) are tested here as well. ``bench/service.py`` measures the same faults under load.
 """
 
 from __future__ import annotations
@@ -25,7 +25,15 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, free_port, write_serve_root
+from conftest import (
+    DEMO_ANSWERS,
+    DEMO_FILES,
+    DEMO_SCRIPT,
+    free_port,
+    output,
+    write_bundle,
+    write_serve_root,
+)
 from fastapi.testclient import TestClient
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import StateSnapshot
@@ -34,10 +42,10 @@ from servers import Services
 import skilldeck._internal.postgres as pg_internal
 from skilldeck import Settings, SkillDeck
 from skilldeck.checkpoints import open_persistence
-from skilldeck.checkpoints.claims import PostgresClaims
+from skilldeck.checkpoints.claims import owner_gone, process_owner
 from skilldeck.checkpoints.inspect import thread_status
 from skilldeck.checkpoints.open import strict_serde
-from skilldeck.errors import CheckpointError, ErrorCode, NoPendingCardError
+from skilldeck.errors import CheckpointError, ErrorCode, NoPendingCardError, ThreadBusyError
 from skilldeck.server import create_app, hash_key
 from skilldeck.skills import builtin_skills_dir
 
@@ -196,9 +204,9 @@ def test_kill_9_after_a_card_then_a_new_server_resumes_it_exactly_once(
 
 
 def test_kill_9_mid_run_then_the_same_run_request_continues_it(
-    serve: Callable[..., list[Server]], postgres_url: str
+    serve: Callable[..., list[Server]], database_url: str
 ) -> None:
-    one, two = serve(postgres_url, 2)
+    one, two = serve(database_url, 2)
     with one.client() as first, two.client() as second:
         thread = first.post("/threads").json()["thread_id"]
         with first.stream("POST", f"/threads/{thread}/runs", json=SLOW_RUN) as response:
@@ -213,7 +221,17 @@ def test_kill_9_mid_run_then_the_same_run_request_continues_it(
         assert view["status"] == "running"  # and nobody is running it: the process is gone
         before = second.get(f"/threads/{thread}/history").json()["checkpoints"]
 
-        response = second.post(f"/threads/{thread}/runs", json=SLOW_RUN)  # the same request
+        # The same request: the dead run's lease holds the thread until its owner is seen gone
+        # for the grace (10 s), so a run that might still be live is never run twice.
+        response = second.post(f"/threads/{thread}/runs", json=SLOW_RUN)
+        assert response.status_code == 409 and response.json()["error"]["code"] == "THREAD_BUSY"
+        assert second.get(f"/threads/{thread}/history").json()["checkpoints"] == before
+        deadline = time.monotonic() + 30
+        while response.status_code == 409:
+            assert response.json()["error"]["code"] == "THREAD_BUSY"
+            assert time.monotonic() < deadline, "the dead run's lease was never freed"
+            time.sleep(0.5)
+            response = second.post(f"/threads/{thread}/runs", json=SLOW_RUN)
         name, card = sse(response.text)[-1]
         assert name == "card", response.text
         after = second.get(f"/threads/{thread}/history").json()["checkpoints"]
@@ -347,39 +365,169 @@ os.kill(os.getpid(), signal.SIGKILL)  # no release, no close: the process just d
 """
 
 
-def test_the_claim_of_a_dead_process_is_taken_over_after_the_grace(postgres_url: str) -> None:
+CLAIM_AND_LIVE = """
+import sys
+from skilldeck.checkpoints import open_persistence
+claims = open_persistence(sys.argv[1]).claims
+print(claims.claim("thread", "live-card"), flush=True)
+sys.stdin.read()  # alive until the test closes stdin
+"""
+
+
+def test_the_claim_of_a_dead_process_is_taken_over_after_the_grace(database_url: str) -> None:
+    """PostgreSQL sees the claiming session end; SQLite sees the claiming process gone."""
     dead = subprocess.run(
-        [sys.executable, "-c", CLAIM_AND_DIE, postgres_url], capture_output=True, text=True
+        [sys.executable, "-c", CLAIM_AND_DIE, database_url], capture_output=True, text=True
     )
     assert dead.returncode == -signal.SIGKILL and dead.stdout.strip() == "True", dead.stderr
-    alive, other = open_persistence(postgres_url), open_persistence(postgres_url)
+    alive = subprocess.Popen(
+        [sys.executable, "-c", CLAIM_AND_LIVE, database_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    persistence = open_persistence(database_url)
     try:
-        claims = other.claims
-        assert isinstance(claims, PostgresClaims)
+        assert alive.stdout is not None and alive.stdout.readline().strip() == "True"
+        claims = persistence.claims
         claims.dead_owner_grace_s = 0.5
-        assert alive.claims.claim("thread", "live-card")
         deadline = time.monotonic() + 10
-        while not claims.claim("thread", "card"):  # once PostgreSQL has seen the session end
+        while not claims.claim("thread", "card"):  # once the owner is seen gone
             assert time.monotonic() < deadline, "the dead process's claim was never freed"
             time.sleep(0.1)
         assert not claims.claim("thread", "card")  # now ours, and ours is alive
         time.sleep(0.6)
         assert not claims.claim("thread", "live-card")  # a live owner keeps it for the lease
     finally:
-        alive.close()
-        other.close()
+        alive.communicate("", timeout=30)
+        persistence.close()
 
 
-def test_a_claim_is_not_taken_over_before_the_grace(postgres_url: str) -> None:
+def test_a_claim_is_not_taken_over_before_the_grace(database_url: str) -> None:
     dead = subprocess.run(
-        [sys.executable, "-c", CLAIM_AND_DIE, postgres_url], capture_output=True, text=True
+        [sys.executable, "-c", CLAIM_AND_DIE, database_url], capture_output=True, text=True
     )
     assert dead.stdout.strip() == "True", dead.stderr
-    persistence = open_persistence(postgres_url)
+    persistence = open_persistence(database_url)
     try:
         assert not persistence.claims.claim("thread", "card")  # default grace: 10 s
     finally:
         persistence.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_sqlite_claim_of_a_reused_pid_counts_as_dead(tmp_path: Path) -> None:
+    me = process_owner()
+    host, pid, start = me.rsplit("/", 2)
+    assert pid == str(os.getpid()) and start and not owner_gone(me)
+    reused = f"{host}/{pid}/{start}0"  # this pid, but a process started at another time
+    assert owner_gone(reused)
+    # Another host, or an unknown start time, cannot be checked here: the lease rule.
+    assert not owner_gone(f"other-host:/{pid}/{start}0") and not owner_gone(f"{host}/{pid}/")
+    assert not owner_gone(None) and not owner_gone("not an owner")
+
+    persistence = open_persistence(f"sqlite:///{tmp_path / 'c.sqlite'}")
+    try:
+        claims = persistence.claims
+        claims.dead_owner_grace_s = 0.3
+        assert claims.claim("thread", "card")
+        with sqlite3.connect(tmp_path / "c.sqlite") as conn:
+            conn.execute("UPDATE skilldeck_interrupt_claims SET owner = ?", (reused,))
+        assert not claims.claim("thread", "card")  # within the grace
+        time.sleep(0.4)
+        assert claims.claim("thread", "card")
+        assert not claims.claim("thread", "card")
+    finally:
+        persistence.close()
+
+
+def test_sqlite_claims_made_before_owners_were_recorded_still_work(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as conn:  # the table as it was before the owner column
+        conn.execute(
+            "CREATE TABLE skilldeck_interrupt_claims (thread_id TEXT NOT NULL, interrupt_id "
+            "TEXT NOT NULL, claimed_at DOUBLE PRECISION NOT NULL, "
+            "PRIMARY KEY (thread_id, interrupt_id))"
+        )
+        conn.execute("INSERT INTO skilldeck_interrupt_claims VALUES ('t', 'old', 0)")
+    persistence = open_persistence(f"sqlite:///{path}")
+    try:
+        assert persistence.claims.claim("t", "old")  # its lease is long over
+        assert persistence.claims.claim("t", "new") and not persistence.claims.claim("t", "new")
+    finally:
+        persistence.close()
+
+
+# -- run leases: one live run per thread, across processes ------------------------------------
+GATE_RUN = """
+import sys
+from skilldeck import Settings, SkillDeck
+settings = Settings(model=f"scripted:{sys.argv[2]}/script.yaml")
+with SkillDeck(sys.argv[2] + "/gate", checkpointer=sys.argv[1], settings=settings) as deck:
+    print(deck.run({}, context="ctx", thread_id="busy").status, flush=True)
+"""
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Path:
+    """A skill whose preprocess waits while the file ``closed`` exists."""
+    closed = tmp_path / "closed"
+    write_bundle(
+        tmp_path,
+        "gate",
+        scripts={
+            "preprocess": "import os, time\n"
+            "def preprocess(state):\n"
+            f"    while os.path.exists({str(closed)!r}):\n"
+            "        time.sleep(0.05)\n"
+        },
+    )
+    script = {"skills": {"gate": [output(data={"note": "done"})]}}
+    (tmp_path / "script.yaml").write_text(json.dumps(script), "utf-8")
+    closed.touch()
+    return tmp_path
+
+
+def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database_url: str) -> None:
+    """Another process's run of the thread answers ThreadBusyError, changing nothing, while the
+    run's process lives (past the grace too); once it is killed, the grace later the same
+    request continues the run, from the last checkpoint."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", GATE_RUN, database_url, str(gate)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    settings = Settings(model=f"scripted:{gate / 'script.yaml'}")
+    with SkillDeck(gate / "gate", checkpointer=database_url, settings=settings) as deck:
+        deck.claims.dead_owner_grace_s = 0.5
+        try:
+            deadline = time.monotonic() + 60
+            while deck._sync.snapshot("busy") is None or len(deck.history("busy")) < 3:
+                assert child.poll() is None and time.monotonic() < deadline, child.stderr
+                time.sleep(0.05)  # the router's step is checkpointed; the skill waits
+            before = deck.history("busy")
+            time.sleep(0.6)  # past the grace: a live owner keeps its lease
+            with pytest.raises(ThreadBusyError, match="'busy' is in progress") as caught:
+                deck.run({}, context="ctx", thread_id="busy")
+            assert caught.value.code == ErrorCode.THREAD_BUSY
+            assert deck.history("busy") == before
+        finally:
+            child.kill()
+            child.communicate(timeout=30)
+        (gate / "closed").unlink()
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                done = deck.run({}, context="ctx", thread_id="busy")
+                break
+            except ThreadBusyError:
+                assert time.monotonic() < deadline, "the dead run's lease was never freed"
+                time.sleep(0.1)
+        assert done.status == "finished" and done.state["note"] == "done"
+        rows = deck.history("busy")
+        assert rows[: len(before)] == before
+        assert [row["source"] for row in rows].count("input") == 1
 
 
 def test_after_a_restart_the_pool_drops_every_dead_connection_at_once(

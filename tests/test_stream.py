@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,9 @@ from skilldeck import (
     SkillDeck,
     SkillDeckError,
 )
-from skilldeck.errors import AlreadyResumedError, CardPendingError
+from skilldeck.checkpoints import open_persistence
+from skilldeck.checkpoints.claims import RUN_LEASE
+from skilldeck.errors import AlreadyResumedError, CardPendingError, ThreadBusyError
 from skilldeck.types import (
     CardEvent,
     DoneEvent,
@@ -232,6 +236,105 @@ def test_concurrent_resumes_from_two_decks_apply_the_answers_once(database_url: 
     assert final.status == "finished" and final.state["calls"] == {"litigation-intake": 4}
     first.close()
     second.close()
+
+
+# -- run leases ------------------------------------------------------------------------------
+def test_a_thread_being_run_is_busy_for_another_deck(database_url: str) -> None:
+    """Two decks on one database stand for two processes: while one runs a thread, the other
+    can neither continue that run nor start a new turn; the run gives the thread back before
+    its card event, so the card can be answered at once anywhere."""
+    first, second = _demo_deck(database_url), _demo_deck(database_url)
+    try:
+        events = first.stream(DEMO, thread_id="t", **RUN)
+        assert next(events).event == "step"  # running: it holds the thread's run lease
+        history = first.history("t")
+        with pytest.raises(ThreadBusyError, match="'t' is in progress") as caught:
+            second.run(DEMO, thread_id="t", **RUN)  # would continue the run
+        assert caught.value.code == "THREAD_BUSY"
+        with pytest.raises(ThreadBusyError):
+            second.stream({"documents": []}, thread_id="t", **RUN)  # would start a new turn
+        assert first.history("t") == history
+        for event in events:
+            if event.event == "card":
+                assert second.resume("t", DEMO_ANSWERS).status == "finished"
+        assert first.get_thread("t").state["calls"] == {"litigation-intake": 4}
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_run_renews_its_lease_and_stops_once_it_lost_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'lease.sqlite'}"
+    settings = Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES))
+    deck = SkillDeck(checkpointer=open_persistence(url, claim_lease_s=1.0), settings=settings)
+    other = open_persistence(url, claim_lease_s=1.0)
+    try:
+        events = deck.stream(DEMO, thread_id="t", **RUN)
+        for _ in range(4):  # 1.6 s in all: the lease would have run out unless renewed
+            next(events)
+            time.sleep(0.4)
+            assert not other.claims.claim("t", RUN_LEASE)
+        with sqlite3.connect(tmp_path / "lease.sqlite") as conn:  # taken over elsewhere
+            taken = ("elsewhere:/1/1", time.time())
+            conn.execute("UPDATE skilldeck_interrupt_claims SET owner = ?, claimed_at = ?", taken)
+        time.sleep(0.4)
+        with pytest.raises(ThreadBusyError):
+            list(events)
+        assert deck.get_thread("t").status == "running"  # stopped after its step
+        assert not other.claims.claim("t", RUN_LEASE)  # the new owner's lease was kept
+    finally:
+        deck.close()
+        other.close()
+
+
+def test_a_run_waits_a_moment_for_a_lease_about_to_be_given_back(demo_deck: SkillDeck) -> None:
+    """A client polling the thread may see its card just before the run gives its lease back."""
+    thread = demo_deck.run(DEMO, **RUN).thread_id
+    assert demo_deck.claims.claim(thread, RUN_LEASE)  # the run's tail still holds it
+    threading.Timer(0.3, demo_deck.claims.release, (thread, RUN_LEASE)).start()
+    assert demo_deck.resume(thread, DEMO_ANSWERS).status == "finished"
+
+
+def test_a_request_checked_against_an_older_checkpoint_is_busy(demo_deck: SkillDeck) -> None:
+    """A run that ends between a request's check and its lease: check the request again."""
+    thread = demo_deck.run(DEMO, **RUN).thread_id
+    demo_deck.resume(thread, DEMO_ANSWERS)
+    stale = demo_deck._sync.snapshot(thread)
+    args = (DEMO, "matter", "u", "demo-matter", None, None, None)
+    request = demo_deck._start(stale, thread, *args)
+    demo_deck.run({"documents": []}, thread_id=thread, **RUN)  # the thread moves on
+    history = demo_deck.history(thread)
+    with pytest.raises(ThreadBusyError):
+        demo_deck._sync.invoke(request)
+    assert demo_deck.history(thread) == history
+    assert demo_deck.claims.claim(thread, RUN_LEASE)  # given back
+
+
+def test_async_runs_hold_the_run_lease_too(database_url: str) -> None:
+    other = _demo_deck(database_url)
+
+    async def main() -> Any:
+        async with _demo_deck(database_url) as deck:
+            events = other.stream(DEMO, thread_id="t", **RUN)
+            next(events)
+            with pytest.raises(ThreadBusyError):
+                _ = [e async for e in deck.astream(DEMO, thread_id="t", **RUN)]
+            events.close()  # the run stops after its step and gives the thread back
+            paused = await deck.arun(DEMO, thread_id="t", **RUN)  # continues it
+            stream = deck.astream_resume("t", DEMO_ANSWERS)
+            assert (await anext(stream)).event == "step"
+            with pytest.raises(ThreadBusyError):
+                other.run(DEMO, thread_id="t", **RUN)
+            rest = [e.event async for e in stream]
+            return paused, rest
+
+    try:
+        paused, rest = asyncio.run(main())
+        assert paused.status == "interrupted" and rest[-1] == "done"
+        assert other.get_thread("t").state["calls"] == {"litigation-intake": 4}
+        assert other.claims.claim("t", RUN_LEASE)  # the async run gave it back
+    finally:
+        other.close()
 
 
 # -- async ------------------------------------------------------------------------------------

@@ -3,13 +3,17 @@
 The deck checks a request once (:class:`Request` is the outcome); how it then runs is the only
 thing that differs between ``run``/``stream``/``resume`` and their async forms, so that part
 lives here as two mirror-image drivers. A resume's card is claimed before the graph runs and the
-claim is given back if the run fails or is abandoned, so the card can be answered again.
+claim is given back if the run fails or is abandoned, so the card can be answered again. Every
+request then takes the thread's run lease (:data:`~skilldeck.checkpoints.claims.RUN_LEASE`),
+held until the graph stops, so no two processes drive one thread at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -20,9 +24,15 @@ from langgraph.types import StateSnapshot
 
 from skilldeck._internal.events import EventTranslator, terminal_event
 from skilldeck._internal.postgres import connection_errors
-from skilldeck.checkpoints.claims import InterruptClaims
+from skilldeck.checkpoints.claims import RUN_LEASE, InterruptClaims
 from skilldeck.checkpoints.inspect import pending_card, thread_status
-from skilldeck.errors import AlreadyResumedError, CheckpointError, ThreadNotFoundError
+from skilldeck.errors import (
+    AlreadyResumedError,
+    CheckpointError,
+    SkillDeckError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+)
 from skilldeck.settings import Settings
 from skilldeck.types import Event, RunResult
 
@@ -44,6 +54,24 @@ class Request(NamedTuple):
     def thread_id(self) -> str:
         """The thread the request runs."""
         return str(self.config["configurable"]["thread_id"])
+
+    @property
+    def lease(self) -> Claim:
+        """The thread's run lease."""
+        return self.thread_id, RUN_LEASE
+
+    def takes(self) -> list[tuple[Claim, SkillDeckError]]:
+        """What the request claims before the graph runs, in order, with the error of a loss:
+        the card first, so of two resumes of one card the loser hears ``ALREADY_RESUMED``."""
+        takes: list[tuple[Claim, SkillDeckError]] = []
+        if self.claim is not None:
+            takes.append((self.claim, AlreadyResumedError(*self.claim)))
+        return [*takes, (self.lease, ThreadBusyError(self.thread_id))]
+
+    def moved(self, now: StateSnapshot | None) -> bool:
+        """Whether the thread has a new checkpoint since the request was checked against it
+        (a run that ended between the check and the lease): check the request again."""
+        return _checkpoint_id(self.snapshot) != _checkpoint_id(now)
 
 
 @dataclass(frozen=True)
@@ -97,39 +125,68 @@ class Driver(_Base):
 
     def invoke(self, request: Request) -> RunResult:
         """Run to a card or the end; the thread afterwards."""
-        self._claim(request.claim)
-        with self._releasing(request.claim):
-            with checkpoint_errors():
-                self.graph.invoke(request.payload, request.config, **self._run_options())
+        self._take(request)
+        with self._holding(request) as lease:
+            for _ in self._parts(request, lease):
+                pass
             return self.thread(request.thread_id)
 
     def events(self, request: Request) -> Iterator[Event]:
-        """Claim the card now (a losing resume raises before any event), then stream."""
-        self._claim(request.claim)
+        """Claim the card and the thread now (a losing request raises before any event), then
+        stream."""
+        self._take(request)
         return self._events(request)
 
     def _events(self, request: Request) -> Iterator[Event]:
         translator = self._translator(request)
-        with self._releasing(request.claim), checkpoint_errors():
+        with self._holding(request) as lease:
+            for part in self._parts(request, lease):
+                yield from translator.feed(part)
+            # Read before the lease goes, so the outcome is this run's and not a next one's.
+            terminal = terminal_event(self.thread(request.thread_id))
+        yield terminal
+
+    def _parts(self, request: Request, lease: _Lease) -> Iterator[Any]:
+        """The graph's updates, renewing the run lease as it goes."""
+        with checkpoint_errors():
             for part in self.graph.stream(
                 request.payload, request.config, stream_mode=["updates"], **self._run_options()
             ):
-                yield from translator.feed(part)
-        yield terminal_event(self.thread(request.thread_id))
+                if lease.due():
+                    lease.renewed(self.claims.renew(*request.lease))
+                yield part
 
-    def _claim(self, claim: Claim | None) -> None:
-        if claim is not None:
-            with checkpoint_errors():
-                _won(claim, self.claims.claim(*claim))
+    def _take(self, request: Request) -> None:
+        """Claim what ``request`` takes, and check it still fits the thread; on a failure
+        give back what was claimed."""
+        with contextlib.ExitStack() as undo:
+            for claim, lost in request.takes():
+                with checkpoint_errors():
+                    won = self.claims.claim(*claim)
+                    for pause in _pauses(claim):
+                        if won:
+                            break
+                        time.sleep(pause)
+                        won = self.claims.claim(*claim)
+                if not won:
+                    raise lost
+                undo.callback(self.claims.release, *claim)
+            if request.moved(self.snapshot(request.thread_id)):
+                raise ThreadBusyError(request.thread_id)
+            undo.pop_all()
 
     @contextlib.contextmanager
-    def _releasing(self, claim: Claim | None) -> Iterator[None]:
+    def _holding(self, request: Request) -> Iterator[_Lease]:
+        lease = _Lease(request, self.claims.lease_s)
         try:
-            yield
-        except BaseException:  # also GeneratorExit: an abandoned stream gives its claim back
-            if claim is not None:
-                self.claims.release(*claim)
+            yield lease
+        except BaseException:  # also GeneratorExit: an abandoned stream gives its card back
+            if request.claim is not None:
+                self.claims.release(*request.claim)
             raise
+        finally:
+            if not lease.lost:
+                self.claims.release(*request.lease)
 
 
 class AsyncDriver(_Base):
@@ -146,39 +203,101 @@ class AsyncDriver(_Base):
 
     async def invoke(self, request: Request) -> RunResult:
         """Run to a card or the end; the thread afterwards."""
-        await self._claim(request.claim)
-        try:
-            with checkpoint_errors():
-                await self.graph.ainvoke(request.payload, request.config, **self._run_options())
+        await self._take(request)
+        async with self._holding(request) as lease:
+            async for _ in self._parts(request, lease):
+                pass
             return await self.thread(request.thread_id)
-        except BaseException:
-            await self._release(request.claim)
-            raise
 
     async def events(self, request: Request) -> AsyncIterator[Event]:
-        """Claim the card (a losing resume raises before any event), then stream."""
-        await self._claim(request.claim)
+        """Claim the card and the thread (a losing request raises before any event), then
+        stream."""
+        await self._take(request)
         translator = self._translator(request)
+        async with self._holding(request) as lease:
+            async for part in self._parts(request, lease):
+                for event in translator.feed(part):
+                    yield event
+            terminal = terminal_event(await self.thread(request.thread_id))
+        yield terminal
+
+    async def _parts(self, request: Request, lease: _Lease) -> AsyncIterator[Any]:
+        with checkpoint_errors():
+            async for part in self.graph.astream(
+                request.payload, request.config, stream_mode=["updates"], **self._run_options()
+            ):
+                if lease.due():
+                    lease.renewed(await self.claims.arenew(*request.lease))
+                yield part
+
+    async def _take(self, request: Request) -> None:
+        async with contextlib.AsyncExitStack() as undo:
+            for claim, lost in request.takes():
+                with checkpoint_errors():
+                    won = await self.claims.aclaim(*claim)
+                    for pause in _pauses(claim):
+                        if won:
+                            break
+                        await asyncio.sleep(pause)
+                        won = await self.claims.aclaim(*claim)
+                if not won:
+                    raise lost
+                undo.push_async_callback(self.claims.arelease, *claim)
+            if request.moved(await self.snapshot(request.thread_id)):
+                raise ThreadBusyError(request.thread_id)
+            undo.pop_all()
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, request: Request) -> AsyncIterator[_Lease]:
+        lease = _Lease(request, self.claims.lease_s)
         try:
-            with checkpoint_errors():
-                async for part in self.graph.astream(
-                    request.payload, request.config, stream_mode=["updates"], **self._run_options()
-                ):
-                    for event in translator.feed(part):
-                        yield event
-        except BaseException:  # also GeneratorExit: an abandoned stream gives its claim back
-            await self._release(request.claim)
+            yield lease
+        except BaseException:  # also GeneratorExit: an abandoned stream gives its card back
+            if request.claim is not None:
+                await self.claims.arelease(*request.claim)
             raise
-        yield terminal_event(await self.thread(request.thread_id))
+        finally:
+            if not lease.lost:
+                await self.claims.arelease(*request.lease)
 
-    async def _claim(self, claim: Claim | None) -> None:
-        if claim is not None:
-            with checkpoint_errors():
-                _won(claim, await self.claims.aclaim(*claim))
 
-    async def _release(self, claim: Claim | None) -> None:
-        if claim is not None:
-            await self.claims.arelease(*claim)
+class _Lease:
+    """A request's hold on its thread's run lease: renewed every third of the lease, so a live
+    run keeps it however long it runs."""
+
+    def __init__(self, request: Request, lease_s: float | None) -> None:
+        self.thread_id = request.thread_id
+        self.every = lease_s / 3 if lease_s is not None else None
+        self.last = time.monotonic()
+        self.lost = False
+
+    def due(self) -> bool:
+        """Whether to renew now (then it counts as renewed)."""
+        now = time.monotonic()
+        if self.every is None or now - self.last < self.every:
+            return False
+        self.last = now
+        return True
+
+    def renewed(self, still_ours: bool) -> None:
+        """Stop the run if the lease is no longer ours: another process took it over (it found
+        this one's owner gone, or the lease expired between renewals) and runs the thread now.
+        The lease is then theirs: it is not given back."""
+        if not still_ours:
+            self.lost = True
+            raise ThreadBusyError(self.thread_id)
+
+
+def _pauses(claim: Claim) -> Iterator[float]:
+    """Pauses before asking again for a busy run lease, about 2 s in all: a run that reached
+    its card (or end) gives its lease back a moment after checkpointing it, so a client that
+    saw the card by polling the thread may already answer. A card claim is never waited for."""
+    if claim[1] == RUN_LEASE:
+        yield from (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8)
+
+
+def _checkpoint_id(snapshot: StateSnapshot | None) -> str | None:
+    return None if snapshot is None else snapshot.config["configurable"].get("checkpoint_id")
 
 
 def _ran(snapshot: StateSnapshot) -> StateSnapshot | None:
@@ -190,11 +309,6 @@ def _found(thread_id: str, snapshot: StateSnapshot | None) -> RunResult:
     if snapshot is None:
         raise ThreadNotFoundError(thread_id)
     return run_result(thread_id, snapshot)
-
-
-def _won(claim: Claim, won: bool) -> None:
-    if not won:
-        raise AlreadyResumedError(*claim)
 
 
 def run_result(thread_id: str, snapshot: StateSnapshot) -> RunResult:
