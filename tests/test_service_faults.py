@@ -6,7 +6,8 @@ the card exactly once, and the same run request continues a run that stopped mid
 PostgreSQL restart between a run and its resume needs no manual step. The engine-level pieces of
 these recoveries (thread status between a step's writes and its checkpoint, continuing a stopped
 run, claims of dead sessions and processes, run leases, the pool after a restart, 503 while
-the database is gone) are tested here as well. ``bench/service.py`` measures the same faults under load.
+the database is gone) are tested here as well. ``bench/service.py`` measures the same faults
+under load.
 """
 
 from __future__ import annotations
