@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from skilldeck._internal.cli_output import err, fail
 from skilldeck.errors import EvalConfigError, SkillDeckError
 from skilldeck.evals.calibration import calibrate, load_labels
 from skilldeck.evals.compare import compare_reports
@@ -29,21 +30,12 @@ eval_app = typer.Typer(
     no_args_is_help=True,
 )
 out = Console()
-err = Console(stderr=True)
 
 SkillsOpt = Annotated[
     list[Path] | None,
     typer.Option("--skills", help="Skills folder (repeatable); default: built-in."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-
-
-def _fail(exc: SkillDeckError, as_json: bool) -> NoReturn:
-    if as_json:
-        print(json.dumps({"status": "error", "error": exc.to_dict()}, ensure_ascii=False))
-    else:
-        err.print(f"[bold red]error[/] [{exc.code.value}] {exc}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
 
 
 def _suite(skill: str | None, suite: Path | None, skills: list[Path] | None) -> Suite:
@@ -139,7 +131,7 @@ def run(
             )
         paths = write_reports(report, folder)
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     if as_json:
         body = {k: report[k] for k in ("suite", "run_id", "summary", "buckets", "graders")}
         print(json.dumps({**body, "files": {k: str(p) for k, p in paths.items()}}))
@@ -171,7 +163,7 @@ def compare(
             tolerance=tolerance,
         )
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     if as_json:
         print(json.dumps(result.to_dict()))
     else:
@@ -214,7 +206,7 @@ def promote_bucket(
             )
         changed = promote(bucket, target, known)
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     if as_json:
         print(json.dumps({"bucket": bucket, "suite_file": str(target), "changed": changed}))
     elif changed:
@@ -233,7 +225,7 @@ def calibrate_judge(
     try:
         result = calibrate(load_report(report), load_labels(labels))
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     if as_json:
         print(json.dumps(result.to_dict()))
         return

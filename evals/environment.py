@@ -10,18 +10,18 @@ PKM notes.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import yaml
 
 from skilldeck.evals.outcome import Outcome
+from skilldeck.tools.cards import CARDS_DIR, card_relpath
+from skilldeck.tools.pkm import PARA_FOLDERS, PKM_DIR
 
 __all__ = [
     "PARA_FOLDERS",
     "PKM_ROOT",
-    "card_slug",
     "environment",
     "environment_state",
     "pkm_path",
@@ -29,8 +29,9 @@ __all__ = [
     "saved_card",
 ]
 
-PKM_ROOT = "PKM/"
-PARA_FOLDERS = ("Projects", "Areas", "Resources", "Archives")
+#: Workspace paths of PKM notes start with this (the pkm tools' root folder).
+PKM_ROOT = f"{PKM_DIR}/"
+
 Extractor = Callable[[Outcome, Mapping[str, Any]], dict[str, Any]]
 _EXTRACTORS: dict[str, Extractor] = {}
 
@@ -57,11 +58,6 @@ def environment_state(
 
 
 # -- cards ------------------------------------------------------------------------------------
-def card_slug(fact_id: str) -> str:
-    """The card file's stem: ``fact_id`` with every char not in ``[A-Za-z0-9_-]`` as ``_``."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", fact_id)
-
-
 def saved_card(outcome: Outcome, fact_id: str | None) -> dict[str, Any]:
     """The card the trial saved: the ``card__save`` result and the YAML file it wrote."""
     saves = [c for c in outcome.tool_calls if c.name == "card__save"]
@@ -69,8 +65,8 @@ def saved_card(outcome: Outcome, fact_id: str | None) -> dict[str, Any]:
     result = _json_object(good[-1].result) if good else {}
     candidates = [str(result["path"])] if isinstance(result.get("path"), str) else []
     if fact_id:
-        candidates.append(f"Cards/{card_slug(fact_id)}.yaml")
-    candidates += sorted(p for p in _files(outcome) if p.startswith("Cards/"))
+        candidates.append(card_relpath(fact_id))
+    candidates += sorted(p for p in _files(outcome) if p.startswith(f"{CARDS_DIR}/"))
     path, text = next(
         ((p, t) for p in candidates if (t := outcome.read(_relative(outcome, p))) is not None),
         (None, None),

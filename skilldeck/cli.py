@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -15,6 +15,7 @@ from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
 from skilldeck import demo as demo_data
+from skilldeck._internal.cli_output import err, fail
 from skilldeck.checkpoints import open_persistence
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import InvalidAnswersError, SkillDeckError
@@ -34,7 +35,6 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(keys_app, name="keys")
 app.command()(serve)
 out = Console()
-err = Console(stderr=True)
 
 _BOOKKEEPING = {
     "turn",
@@ -61,14 +61,6 @@ ModelOpt = Annotated[
     typer.Option("--model", help="Model for every skill: MODEL, PROVIDER:MODEL or scripted:FILE."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-
-
-def _fail(exc: SkillDeckError, as_json: bool) -> NoReturn:
-    if as_json:
-        print(json.dumps({"status": "error", "error": exc.to_dict()}, ensure_ascii=False))
-    else:
-        err.print(f"[bold red]error[/] [{exc.code.value}] {exc}", highlight=False)
-    raise typer.Exit(2)
 
 
 def _deck(
@@ -173,7 +165,7 @@ def run(
                 payload, context=context, thread_id=thread, user_id=user, matter_id=matter
             )
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     _print_result(result, as_json)
 
 
@@ -193,7 +185,7 @@ def resume(
         with _deck(skills, checkpoint, model, existing=True) as deck:
             result = deck.resume(thread, values, interrupt_id=interrupt_id)
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     _print_result(result, as_json)
 
 
@@ -206,7 +198,7 @@ def threads(
         with _deck(skills, checkpoint, None, existing=True) as deck:
             rows = deck.threads()
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     if as_json:
         print(json.dumps([r.to_dict() for r in rows]))
         return
@@ -244,7 +236,7 @@ def show(
             if timeline is not None:
                 draw_timeline(deck, thread, timeline)
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     if as_json:
         body = {**_summary(result), "history": rows}
         if timeline is not None:
@@ -307,7 +299,7 @@ def graph(
                 if picture is not None:
                     graph_picture(deck, picture, format=fmt)
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     if as_json:
         print(json.dumps({"mermaid": text, "pictures": [str(p) for p in pictures]}))
     elif pictures:
@@ -377,7 +369,7 @@ def demo(
                     continue
                 steps.append(_summary(result))
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     if as_json:
         print(json.dumps({**steps[-1], "steps": steps}, ensure_ascii=False, default=str))
     else:
@@ -421,7 +413,7 @@ def messages_import(
                 progress.advance(task, len(chunk))
         memory.close()
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     summary = {
         "file": str(file),
         "user": user,
@@ -461,7 +453,7 @@ def knowledge_index(
 ) -> None:
     """Index a folder into the knowledge base (incremental: unchanged files are skipped)."""
     if not folder.is_dir():
-        _fail(SkillDeckError(f"no such folder: {folder}"), as_json)
+        fail(SkillDeckError(f"no such folder: {folder}"), as_json)
     kb = open_knowledge(Settings())
     with _progress() as progress:
         task = progress.add_task(f"indexing {folder}", total=None)
@@ -498,7 +490,7 @@ def recall(
         with _deck(bundles, checkpoint, model) as deck:
             result = deck.run({"question": question}, context="recall", user_id=user)
     except SkillDeckError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     state, attempt = result.state, result.state.get("attempt") or {}
     body: dict[str, Any] = {
         "status": result.status,

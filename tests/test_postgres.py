@@ -289,13 +289,6 @@ def _counter() -> StateGraph[_Count]:
     return graph
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        return str(request.getfixturevalue("postgres_url"))
-    return f"sqlite:///{tmp_path / 'async.sqlite'}"
-
-
 def test_async_persistence_shares_the_sync_database(database_url: str) -> None:
     config: Any = {"configurable": {"thread_id": "t"}}
 

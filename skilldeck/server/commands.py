@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from skilldeck._internal.cli_output import fail
 from skilldeck.errors import SkillDeckError
 from skilldeck.server.auth import API_KEYS_ENV, ApiKeys, hash_key, new_key
 
@@ -58,8 +59,7 @@ def serve(
         settings = Settings(**({"model": model} if model else {}))  # type: ignore[arg-type]
         deck = SkillDeck(skills or None, checkpointer=checkpoint, settings=settings)
     except SkillDeckError as exc:
-        typer.echo(f"error [{exc.code.value}] {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(exc)
     try:
         app = create_app(deck, api_keys=api_keys, max_body_bytes=max_body_bytes)
         typer.echo(f"skilldeck: {len(api_keys)} API key(s); http://{host}:{port}/docs", err=True)
@@ -93,8 +93,7 @@ def keys_new(
         try:
             hashes = ApiKeys.load(file).hashes() if file.exists() else {}
         except SkillDeckError as exc:
-            typer.echo(f"error [{exc.code.value}] {exc}", err=True)
-            raise typer.Exit(2) from None
+            fail(exc)
         hashes.update(entry)
         file.write_text(json.dumps(hashes, indent=2) + "\n", "utf-8")
         os.chmod(file, 0o600)
