@@ -279,9 +279,9 @@ def counter_deck(tmp: Path, steps: int) -> tuple[SkillDeck, Path]:
     return SkillDeck(skills, checkpointer=f"sqlite:///{db}", settings=settings), db
 
 
-# LangGraph numbers a thread's checkpoints -1 (the input), 0 (entering the router), 1 (the
-# router has run), then k + 1 after skill step k: so skill step k is LangGraph step k + _OFFSET.
-_OFFSET = 1
+# LangGraph numbers a thread's checkpoints -1 (the input), 0 (the input applied, the first skill
+# next), then k after skill step k: so skill step k is LangGraph step k + _OFFSET.
+_OFFSET = 0
 _STEP = "CAST(json_extract(CAST(metadata AS TEXT), '$.step') AS INTEGER)"
 _C_STEP = _STEP.replace("metadata", "c.metadata")
 

@@ -197,56 +197,52 @@ class SqliteClaims(InterruptClaims):
     (no ``/proc``), keep the lease rule.
 
     Args:
-        path: the database file.
-        timeout: seconds to wait for another process's write lock.
+        conn: the checkpointer's connection (Python's default, implicit transactions): each
+            claim, renewal and release commits on it.
+        lock: the lock that serialises every transaction on ``conn``.
         lease_s: see :class:`InterruptClaims`.
         dead_owner_grace_s: see :class:`InterruptClaims`.
+
+    Raises:
+        CheckpointError: the claims table cannot be created (another process holds a lock).
     """
 
     def __init__(
         self,
-        path: str | Path,
+        conn: sqlite3.Connection,
+        lock: contextlib.AbstractContextManager[Any],
         *,
-        timeout: float = 5.0,
         lease_s: float | None = DEFAULT_LEASE_S,
         dead_owner_grace_s: float = DEFAULT_DEAD_OWNER_GRACE_S,
     ) -> None:
         super().__init__(lease_s, dead_owner_grace_s)
+        self._conn, self._lock = conn, lock
         try:
-            self._conn = sqlite3.connect(
-                path, timeout=timeout, check_same_thread=False, isolation_level=None
-            )
-            # As the checkpointer's connection: in WAL mode FULL would fsync every claim and
-            # release (about 0.7 ms per run), yet buy nothing, as the checkpoints themselves
-            # are written with NORMAL.
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.create_function("skilldeck_owner_gone", 1, owner_gone)
-            self._conn.execute(_CREATE)
-            columns = {row[1] for row in self._conn.execute(f"PRAGMA table_info({_TABLE})")}
-            if "owner" not in columns:  # a file made before claims recorded owners
-                with contextlib.suppress(sqlite3.OperationalError):  # another process did it
-                    self._conn.execute(_SQLITE_OWNER_COLUMN)
+            with self._lock, self._conn:
+                self._conn.create_function("skilldeck_owner_gone", 1, owner_gone)
+                self._conn.execute(_CREATE)
+                table = self._conn.execute(f"PRAGMA table_info({_TABLE})")
+                if "owner" not in {row[1] for row in table}:  # a file from before owners
+                    with contextlib.suppress(sqlite3.OperationalError):  # another process did it
+                        self._conn.execute(_SQLITE_OWNER_COLUMN)
         except sqlite3.Error as exc:
-            raise CheckpointError(f"cannot open resume claims in {str(path)!r}: {exc}") from None
-        self._lock = threading.Lock()
+            raise CheckpointError(f"cannot create resume claims: {exc}") from None
 
     def claim(self, thread_id: str, interrupt_id: str) -> bool:
         params = (thread_id, interrupt_id, time.time(), process_owner())
-        with self._lock:
-            cur = self._conn.execute(_SQLITE_CLAIM, (*params, self._lease, self.dead_owner_grace_s))
-            return cur.rowcount == 1
+        return self._write(_SQLITE_CLAIM, (*params, self._lease, self.dead_owner_grace_s)) == 1
 
     def renew(self, thread_id: str, interrupt_id: str) -> bool:
         params = (time.time(), thread_id, interrupt_id, process_owner())
-        with self._lock:
-            return self._conn.execute(_SQLITE_RENEW, params).rowcount == 1
+        return self._write(_SQLITE_RENEW, params) == 1
 
     def release(self, thread_id: str, interrupt_id: str) -> None:
-        with self._lock:
-            self._conn.execute(_RELEASE.format(p="?"), (thread_id, interrupt_id))
+        self._write(_RELEASE.format(p="?"), (thread_id, interrupt_id))
 
-    def close(self) -> None:
-        self._conn.close()
+    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+        """Run one statement in its own transaction; the rows it changed."""
+        with self._lock, self._conn:  # commits, or rolls back on an error
+            return self._conn.execute(sql, params).rowcount
 
 
 @functools.cache

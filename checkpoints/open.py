@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,9 +92,7 @@ def _sqlite_path(url: str) -> Path:
     return Path(path)
 
 
-def _connect_sqlite(
-    path: Path, timeout: float, must_exist: bool, *, autocommit: bool = False
-) -> sqlite3.Connection:
+def _connect_sqlite(path: Path, timeout: float, must_exist: bool) -> sqlite3.Connection:
     if must_exist and not path.is_file():
         raise CheckpointError(
             f"checkpoint database {str(path)!r} does not exist; check the path or "
@@ -101,13 +100,10 @@ def _connect_sqlite(
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        conn = sqlite3.connect(
-            path,
-            timeout=timeout,
-            check_same_thread=False,
-            # SqliteStore issues its own BEGIN/COMMIT; Python's implicit transactions would
-            # otherwise leave a write lock open between its calls.
-            isolation_level=None if autocommit else "",  # type: ignore[arg-type]
+        # isolation_level="" (Python's implicit transactions) is what SqliteSaver expects;
+        # SqliteStore's explicit BEGIN/COMMIT work on it too. typeshed omits "".
+        conn: sqlite3.Connection = sqlite3.connect(  # type: ignore[call-overload]
+            path, timeout=timeout, check_same_thread=False, isolation_level=""
         )
         # WAL lets readers (inspection, other processes) work while a run writes.
         conn.execute("PRAGMA journal_mode=WAL")
@@ -142,21 +138,7 @@ def open_persistence(
         saver = InMemorySaver(serde=strict_serde())
         return Persistence(url, saver, InMemoryStore(), MemoryClaims(claim_lease_s))
     if url.startswith("sqlite:///"):
-        from langgraph.store.sqlite import SqliteStore
-
-        path = _sqlite_path(url)
-        saver = _sqlite_saver(path, timeout, must_exist)
-        store_conn = _connect_sqlite(path, timeout, must_exist, autocommit=True)
-        store = SqliteStore(store_conn)
-        closers = [saver.conn.close, store_conn.close]
-        _setup(store.setup, path, closers)
-        try:
-            claims = SqliteClaims(path, timeout=timeout, lease_s=claim_lease_s)
-        except CheckpointError:
-            for close in closers:
-                close()
-            raise
-        return Persistence(url, saver, store, claims, [*closers, claims.close])
+        return _open_sqlite(url, _sqlite_path(url), timeout, must_exist, claim_lease_s)
     if is_postgres_url(url):
         return _open_postgres(url, must_exist, timeout, pool_size, claim_lease_s)
     raise CheckpointError(_unsupported(url))
@@ -185,11 +167,38 @@ def _setup(setup: Callable[[], None], path: Path, closers: list[Callable[[], Non
         raise CheckpointError(_locked(path, exc)) from None
 
 
+def _open_sqlite(
+    url: str, path: Path, timeout: float, must_exist: bool, claim_lease_s: float | None
+) -> Persistence:
+    """The checkpointer, the store and the claims on one connection to ``path``.
+
+    One connection, not one each: a SQLite connection drops its page cache whenever another
+    connection commits to the file, so three connections taking turns on every step kept
+    re-reading the same pages. Their transactions are serialised by one re-entrant lock (a
+    caller iterating the checkpoint history may use the store on the same thread).
+    """
+    from langgraph.store.sqlite import SqliteStore
+
+    saver = _sqlite_saver(path, timeout, must_exist)
+    store = SqliteStore(saver.conn)
+    store.lock = saver.lock
+    closers = [saver.conn.close]
+    _setup(store.setup, path, closers)
+    try:
+        claims = SqliteClaims(saver.conn, saver.lock, lease_s=claim_lease_s)
+    except CheckpointError:
+        saver.conn.close()
+        raise
+    return Persistence(url, saver, store, claims, closers)
+
+
 def _sqlite_saver(path: Path, timeout: float, must_exist: bool) -> Any:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     conn = _connect_sqlite(path, timeout, must_exist)
     saver = SqliteSaver(conn, serde=strict_serde())
+    # Re-entrant, and shared with the store and the claims: see _open_sqlite.
+    saver.lock = threading.RLock()  # type: ignore[assignment]
     _setup(saver.setup, path, [conn.close])
     return saver
 

@@ -1,8 +1,9 @@
 """Compile loaded skill bundles into a LangGraph ``StateGraph``.
 
-Nodes: ``router`` (the entry), one node per skill, ``tools`` and ``card``. Every node routes
-itself with ``Command(goto=...)``; a skill that says ``continue`` runs the router's logic
-directly, which saves a super-step (and a checkpoint) per skill.
+Nodes: one per skill, ``tools``, ``card`` and ``router``. The entry edge goes straight to the
+skill the run's request chose; after that every node routes itself with ``Command(goto=...)``,
+and a skill that says ``continue`` runs the router's logic directly. So no step (and no
+checkpoint) is spent on routing alone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from skilldeck.nodes import (
     NodeContext,
     RouterNode,
     ToolsNode,
+    entry,
 )
 from skilldeck.skills.bundle import SkillBundle
 
@@ -70,5 +72,5 @@ def build_graph(bundles: Sequence[SkillBundle], ctx: NodeContext) -> StateGraph[
         )
     graph.add_node(TOOLS_NODE, ToolsNode(ctx), destinations=skills)
     graph.add_node(CARD_NODE, CardNode(), destinations=(*skills, CARD_NODE, ROUTER_NODE))
-    graph.add_edge(START, ROUTER_NODE)
+    graph.add_conditional_edges(START, entry, [*skills, END])
     return cast("StateGraph[Any]", graph)

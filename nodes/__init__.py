@@ -4,7 +4,7 @@ from skilldeck.nodes.card import CardNode, answers_schema, apply_answers, valida
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, TOOLS_NODE, NodeContext
 from skilldeck.nodes.planner import PlannerSkillNode
 from skilldeck.nodes.retrieval import RetrievalSkillNode
-from skilldeck.nodes.router import RouterNode, candidates, route
+from skilldeck.nodes.router import RouterNode, candidates, entry, route, start_update
 from skilldeck.nodes.skill import SkillNode, parse_output
 from skilldeck.nodes.tools import ToolsNode
 
@@ -30,7 +30,9 @@ __all__ = [
     "answers_schema",
     "apply_answers",
     "candidates",
+    "entry",
     "parse_output",
     "route",
+    "start_update",
     "validate_answers",
 ]

@@ -4,6 +4,10 @@ Candidates are the skills whose ``triggers.contexts`` contain ``state.context`` 
 ``state_conditions`` and ``requires`` hold. An explicit ``next_skill`` wins, then the meta's
 ``priority`` (higher first), then load order. No candidate means the run is finished. A loop
 guard stops a run that keeps choosing the same skill while the state does not change.
+
+A run's first choice is made by the request that starts it (:func:`start_update`), and the
+graph's entry edge (:func:`entry`) follows it, so a run spends no super-step (and no checkpoint)
+on routing: after that, each skill that says ``continue`` routes with :func:`route` itself.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from langgraph.types import Command
 from skilldeck.nodes.context import NodeContext
 from skilldeck.skills.bundle import SkillBundle
 
-__all__ = ["RouterNode", "candidates", "fingerprint", "route"]
+__all__ = ["RouterNode", "candidates", "entry", "fingerprint", "route", "start_update"]
 
 _WATCHED = ("context", "input", "user_id", "matter_id", "profile")
 
@@ -33,6 +37,7 @@ def candidates(bundles: Mapping[str, SkillBundle], state: Mapping[str, Any]) -> 
 def fingerprint(state: Mapping[str, Any], data_keys: tuple[str, ...]) -> str:
     """A digest of everything a skill can read or change, for the loop guard."""
     watched = {k: state.get(k) for k in (*_WATCHED, *data_keys)}
+    watched["profile"] = watched["profile"] or {}  # never written is empty, as in the graph
     blob = json.dumps(watched, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -77,8 +82,24 @@ def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, An
     }
 
 
+def start_update(
+    ctx: NodeContext, state: Mapping[str, Any], update: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The input that starts a run on ``state``: ``update`` plus its first routing decision."""
+    _, routed = route(ctx, {**state, **update})
+    return {**update, **routed}
+
+
+def entry(state: Mapping[str, Any]) -> str:
+    """The graph's entry edge: the skill :func:`start_update` chose, or the end."""
+    guard = state.get("guard") or {}
+    running = state.get("status") == "running" and guard.get("skill")
+    return str(guard["skill"]) if running else END
+
+
 class RouterNode:
-    """The graph's entry node; skills route on ``continue`` with the same :func:`route`."""
+    """Routes with :func:`route` where no skill does: after a card that has nothing to ask, and
+    where a fork resumes."""
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx

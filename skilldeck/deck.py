@@ -37,7 +37,7 @@ from skilldeck.errors import (
 )
 from skilldeck.graph import build_graph
 from skilldeck.models import ModelSpec, build_model, resolve_model
-from skilldeck.nodes import MODES, ROUTER_NODE, NodeContext, validate_answers
+from skilldeck.nodes import MODES, ROUTER_NODE, NodeContext, start_update, validate_answers
 from skilldeck.services import Lazy, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
@@ -431,7 +431,8 @@ class SkillDeck:
             "guard": None,
             "turn": None,
         }
-        return Request(update, config, snapshot)
+        state = snapshot.values if snapshot is not None else {}
+        return Request(start_update(self._ctx, state, update), config, snapshot)
 
     def _answer(
         self,

@@ -143,12 +143,23 @@ def free_port() -> int:
 
 def write_serve_root(root: Path, key_hashes: Mapping[str, str], sleep_s: float) -> Path:
     """What a ``skilldeck serve`` test process needs in ``root``: ``keys.json``, ``script.yaml``
-    (the demo's turns plus ``slow``'s) and the ``slow`` skill (context ``slow``), whose
-    preprocess step sleeps ``sleep_s`` so a client can leave, or a server die, mid-run."""
+    (the demo's turns plus the ``slow`` context's) and, in ``root/skills``, the two skills of
+    context ``slow``: ``warm`` takes one quick step, then ``slow``'s preprocess step sleeps
+    ``sleep_s`` and it asks a card, so a client can leave, or a server die, mid-run after a
+    first event and a first checkpointed step."""
+    write_bundle(
+        root / "skills",
+        "warm",
+        meta={
+            "triggers": {"contexts": ["slow"], "state_conditions": ["state.warmed != true"]},
+            "priority": 1,
+        },
+        data={"warmed": {"type": "boolean"}},
+    )
     write_bundle(
         root / "skills",
         "slow",
-        meta={"triggers": {"contexts": ["slow"]}},
+        meta={"triggers": {"contexts": ["slow"]}, "requires": {"all": ["state.warmed == true"]}},
         scripts={"preprocess": f"import time\ndef preprocess(state):\n    time.sleep({sleep_s})\n"},
     )
     ask = output(
@@ -159,6 +170,7 @@ def write_serve_root(root: Path, key_hashes: Mapping[str, str], sleep_s: float) 
         ],
     )
     script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
+    script["skills"]["warm"] = [output(action="continue", data={"warmed": True})]
     script["skills"]["slow"] = [ask, output(action="finish", data={})]
     (root / "script.yaml").write_text(yaml.safe_dump(script), "utf-8")
     (root / "keys.json").write_text(json.dumps(dict(key_hashes)), "utf-8")

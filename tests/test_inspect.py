@@ -58,14 +58,14 @@ def test_steps_tell_what_each_super_step_did(deck: SkillDeck) -> None:
     thread = _finished(deck)
     rows = steps(deck, thread)
     assert [r["node"] for r in rows] == [
-        "input", "__start__", "router",
+        "input", "__start__",
         "litigation-intake", "tools", "litigation-intake", "tools", "litigation-intake",
         "card", "litigation-intake",
     ]  # fmt: skip
-    assert [r["step"] for r in rows] == list(range(-1, 9))
+    assert [r["step"] for r in rows] == list(range(-1, 8))
     assert rows[0]["parent_id"] is None
     assert all(r["parent_id"] == p["checkpoint_id"] for p, r in pairwise(rows))
-    asked, ran = rows[3]["tool_calls"], rows[4]["tool_calls"]
+    asked, ran = rows[2]["tool_calls"], rows[3]["tool_calls"]
     assert asked == [
         {
             "name": "file__parse",
@@ -76,10 +76,10 @@ def test_steps_tell_what_each_super_step_did(deck: SkillDeck) -> None:
     ]
     assert ran[0]["name"] == "file__parse" and ran[0]["status"] == "ok" and ran[0]["ms"] >= 0
     assert ran[0]["args"] == {"file_id": "complaint.txt"}
-    assert [r["in_skill"] for r in rows[3:]] == ["litigation-intake"] * 7
-    assert rows[1]["in_skill"] is None and rows[2]["in_skill"] is None
+    assert [r["in_skill"] for r in rows[2:]] == ["litigation-intake"] * 7
+    assert rows[0]["in_skill"] is None and rows[1]["in_skill"] is None
     # The attempt that asked the card, the card answered, the attempt that finished.
-    paused, answered, last = rows[7], rows[8], rows[9]
+    paused, answered, last = rows[6], rows[7], rows[8]
     assert (paused["skill"], paused["attempt"], paused["action"]) == (
         "litigation-intake",
         1,
@@ -91,7 +91,7 @@ def test_steps_tell_what_each_super_step_did(deck: SkillDeck) -> None:
     assert last["status"] == "finished" and last["action"] == "continue"
     assert all(r["elapsed_ms"] >= 0 for r in rows[1:]) and rows[0]["elapsed_ms"] is None
     # Rows describe only the step that made them: no attempt on the tool steps.
-    assert rows[4]["skill"] is None and rows[4]["model"] is None
+    assert rows[3]["skill"] is None and rows[3]["model"] is None
     assert rows == deck.history(thread)
 
 
@@ -134,7 +134,7 @@ def test_list_threads_filters_by_user_and_status(deck: SkillDeck) -> None:
         "finished",
         "litigation-intake",
     )
-    assert ann["steps"] == 9
+    assert ann["steps"] == 8
     assert [r["thread_id"] for r in list_threads(deck, status="interrupted")] == [paused]
     assert list_threads(deck, user="bob", status="finished") == []
     assert list_threads(deck, user="nobody") == []
@@ -255,7 +255,7 @@ def test_fork_with_edited_skills_tries_a_prompt_change(tmp_path: Path) -> None:
 def test_frames_need_pandas(deck: SkillDeck, monkeypatch: pytest.MonkeyPatch) -> None:
     thread = _finished(deck)
     frame = steps(deck, thread, frame=True)
-    assert isinstance(frame, pd.DataFrame) and len(frame) == 10
+    assert isinstance(frame, pd.DataFrame) and len(frame) == 9
     assert {"node", "skill", "tool_calls", "elapsed_ms"} <= set(frame.columns)
     assert list(list_threads(deck, frame=True)["status"]) == ["finished"]
     assert isinstance(diff(deck, thread, frame["checkpoint_id"][0], frame=True), pd.DataFrame)

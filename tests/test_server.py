@@ -115,7 +115,7 @@ def test_card_flow_run_streams_to_a_card_and_resume_streams_to_done(client: Test
     assert response.headers["content-type"].startswith("text/event-stream")
     events = sse(response.text)
     assert names(events) == [
-        *["step", "step", "step", "tool_call", "step", "step", "tool_call", "step"],
+        *["step", "step", "tool_call", "step", "step", "tool_call", "step"],
         *["skill_result", "card"],
     ]
     assert [d["name"] for n, d in events if n == "tool_call"] == ["file__parse", "element__extract"]
@@ -463,8 +463,8 @@ SLOW_S = 1.5
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``skilldeck serve`` on a free port: the demo skill plus ``slow``, whose preprocess
-    step sleeps, so a client can leave in the middle of a run."""
+    """``skilldeck serve`` on a free port: the demo skill plus the ``slow`` context's skills
+    (see ``write_serve_root``), so a client can leave in the middle of a run."""
     root = write_serve_root(tmp_path_factory.mktemp("serve"), HASHES, SLOW_S)
     port = free_port()
     command = [
@@ -473,7 +473,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         *("--keys", str(root / "keys.json"), "--model", f"scripted:{root / 'script.yaml'}"),
         *("--checkpoint", f"sqlite:///{root / 'serve.sqlite'}"),
         *("--skills", str(builtin_skills_dir() / "litigation-intake")),
-        *("--skills", str(root / "skills" / "slow")),
+        *("--skills", str(root / "skills")),
     ]
     env = {**os.environ, "SKILLDECK_FILES_ROOT": str(DEMO_FILES)}
     log = (root / "server.log").open("w")
@@ -525,8 +525,10 @@ def test_uvicorn_streams_events_as_they_happen(served: str) -> None:
         with http.stream("POST", f"/threads/{thread}/runs", json={"context": "slow"}) as response:
             assert response.headers["content-type"].startswith("text/event-stream")
             events = list(_read_events(response))
-        assert [n for n, _, _ in events] == ["step", "step", "skill_result", "card"]
-        # The router's step arrived while the skill was still working: streamed, not buffered.
+        assert [n for n, _, _ in events] == [
+            *["step", "skill_result", "step", "skill_result", "card"]
+        ]
+        # warm's step arrived while slow was still working: streamed, not buffered.
         assert events[-1][2] - events[0][2] > SLOW_S * 0.8
         thread = http.post("/threads").json()["thread_id"]
         demo = http.post(f"/threads/{thread}/runs", json=RUN)

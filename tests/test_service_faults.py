@@ -66,8 +66,9 @@ SLOW_S = 2.0
 # -- real server processes --------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def serve_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Keys, a scripted model and the ``slow`` skill (its preprocess step sleeps, so a server
-    can be killed in the middle of a run); the demo skill comes from the built-in bundles."""
+    """Keys, a scripted model and the ``slow`` context's skills (see ``write_serve_root``), so a
+    server can be killed in the middle of a run; the demo skill comes from the built-in
+    bundles."""
     return write_serve_root(tmp_path_factory.mktemp("faults"), {hash_key(KEY): "carol"}, SLOW_S)
 
 
@@ -85,7 +86,7 @@ class Server:
             *("--keys", str(root / "keys.json"), "--checkpoint", checkpoint),
             *("--model", f"scripted:{root / 'script.yaml'}"),
             *("--skills", str(builtin_skills_dir() / "litigation-intake")),
-            *("--skills", str(root / "skills" / "slow")),
+            *("--skills", str(root / "skills")),
         ]
         env = {
             **os.environ,
@@ -212,7 +213,7 @@ def test_kill_9_mid_run_then_the_same_run_request_continues_it(
         thread = first.post("/threads").json()["thread_id"]
         with first.stream("POST", f"/threads/{thread}/runs", json=SLOW_RUN) as response:
             assert next(response.iter_lines()).startswith("event: step")
-            # The router's step is checkpointed; the skill's preprocess is sleeping: kill now.
+            # warm's step is checkpointed; slow's preprocess is sleeping: kill now.
             deadline = time.monotonic() + 10
             while len(second.get(f"/threads/{thread}/history").json()["checkpoints"]) < 3:
                 assert time.monotonic() < deadline
@@ -504,9 +505,9 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
         deck.claims.dead_owner_grace_s = 0.5
         try:
             deadline = time.monotonic() + 60
-            while deck._sync.snapshot("busy") is None or len(deck.history("busy")) < 3:
+            while deck._sync.snapshot("busy") is None or len(deck.history("busy")) < 2:
                 assert child.poll() is None and time.monotonic() < deadline, child.stderr
-                time.sleep(0.05)  # the router's step is checkpointed; the skill waits
+                time.sleep(0.05)  # the run's first step is checkpointed; the skill waits
             before = deck.history("busy")
             time.sleep(0.6)  # past the grace: a live owner keeps its lease
             with pytest.raises(ThreadBusyError, match="'busy' is in progress") as caught:

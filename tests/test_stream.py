@@ -45,7 +45,6 @@ RUN = {"context": "matter", "user_id": "u", "matter_id": "demo-matter"}
 
 #: The demo's run: two tool rounds, then the skill's output asks for the defendant.
 RUN_EVENTS = [
-    ("step", "router"),
     ("step", "litigation-intake"),
     ("step", "tools"),
     ("tool_call", "file__parse"),
@@ -93,7 +92,7 @@ def test_stream_yields_typed_events_in_order_then_resume_finishes(demo_deck: Ski
     thread = events[0].thread_id
     assert all(e.thread_id == thread for e in events)
 
-    parse = events[3]
+    parse = events[2]
     assert isinstance(parse, ToolCallEvent)
     assert parse.args == {"file_id": "complaint.txt"} and parse.status == "ok"
     result = events[-2]
@@ -160,7 +159,7 @@ def test_a_failed_run_ends_with_an_error_event(skills_dir: Path, make_deck: Any)
     bundle = write_bundle(skills_dir, "intake")
     deck = make_deck(bundle, {"intake": [{"text": "not json"}]}, max_retries=0)
     events = list(deck.stream({}, context="ctx"))
-    assert [e.event for e in events] == ["step", "step", "skill_result", "error"]
+    assert [e.event for e in events] == ["step", "skill_result", "error"]
     rejected, error = events[-2], events[-1]
     assert isinstance(rejected, SkillResultEvent) and rejected.action == "rejected"
     assert rejected.validation_errors and rejected.data == {}
