@@ -31,6 +31,11 @@ class NodeContext:
     has_model: Callable[[str], bool]
 
     @cached_property
+    def ranked(self) -> tuple[SkillBundle, ...]:
+        """The skills best first, as the router prefers them: priority, then load order."""
+        return tuple(sorted(self.bundles.values(), key=lambda b: b.rank))
+
+    @cached_property
     def data_keys(self) -> tuple[str, ...]:
         """Every data field of every skill, in load order, without repeats."""
         keys: dict[str, None] = {}

@@ -31,7 +31,7 @@ _WATCHED = ("context", "input", "user_id", "matter_id", "profile")
 def candidates(bundles: Mapping[str, SkillBundle], state: Mapping[str, Any]) -> list[SkillBundle]:
     """Skills that may run now, best first."""
     ready = [b for b in bundles.values() if b.is_candidate(state)]
-    return sorted(ready, key=lambda b: (-b.priority, b.order))
+    return sorted(ready, key=lambda b: b.rank)
 
 
 def fingerprint(state: Mapping[str, Any], data_keys: tuple[str, ...]) -> str:
@@ -61,10 +61,11 @@ def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, An
             )
         chosen = explicit
     else:
-        ready = candidates(ctx.bundles, state)
-        if not ready:
+        # The best candidate: the first in rank order whose triggers and requires hold.
+        best = next((b for b in ctx.ranked if b.is_candidate(state)), None)
+        if best is None:
             return END, {"status": "finished", "guard": None, "next_skill": None}
-        chosen = ready[0].name
+        chosen = best.name
     digest = fingerprint(state, ctx.data_keys)
     guard = state.get("guard") or {}
     same = guard.get("skill") == chosen and guard.get("fingerprint") == digest

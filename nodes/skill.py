@@ -75,8 +75,8 @@ def _command(state: Mapping[str, Any], goto: str, update: dict[str, Any]) -> Com
     return Command(goto=goto, update=changes)
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +174,6 @@ class SkillNode:
             "pos": 0,
             "pending": [],
             "tool_calls": [],
-            "started_at": _now(),
             "t0": time.time(),
         }
         return turn, messages
@@ -355,7 +354,6 @@ class SkillNode:
             "tool_calls": [],
             "tokens": None,
             "pos": visit.save(turn, [feedback]),
-            "started_at": _now(),
             "t0": time.time(),
         }
         return Command(
@@ -392,7 +390,7 @@ class SkillNode:
             "action": action,
             "tokens": turn.get("tokens"),
             "trajectory": turn.get("trajectory"),
-            "started_at": turn["started_at"],
+            "started_at": _iso(turn["t0"]),
             "duration_ms": round((time.time() - turn["t0"]) * 1000, 1),
         }
 

@@ -83,6 +83,11 @@ class SkillBundle:
         path = self.path / "scripts" / "eval_setup.py"
         return path if path.is_file() else None
 
+    @property
+    def rank(self) -> tuple[int, int]:
+        """The router's preference, as a sort key: higher ``priority`` first, then load order."""
+        return (-self.priority, self.order)
+
     def is_candidate(self, state: Mapping[str, Any]) -> bool:
         """Whether the router may pick this skill for ``state`` (seed 004 triggers/requires)."""
         return (

@@ -81,15 +81,11 @@ CONTROL_SCHEMA: dict[str, Any] = {
         "questions": {"type": "array", "items": QUESTION_SCHEMA},
         "retry_prompt": {"type": "string"},
     },
-    "allOf": [
-        {
-            "if": {"properties": {"action": {"const": "ask_user"}}},
-            "then": {
-                "required": ["review_type", "questions"],
-                "properties": {"questions": {"minItems": 1}},
-            },
-        }
-    ],
+    "if": {"properties": {"action": {"const": "ask_user"}}},
+    "then": {
+        "required": ["review_type", "questions"],
+        "properties": {"questions": {"minItems": 1}},
+    },
 }
 
 

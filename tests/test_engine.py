@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.types import Command
 
 from skilldeck import (
@@ -23,7 +23,7 @@ from skilldeck import (
     StaleInterruptError,
     ThreadNotFoundError,
 )
-from skilldeck.nodes.transcript import read_messages
+from skilldeck.nodes.transcript import PROMPTS, namespace, read_messages
 from skilldeck.scripted import ScriptedChatModel
 
 pytestmark = pytest.mark.L2
@@ -468,3 +468,28 @@ def test_thread_ids_with_periods_work(demo_deck: SkillDeck) -> None:
     )
     assert result.status == "interrupted"
     assert demo_deck.resume("case.v1%2E", DEMO_ANSWERS).status == "finished"
+
+
+def test_a_system_prompt_is_stored_once_for_every_turn(skills_dir: Path, make_deck: Any) -> None:
+    deck = make_deck(_skill(skills_dir), {"intake": [output(), output()]})
+    runs = [deck.run({}, context="ctx", thread_id=t) for t in ("t1", "t2")]
+    prompts = deck.store.search(PROMPTS)
+    assert len(prompts) == 1
+    system = prompts[0].value["message"]["data"]["content"]
+    assert system.startswith("# Skill: intake") and "Output contract" in system
+    for run in runs:
+        turn = run.state["attempt"]["turn"]
+        (row,) = deck.store.search(namespace(run.thread_id, turn))
+        assert row.value["messages"][0] == {"type": "prompt_ref", "key": prompts[0].key}
+        messages = read_messages(deck.store, run.thread_id, turn)
+        assert isinstance(messages[0], SystemMessage) and messages[0].content == system
+        assert isinstance(messages[1], HumanMessage) and isinstance(messages[2], AIMessage)
+
+
+def test_a_transcript_without_its_prompt_is_a_clear_error(skills_dir: Path, make_deck: Any) -> None:
+    deck = make_deck(_skill(skills_dir), {"intake": [output()]})
+    result = deck.run({}, context="ctx")
+    (prompt,) = deck.store.search(PROMPTS)
+    deck.store.delete(PROMPTS, prompt.key)
+    with pytest.raises(CheckpointError, match=f"system prompt {prompt.key} that the store"):
+        read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
