@@ -280,8 +280,7 @@ def counter_deck(tmp: Path, steps: int) -> tuple[SkillDeck, Path]:
 
 
 # LangGraph numbers a thread's checkpoints -1 (the input), 0 (the input applied, the first skill
-# next), then k after skill step k: so skill step k is LangGraph step k + _OFFSET.
-_OFFSET = 0
+# next), then k after skill step k: a skill step's number is its LangGraph step.
 _STEP = "CAST(json_extract(CAST(metadata AS TEXT), '$.step') AS INTEGER)"
 _C_STEP = _STEP.replace("metadata", "c.metadata")
 
@@ -292,17 +291,16 @@ def checkpoint_bytes(db: sqlite3.Connection, thread_id: str, skill_step: int) ->
     A task's writes are stored under the checkpoint it started from, so the writes that produced
     checkpoint ``s`` sit under checkpoint ``s - 1``.
     """
-    last = skill_step + _OFFSET
     ckpt = db.execute(
         f"SELECT COALESCE(SUM(length(checkpoint) + length(metadata)), 0) FROM checkpoints "
         f"WHERE thread_id = ? AND {_STEP} <= ?",
-        (thread_id, last),
+        (thread_id, skill_step),
     ).fetchone()[0]
     writes = db.execute(
         f"SELECT COALESCE(SUM(length(w.value)), 0) FROM writes w JOIN checkpoints c "
         f"ON c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns "
         f"AND c.checkpoint_id = w.checkpoint_id WHERE w.thread_id = ? AND {_C_STEP} < ?",
-        (thread_id, last),
+        (thread_id, skill_step),
     ).fetchone()[0]
     return int(ckpt) + int(writes)
 
@@ -312,7 +310,7 @@ def one_checkpoint(db: sqlite3.Connection, thread_id: str, skill_step: int) -> i
     row = db.execute(
         f"SELECT length(checkpoint) + length(metadata) FROM checkpoints "
         f"WHERE thread_id = ? AND {_STEP} = ?",
-        (thread_id, skill_step + _OFFSET),
+        (thread_id, skill_step),
     ).fetchone()
     return int(row[0]) if row else 0
 
@@ -324,7 +322,7 @@ def step_times(db: sqlite3.Connection, thread_id: str) -> dict[int, datetime]:
         f"SELECT {_STEP}, type, checkpoint FROM checkpoints WHERE thread_id = ?", (thread_id,)
     )
     return {
-        int(step) - _OFFSET: datetime.fromisoformat(serde.loads_typed((kind, blob))["ts"])
+        int(step): datetime.fromisoformat(serde.loads_typed((kind, blob))["ts"])
         for step, kind, blob in rows
     }
 
@@ -363,7 +361,7 @@ def run_with_progress(deck: SkillDeck, db: Path, thread_id: str, steps: int) -> 
                     ).fetchone()
                 except sqlite3.OperationalError:  # a busy writer; try again next tick
                     continue
-                progress.update(task, completed=min(max(int(last) - _OFFSET, 0), steps))
+                progress.update(task, completed=min(max(int(last), 0), steps))
         finally:
             poll.close()
         progress.update(task, completed=steps)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import yaml
 from servers import chroma_url, postgres_server, postgres_url, private_postgres  # noqa: F401
 
 from skilldeck import Settings, SkillDeck, demo
+from skilldeck.skills import builtin_skills_dir
 
 DEMO_SCRIPT = demo.SCRIPT
 DEMO_FILES = demo.FILES
@@ -175,6 +177,20 @@ def write_serve_root(root: Path, key_hashes: Mapping[str, str], sleep_s: float) 
     (root / "script.yaml").write_text(yaml.safe_dump(script), "utf-8")
     (root / "keys.json").write_text(json.dumps(dict(key_hashes)), "utf-8")
     return root
+
+
+def serve_command(root: Path, port: int, checkpoint: str) -> list[str]:
+    """``skilldeck serve`` on ``port`` with what :func:`write_serve_root` wrote in ``root``:
+    its keys, its script, the demo skill and the ``slow`` context's skills. Run it with
+    ``SKILLDECK_FILES_ROOT`` set to ``DEMO_FILES``."""
+    return [
+        sys.executable,
+        *("-m", "skilldeck.cli", "serve", "--port", str(port)),
+        *("--keys", str(root / "keys.json"), "--checkpoint", checkpoint),
+        *("--model", f"scripted:{root / 'script.yaml'}"),
+        *("--skills", str(builtin_skills_dir() / "litigation-intake")),
+        *("--skills", str(root / "skills")),
+    ]
 
 
 @pytest.fixture

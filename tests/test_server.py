@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from conftest import (
     DEMO_SCRIPT,
     free_port,
     output,
+    serve_command,
     write_bundle,
     write_serve_root,
 )
@@ -38,7 +38,6 @@ from skilldeck import Settings, SkillDeck, SkillDeckError
 from skilldeck.checkpoints.claims import RUN_LEASE
 from skilldeck.cli import app as cli
 from skilldeck.server import API_KEYS_ENV, ApiKeys, create_app, hash_key
-from skilldeck.skills import builtin_skills_dir
 from skilldeck.tools import ToolRegistry
 
 pytestmark = pytest.mark.L2
@@ -467,14 +466,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (see ``write_serve_root``), so a client can leave in the middle of a run."""
     root = write_serve_root(tmp_path_factory.mktemp("serve"), HASHES, SLOW_S)
     port = free_port()
-    command = [
-        sys.executable,
-        *("-m", "skilldeck.cli", "serve", "--port", str(port)),
-        *("--keys", str(root / "keys.json"), "--model", f"scripted:{root / 'script.yaml'}"),
-        *("--checkpoint", f"sqlite:///{root / 'serve.sqlite'}"),
-        *("--skills", str(builtin_skills_dir() / "litigation-intake")),
-        *("--skills", str(root / "skills")),
-    ]
+    command = serve_command(root, port, f"sqlite:///{root / 'serve.sqlite'}")
     env = {**os.environ, "SKILLDECK_FILES_ROOT": str(DEMO_FILES)}
     log = (root / "server.log").open("w")
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)

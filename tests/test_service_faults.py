@@ -32,6 +32,7 @@ from conftest import (
     DEMO_SCRIPT,
     free_port,
     output,
+    serve_command,
     write_bundle,
     write_serve_root,
 )
@@ -48,7 +49,6 @@ from skilldeck.checkpoints.inspect import thread_status
 from skilldeck.checkpoints.open import strict_serde
 from skilldeck.errors import CheckpointError, ErrorCode, NoPendingCardError, ThreadBusyError
 from skilldeck.server import create_app, hash_key
-from skilldeck.skills import builtin_skills_dir
 
 pytestmark = pytest.mark.L2
 
@@ -80,14 +80,7 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = root / f"server-{self.port}.log"
-        command = [
-            sys.executable,
-            *("-m", "skilldeck.cli", "serve", "--port", str(self.port)),
-            *("--keys", str(root / "keys.json"), "--checkpoint", checkpoint),
-            *("--model", f"scripted:{root / 'script.yaml'}"),
-            *("--skills", str(builtin_skills_dir() / "litigation-intake")),
-            *("--skills", str(root / "skills")),
-        ]
+        command = serve_command(root, self.port, checkpoint)
         env = {
             **os.environ,
             "SKILLDECK_FILES_ROOT": str(DEMO_FILES),
