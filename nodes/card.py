@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema_rs import ValidationErrorKind
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, interrupt
 
 from skilldeck._internal.paths import set_path
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE
+from skilldeck.skills.contract import compile_schema
 
 __all__ = ["CardNode", "answers_schema", "apply_answers", "card_payload", "validate_answers"]
 
@@ -58,17 +59,17 @@ def validate_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> li
         return [{"field_key": "$", "message": "answers must be an object {field_key: value}"}]
     errors = []
     schema = answers_schema(questions)
-    validator = Draft202012Validator(schema)
-    for err in validator.iter_errors(dict(answers)):
-        if err.validator == "required":
-            key = err.message.split("'")[1]
-            errors.append({"field_key": key, "message": "an answer is required"})
-        elif err.validator == "additionalProperties":
-            asked = set(schema["properties"])
-            for key in sorted(set(answers) - asked):
-                errors.append({"field_key": key, "message": "this card did not ask for it"})
+    for err in compile_schema(schema).iter_errors(dict(answers)):
+        kind = err.kind
+        if isinstance(kind, ValidationErrorKind.Required):
+            errors.append({"field_key": str(kind.property), "message": "an answer is required"})
+        elif isinstance(kind, ValidationErrorKind.AdditionalProperties):
+            errors += [
+                {"field_key": key, "message": "this card did not ask for it"}
+                for key in sorted(kind.unexpected)
+            ]
         else:
-            key = str(err.path[0]) if err.path else "$"
+            key = str(err.instance_path[0]) if err.instance_path else "$"
             errors.append({"field_key": key, "message": err.message})
     return errors
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from jsonschema import Draft202012Validator
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END
@@ -33,12 +32,17 @@ from skilldeck.nodes.router import route
 from skilldeck.nodes.transcript import append_messages, read_messages
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
-from skilldeck.skills.contract import CARD_SCHEMA, check_field_keys, format_errors
+from skilldeck.skills.contract import (
+    CARD_SCHEMA,
+    check_field_keys,
+    compile_schema,
+    format_errors,
+)
 
 __all__ = ["SkillNode", "Visit", "parse_output"]
 
 Errors = list[dict[str, str]]
-_CARD_VALIDATOR = Draft202012Validator(CARD_SCHEMA)
+_CARD_VALIDATOR = compile_schema(CARD_SCHEMA)
 
 
 def parse_output(message: AIMessage) -> tuple[dict[str, Any] | None, Errors]:

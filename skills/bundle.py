@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from skilldeck.skills.conditions import Condition
+from skilldeck.skills.contract import Validator
 
 __all__ = ["ExecutionConfig", "Reference", "SkillBundle"]
 
@@ -63,7 +62,7 @@ class SkillBundle:
     order: int
     preprocess: PreprocessFn | None = field(default=None, compare=False, repr=False)
     validate: ValidateFn | None = field(default=None, compare=False, repr=False)
-    validator: Draft202012Validator = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    validator: Validator = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     @property
     def data_keys(self) -> tuple[str, ...]:

@@ -3,6 +3,12 @@
 A skill's full output schema is assembled at load time from its ``assets/output_schema.json``
 (the single source of truth for ``data``) and its ``outputs.provides`` (the single source of truth
 for ``profile``). Validation never repairs anything: it only reports.
+
+Instances (model output, card answers) are validated by schemas compiled once with jsonschema-rs:
+the output contract is checked on every skill step, where a compiled validator costs a tenth of
+an interpreted one. Compiling resolves every ``$ref`` up front, so a schema that refers to
+something missing fails when its bundle loads, not mid-run. The Python ``jsonschema`` package
+checks schemas themselves at load time (``check_schema``), where its error paths are better.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jsonschema import Draft202012Validator
+import jsonschema_rs
 
 __all__ = [
     "ACTIONS",
@@ -21,10 +27,16 @@ __all__ = [
     "INPUT_TYPES",
     "QUESTION_SCHEMA",
     "REVIEW_TYPES",
+    "Validator",
     "build_output_schema",
     "check_field_keys",
+    "compile_schema",
     "format_errors",
+    "json_path",
 ]
+
+#: A compiled Draft 2020-12 validator (see :func:`compile_schema`).
+Validator = jsonschema_rs.Draft202012Validator
 
 ACTIONS = ("continue", "retry", "ask_user", "finish")
 REVIEW_TYPES = ("clarify", "select", "confirm", "phase_done")
@@ -139,15 +151,32 @@ def build_output_schema(
     return schema, data
 
 
-def format_errors(validator: Draft202012Validator, instance: Any) -> list[dict[str, str]]:
+def compile_schema(schema: Mapping[str, Any]) -> Validator:
+    """``schema`` compiled for validating instances; it never fetches a remote ``$ref``.
+
+    Raises:
+        ValueError: the schema cannot be compiled (a ``$ref`` that does not resolve, or a
+            ``pattern`` the regex engine rejects); the message says which.
+    """
+    try:
+        return Validator(dict(schema), offline=True)
+    except jsonschema_rs.ValidationError as exc:
+        raise ValueError(str(exc).split("\n", 1)[0]) from None
+
+
+def json_path(parts: Iterable[str | int]) -> str:
+    """``["a", 0, "b"]`` as ``$.a[0].b``."""
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+def format_errors(validator: Validator, instance: Any) -> list[dict[str, str]]:
     """All schema errors as ``{"path": "$.a[0].b", "message": ...}``, in document order."""
     if validator.is_valid(instance):
         return []
-    out = []
-    for err in sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.path]):
-        path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
-        out.append({"path": path, "message": err.message})
-    return out
+    errors = sorted(
+        validator.iter_errors(instance), key=lambda e: [str(p) for p in e.instance_path]
+    )
+    return [{"path": json_path(e.instance_path), "message": e.message} for e in errors]
 
 
 def check_field_keys(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from jsonschema.exceptions import best_match
 from skilldeck.errors import BundleError
 from skilldeck.skills.bundle import ExecutionConfig, Reference, SkillBundle
 from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
-from skilldeck.skills.contract import build_output_schema
+from skilldeck.skills.contract import build_output_schema, compile_schema, json_path
 from skilldeck.skills.tokens import estimate_tokens, truncate_to_tokens
 
 __all__ = ["builtin_skills_dir", "load_bundle", "load_script", "load_skills"]
@@ -39,10 +39,6 @@ def builtin_skills_dir() -> Path:
 def _meta_validator() -> Draft202012Validator:
     schema = json.loads((Path(__file__).parent / "meta.schema.json").read_text("utf-8"))
     return Draft202012Validator(schema)
-
-
-def _json_path(parts: Iterable[str | int]) -> str:
-    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
 def _read_text(file: Path) -> str:
@@ -147,7 +143,7 @@ def _meta(folder: Path, front: Mapping[str, Any] | None) -> tuple[Path, dict[str
         )
     error = best_match(_meta_validator().iter_errors(meta))
     if error is not None:
-        raise BundleError(str(file), _json_path(error.absolute_path), error.message)
+        raise BundleError(str(file), json_path(error.absolute_path), error.message)
     return file, meta
 
 
@@ -177,7 +173,7 @@ def load_bundle(
     try:
         Draft202012Validator.check_schema(source)
     except SchemaError as exc:
-        raise BundleError(str(schema_file), _json_path(exc.path), exc.message) from None
+        raise BundleError(str(schema_file), json_path(exc.path), exc.message) from None
     data_extra = ((source.get("properties") or {}).get("data") or {}).get("additionalProperties")
     if data_extra not in (None, False):
         raise BundleError(
@@ -187,6 +183,10 @@ def load_bundle(
         )
     provides = tuple((meta.get("outputs") or {}).get("provides", ()))
     output_schema, data_schema = build_output_schema(source, provides)
+    try:
+        validator = compile_schema(output_schema)
+    except ValueError as exc:
+        raise BundleError(str(schema_file), "$", f"the schema does not compile: {exc}") from None
 
     triggers = meta.get("triggers") or {}
     requires = meta.get("requires") or {}
@@ -223,7 +223,7 @@ def load_bundle(
         order=order,
         preprocess=scripts.get("preprocess"),
         validate=scripts.get("validate"),
-        validator=Draft202012Validator(output_schema),
+        validator=validator,
     )
 
 

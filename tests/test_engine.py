@@ -124,9 +124,12 @@ VALID = output(profile={"name": "Ann"}, data={"note": "n"})["output"]
 BAD_OUTPUTS = {
     "not json": ({"text": "Sure! Here is the intake."}, "not JSON"),
     "not an object": ({"text": "[1, 2]"}, "JSON object"),
-    "missing section": ({"output": {k: v for k, v in VALID.items() if k != "data"}}, "'data'"),
+    "missing section": (
+        {"output": {k: v for k, v in VALID.items() if k != "data"}},
+        '"data" is a required',
+    ),
     "extra key": ({"output": {**VALID, "notes": "x"}}, "'notes' was unexpected"),
-    "wrong type": ({"output": {**VALID, "response": 42}}, "is not of type 'string'"),
+    "wrong type": ({"output": {**VALID, "response": 42}}, 'is not of type "string"'),
     "profile outside provides": (
         {"output": {**VALID, "profile": {"secret": 1}}},
         "'secret' was unexpected",
@@ -138,7 +141,7 @@ BAD_OUTPUTS = {
     ),
     "ask_user without questions": (
         {"output": {**VALID, "control": {"action": "ask_user", "review_type": "clarify"}}},
-        "'questions' is a required property",
+        '"questions" is a required property',
     ),
     "select without options": (
         {
@@ -158,7 +161,7 @@ BAD_OUTPUTS = {
                 },
             }
         },
-        "'options' is a required property",
+        '"options" is a required property',
     ),
     "question field outside provides": (
         {
@@ -345,8 +348,8 @@ def paused(skills_dir: Path, make_deck: Any) -> tuple[SkillDeck, str]:
         ({"profile.party": "nobody"}, "profile.party", "is not one of"),
         ({"profile.party": 3}, "profile.party", "is not one of"),
         ({"profile.party": "us", "tags": ["a", "z"]}, "tags", "is not one of"),
-        ({"profile.party": "us", "tags": "a"}, "tags", "is not of type 'array'"),
-        ({"profile.party": "us", "meta.urgent": "yes"}, "meta.urgent", "not of type 'boolean'"),
+        ({"profile.party": "us", "tags": "a"}, "tags", 'is not of type "array"'),
+        ({"profile.party": "us", "meta.urgent": "yes"}, "meta.urgent", 'not of type "boolean"'),
         ({"profile.party": "us", "profile.name": "Eve"}, "profile.name", "did not ask"),
         ([1, 2], "$", "must be an object"),
     ],

@@ -255,6 +255,20 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
         "-1",
     ),
     "schema-not-json": (_schema("{nope"), "output_schema.json", "$", "invalid JSON"),
+    # check_schema accepts these; compiling resolves every $ref, so they fail at load, not
+    # at the first validation mid-run.
+    "schema-dangling-ref": (
+        _schema({"properties": {"data": {"properties": {"x": {"$ref": "#/$defs/gone"}}}}}),
+        "output_schema.json",
+        "$",
+        "does not compile: .*/\\$defs/gone",
+    ),
+    "schema-remote-ref": (
+        _schema({"properties": {"data": {"properties": {"x": {"$ref": "https://example.com/x"}}}}}),
+        "output_schema.json",
+        "$",
+        "does not compile: .*https://example.com/x.*[Rr]etriev",
+    ),
     "data-additional-properties": (
         _schema({"properties": {"data": {"properties": {}, "additionalProperties": True}}}),
         "output_schema.json",

@@ -24,7 +24,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jsonschema import Draft202012Validator
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
@@ -39,12 +38,12 @@ from skilldeck.nodes.retrieval.rewrite import INTENTS, REWRITE_SCHEMA, Rewrite, 
 from skilldeck.nodes.skill import SkillNode, Visit, parse_output
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills.bundle import SkillBundle
-from skilldeck.skills.contract import format_errors
+from skilldeck.skills.contract import compile_schema, format_errors
 from skilldeck.tools.registry import IDENTITY_KEYS, ToolResult
 
 __all__ = ["RetrievalSkillNode"]
 
-_REWRITE_VALIDATOR = Draft202012Validator(REWRITE_SCHEMA)
+_REWRITE_VALIDATOR = compile_schema(REWRITE_SCHEMA)
 _ALIASES = {RAG: "rag_retrieve", TABLE: "table_rag_retrieve", LOCAL: "local_file_search"}
 _MODE_NOTE = """\
 ## How this skill runs
