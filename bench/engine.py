@@ -2,7 +2,7 @@
 
 Usage::
 
-    python bench/engine.py [--reps 100] [--resume-reps 7] [--steps 1000] [--json]
+    python bench/engine.py [--reps 300] [--resume-reps 7] [--steps 1000] [--json]
 
 Everything is written to a temporary directory that is removed at the end. Three measurements,
 all in one run so that ratios compare numbers taken on the same (noisy, shared) machine:
@@ -10,8 +10,12 @@ all in one run so that ratios compare numbers taken on the same (noisy, shared) 
 1. **Engine overhead**: a 10-skill chain on the ``scripted`` model, timed per skill step,
    against a bare LangGraph chain of 10 nodes on ``SqliteSaver`` with the same connection
    settings and durability. ``--reps`` pairs of runs are interleaved (alternating which goes
-   first), each run on a fresh thread; the medians and their ratio are reported. When the ratio
-   is over target, one engine run is profiled with cProfile.
+   first), each run on a fresh thread; the medians and their ratio are reported. Then, for
+   information and in pairs of their own, the bare chain against itself with nodes that also do
+   what every skill step must: one call of the same scripted model through LangChain and one
+   transcript row in a ``SqliteStore`` sharing the saver's connection (a floor under any engine
+   that records its model turns).
+   When the ratio is over target, one engine run is profiled with cProfile.
 2. **Checkpoint growth**: one thread of a single skill that bumps a counter ``--steps`` times.
    Checkpoint bytes (``checkpoints`` + ``writes`` blobs) are summed up to skill step 10 and up to
    the last step, from the same thread; the file size after a WAL truncate is reported too.
@@ -34,15 +38,19 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypedDict
 
 from common import arguments, log, median, progress_bar, report_header, show_report
+from langchain_core.messages import HumanMessage, messages_to_dict
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import BaseStore
+from langgraph.store.sqlite import SqliteStore
 from rich.console import Console
 from rich.table import Table
 
@@ -54,6 +62,8 @@ import skilldeck.skills
 import skilldeck.tools
 from skilldeck import Settings, SkillDeck, demo
 from skilldeck.checkpoints.open import strict_serde
+from skilldeck.models import build_model
+from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 
 CHAIN = 10
 DURABILITY = "sync"  # the deck's default (Settings.durability)
@@ -149,23 +159,62 @@ class _SetDone:
         return {self.key: True}
 
 
-def bare_chain(tmp: Path) -> tuple[Any, sqlite3.Connection]:
-    """10 LangGraph nodes in a row, each setting one key, on ``SqliteSaver``."""
+class _RequiredWork(_SetDone):
+    """A bare node plus the work every skill step must do, done the cheapest way: one model
+    call through LangChain (the same scripted model) and one transcript row in the store."""
+
+    def __init__(self, key: str, skill: str, model: Any) -> None:
+        super().__init__(key)
+        self.model = model.bind(response_format={"type": "json_object"})
+        self.prompt = [HumanMessage(f"Do {skill}.")]
+        self.meta = {SKILL_KEY: skill, CALL_INDEX_KEY: 0}
+
+    def __call__(  # type: ignore[override]
+        self, state: Any, config: RunnableConfig, store: BaseStore
+    ) -> dict[str, Any]:
+        message = self.model.invoke(self.prompt, config={"metadata": self.meta})
+        where = ("bench", str(config["configurable"]["thread_id"]))
+        store.put(where, self.key, {"messages": messages_to_dict([message])})
+        return super().__call__(state)
+
+
+def node_chain(
+    tmp: Path, name: str, nodes: list[Callable[..., Any]], *, store: bool = False
+) -> tuple[Any, sqlite3.Connection]:
+    """``nodes`` in a row on ``SqliteSaver`` (and a ``SqliteStore`` sharing its connection and
+    lock, as a deck's does)."""
     fields: dict[str, Any] = {f"done_{i}": bool for i in range(CHAIN)}
     fields["context"] = str
     state: Any = TypedDict("BareState", fields, total=False)  # type: ignore[misc]
 
     graph: StateGraph[Any] = StateGraph(state)
     previous = START
-    for i in range(CHAIN):
-        graph.add_node(f"n{i}", _SetDone(f"done_{i}"))
+    for i, node in enumerate(nodes):
+        graph.add_node(f"n{i}", node)
         graph.add_edge(previous, f"n{i}")
         previous = f"n{i}"
     graph.add_edge(previous, END)
-    conn = connect(tmp / "chain-bare.sqlite")
+    conn = connect(tmp / f"chain-{name}.sqlite")
     saver = SqliteSaver(conn, serde=strict_serde())
     saver.setup()
-    return graph.compile(checkpointer=saver), conn
+    transcripts = None
+    if store:
+        transcripts = SqliteStore(conn)
+        transcripts.lock = saver.lock  # type: ignore[assignment]
+        transcripts.setup()
+    return graph.compile(checkpointer=saver, store=transcripts), conn
+
+
+def bare_chain(tmp: Path) -> tuple[Any, sqlite3.Connection]:
+    """10 LangGraph nodes in a row, each setting one key, on ``SqliteSaver``."""
+    return node_chain(tmp, "bare", [_SetDone(f"done_{i}") for i in range(CHAIN)])
+
+
+def floor_chain(tmp: Path, deck: SkillDeck) -> tuple[Any, sqlite3.Connection]:
+    """The bare chain whose nodes also call the deck's model and store a transcript row."""
+    model = build_model(deck.model_spec("skill_0"), deck.settings)
+    nodes = [_RequiredWork(f"done_{i}", f"skill_{i}", model) for i in range(CHAIN)]
+    return node_chain(tmp, "floor", list(nodes), store=True)
 
 
 def run_engine(deck: SkillDeck) -> float:
@@ -218,27 +267,41 @@ def profile_engine(deck: SkillDeck, top: int = 10) -> list[dict[str, Any]]:
     return rows[:top]
 
 
+def interleave(
+    first: Callable[[], float], second: Callable[[], float], reps: int, label: str
+) -> tuple[list[float], list[float]]:
+    """``reps`` pairs of runs, alternating which goes first; ms per skill step of each."""
+    times: tuple[list[float], list[float]] = ([], [])
+    with progress_bar() as bar:
+        task = bar.add_task(label, total=reps)
+        for rep in range(reps):
+            if rep % 2:
+                b, a = second(), first()
+            else:
+                a, b = first(), second()
+            times[0].append(a * 1000 / CHAIN)
+            times[1].append(b * 1000 / CHAIN)
+            bar.advance(task)
+    return times
+
+
 def bench_overhead(tmp: Path, reps: int) -> dict[str, Any]:
     deck = chain_deck(tmp)
     graph, conn = bare_chain(tmp)
+    floor, floor_conn = floor_chain(tmp, deck)
     try:
         for _ in range(2):  # warm-up: imports, model build, first SQLite pages
             run_engine(deck)
             run_bare(graph)
-        engine: list[float] = []
-        bare: list[float] = []
-        ratios: list[float] = []
-        with progress_bar() as bar:
-            task = bar.add_task(f"{CHAIN}-skill chain vs bare chain", total=reps)
-            for rep in range(reps):
-                if rep % 2:  # alternate which goes first
-                    e, b = run_engine(deck), run_bare(graph)
-                else:
-                    b, e = run_bare(graph), run_engine(deck)
-                engine.append(e * 1000 / CHAIN)
-                bare.append(b * 1000 / CHAIN)
-                ratios.append(e / b)
-                bar.advance(task)
+            run_bare(floor)
+        label = f"{CHAIN}-skill chain vs bare chain"
+        engine, bare = interleave(lambda: run_engine(deck), lambda: run_bare(graph), reps, label)
+        pair_ratios = [e / b for e, b in zip(engine, bare, strict=True)]
+        # The floor is measured after, in its own pairs, so it cannot change the headline.
+        label = "bare + model call + store row vs bare"
+        floor_ms, floor_bare = interleave(
+            lambda: run_bare(floor), lambda: run_bare(graph), reps, label
+        )
         result: dict[str, Any] = {
             "skills": CHAIN,
             "reps": reps,
@@ -248,7 +311,10 @@ def bench_overhead(tmp: Path, reps: int) -> dict[str, Any]:
             "engine_iqr": quartiles(engine),
             "bare_iqr": quartiles(bare),
             "ratio": round(median(engine) / median(bare), 2),
-            "ratio_median_of_pairs": round(median(ratios), 2),
+            "ratio_median_of_pairs": round(median(pair_ratios), 2),
+            "floor_ms_per_step": round(median(floor_ms), 3),
+            "floor_bare_ms_per_step": round(median(floor_bare), 3),
+            "floor_ratio": round(median(floor_ms) / median(floor_bare), 2),
             "target": TARGET_OVERHEAD,
         }
         result["pass"] = result["ratio"] <= TARGET_OVERHEAD
@@ -259,6 +325,7 @@ def bench_overhead(tmp: Path, reps: int) -> dict[str, Any]:
     finally:
         deck.close()
         conn.close()
+        floor_conn.close()
 
 
 # -- 2. checkpoint growth ---------------------------------------------------------------------
@@ -532,6 +599,12 @@ def print_report(report: dict[str, Any]) -> None:
             verdict(ov["pass"]),
         ),
         (
+            "  bare + one model call + one store row per node (informative)",
+            f"{ov['floor_bare_ms_per_step']:.2f}",
+            f"{ov['floor_ms_per_step']:.2f}",
+            f"{ov['floor_ratio']:.2f}x",
+        ),
+        (
             f"checkpoint bytes/step, step 10 -> step {n}",
             f"{gr['bytes_per_step_at_10']:.0f}",
             f"{gr['bytes_per_step_at_last']:.0f}",
@@ -601,7 +674,7 @@ def print_report(report: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = arguments(__doc__)
     parser.add_argument(
-        "--reps", type=int, default=100, help="interleaved overhead repetitions (default 100)"
+        "--reps", type=int, default=300, help="interleaved overhead repetitions (default 300)"
     )
     parser.add_argument("--resume-reps", type=int, default=7, help="resume processes (default 7)")
     parser.add_argument("--steps", type=int, default=1000, help="counter steps (default 1000)")

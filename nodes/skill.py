@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END
@@ -116,6 +117,7 @@ class SkillNode:
         self.bundle = bundle
         self.name = bundle.name
         self.system = render_system(bundle, output_mode=ctx.settings.output_mode)
+        self._binds: dict[str, tuple[BaseChatModel, Any]] = {}
 
     # -- the node -------------------------------------------------------------------------
     def __call__(
@@ -188,15 +190,29 @@ class SkillNode:
         return int(self.ctx.settings.max_tool_rounds if own is None else own)
 
     def _call_model(self, conversation: list[BaseMessage], index: int, *, tools: bool) -> AIMessage:
+        return self._invoke(self._bound("tools" if tools else "final"), conversation, index)
+
+    def _bound(self, use: str) -> Any:
+        """The skill's model bound for ``use``: ``"tools"`` (its tools, and the submit tool in
+        tool output mode), ``"final"`` (no tools of its own) or ``"json"`` (JSON mode only).
+
+        Bound once per model: binding converts every tool's schema (about 15 µs a tool), which
+        a skill step would otherwise pay on each call.
+        """
         model: Any = self.ctx.model_for(self.name)
+        cached = self._binds.get(use)
+        if cached is not None and cached[0] is model:
+            return cached[1]
+        tools = use == "tools"
         specs: list[Any] = [self.ctx.registry.get(t) for t in self.bundle.tools] if tools else []
-        if self.ctx.settings.output_mode == "tool":
+        if use != "json" and self.ctx.settings.output_mode == "tool":
             specs.append(self._submit_spec())
         if specs:
-            model = model.bind_tools(specs)
+            bound = model.bind_tools(specs)
         else:
-            model = model.bind(response_format={"type": "json_object"})
-        return self._invoke(model, conversation, index)
+            bound = model.bind(response_format={"type": "json_object"})
+        self._binds[use] = (model, bound)
+        return bound
 
     def _invoke(self, model: Any, conversation: list[BaseMessage], index: int) -> AIMessage:
         # The call index lets the scripted provider replay the same turn after a resume.
@@ -212,8 +228,7 @@ class SkillNode:
         """One model call in JSON mode (for modes whose steps are JSON objects); counts the
         call in ``calls`` and its tokens in ``turn``."""
         index = calls.get(self.name, 0)
-        model = self.ctx.model_for(self.name).bind(response_format={"type": "json_object"})
-        message = self._invoke(model, conversation, index)
+        message = self._invoke(self._bound("json"), conversation, index)
         calls[self.name] = index + 1
         turn["tokens"] = _add_tokens(turn.get("tokens"), message)
         return message

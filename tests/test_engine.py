@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
 from skilldeck import (
@@ -248,6 +249,33 @@ def test_tool_rounds_are_bounded(skills_dir: Path, make_deck: Any) -> None:
     assert result.status == "failed"
     assert "tool round limit (2)" in result.error["errors"][0]["message"]  # type: ignore[index]
     assert len(result.state["attempt"]["tool_calls"]) == 2
+
+
+def test_the_model_is_offered_only_the_meta_tools_and_bound_once(
+    skills_dir: Path, make_deck: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offered: list[list[str]] = []
+    bind = ScriptedChatModel.bind_tools
+
+    def record(self: ScriptedChatModel, tools: Any, **kwargs: Any) -> Any:
+        offered.append(
+            [t.name if isinstance(t, BaseTool) else t["function"]["name"] for t in tools]
+        )
+        return bind(self, tools, **kwargs)
+
+    monkeypatch.setattr(ScriptedChatModel, "bind_tools", record)
+    call = {"tool_calls": [{"name": "element__extract", "args": {"text": "Plaintiff: A"}}]}
+    deck = make_deck(
+        _skill(skills_dir, meta={"tools": ["element__extract"]}),
+        {"intake": [call, output(action="finish")]},
+        max_tool_rounds=1,
+        output_mode="tool",
+    )
+    for _ in range(2):
+        assert deck.run({}, context="ctx").status == "finished"
+    # The first call may use the skill's tools, the last (no rounds left) only submit its
+    # output; both bindings are reused by the second run.
+    assert offered == [["element__extract", "submit_output"], ["submit_output"]]
 
 
 def test_an_exhausted_script_fails_the_run_clearly(skills_dir: Path, make_deck: Any) -> None:
