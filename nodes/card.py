@@ -59,7 +59,11 @@ def validate_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> li
         return [{"field_key": "$", "message": "answers must be an object {field_key: value}"}]
     errors = []
     schema = answers_schema(questions)
-    for err in compile_schema(schema).iter_errors(dict(answers)):
+    try:
+        found = list(compile_schema(schema).iter_errors(dict(answers)))
+    except ValueError as exc:  # jsonschema-rs reads JSON data only
+        return _not_json(schema["properties"], answers, str(exc))
+    for err in found:
         kind = err.kind
         if isinstance(kind, ValidationErrorKind.Required):
             errors.append({"field_key": str(kind.property), "message": "an answer is required"})
@@ -72,6 +76,23 @@ def validate_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> li
             key = str(err.instance_path[0]) if err.instance_path else "$"
             errors.append({"field_key": key, "message": err.message})
     return errors
+
+
+def _not_json(
+    fields: Mapping[str, Any], answers: Mapping[Any, Any], reason: str
+) -> list[dict[str, str]]:
+    """The answers that are not JSON data (a set, a date, an object, a key that is not a
+    string), each named; ``reason`` if none can be singled out."""
+    errors = []
+    for key, value in answers.items():
+        if not isinstance(key, str):
+            errors.append({"field_key": str(key), "message": "field keys must be strings"})
+            continue
+        try:
+            compile_schema(fields.get(key) or {"not": {}}).is_valid(value)
+        except ValueError as exc:
+            errors.append({"field_key": key, "message": f"not JSON data: {exc}"})
+    return errors or [{"field_key": "$", "message": f"not JSON data: {reason}"}]
 
 
 def apply_answers(answers: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, Any]:

@@ -324,9 +324,8 @@ class SkillNode:
             verdict["errors"] = [{"path": "validate.py", "message": str(r)} for r in reasons]
             return verdict
         if action == "ask_user":
-            problems = format_errors(_CARD_VALIDATOR, verdict)
-            problems += check_field_keys(
-                verdict.get("questions") or [], self.bundle.provides, self.bundle.data_keys
+            problems = format_errors(_CARD_VALIDATOR, verdict) or check_field_keys(
+                verdict["questions"], self.bundle.provides, self.bundle.data_keys
             )
             if problems:
                 detail = "; ".join(f"{p['path']}: {p['message']}" for p in problems)

@@ -170,12 +170,19 @@ def json_path(parts: Iterable[str | int]) -> str:
 
 
 def format_errors(validator: Validator, instance: Any) -> list[dict[str, str]]:
-    """All schema errors as ``{"path": "$.a[0].b", "message": ...}``, in document order."""
-    if validator.is_valid(instance):
-        return []
-    errors = sorted(
-        validator.iter_errors(instance), key=lambda e: [str(p) for p in e.instance_path]
-    )
+    """All schema errors as ``{"path": "$.a[0].b", "message": ...}``, in document order.
+
+    An instance that is not JSON data (a set, a date, a key that is not a string: what a
+    ``validate.py`` may return) is one error at ``$``.
+    """
+    try:
+        if validator.is_valid(instance):
+            return []
+        errors = sorted(
+            validator.iter_errors(instance), key=lambda e: [str(p) for p in e.instance_path]
+        )
+    except ValueError as exc:  # jsonschema-rs reads JSON data only
+        return [{"path": "$", "message": f"not JSON data: {exc}"}]
     return [{"path": json_path(e.instance_path), "message": e.message} for e in errors]
 
 

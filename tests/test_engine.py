@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import sqlite3
 import subprocess
@@ -313,6 +314,16 @@ def test_validate_script_can_ask_for_a_retry(skills_dir: Path, make_deck: Any) -
             "def validate(output, state):\n    return {'action': 'ask_user', 'questions': []}\n",
             "invalid card",
         ),
+        (
+            "def validate(output, state):\n"
+            "    return {'action': 'ask_user', 'review_type': 'clarify', 'questions': {1}}\n",
+            "invalid card: $: not JSON data",
+        ),
+        (
+            "def validate(output, state):\n"
+            "    return {'action': 'ask_user', 'review_type': 'clarify', 'questions': [1]}\n",
+            "invalid card: $.questions[0]: 1 is not of type",
+        ),
     ],
 )
 def test_broken_validate_script_fails_the_run(
@@ -380,6 +391,10 @@ def paused(skills_dir: Path, make_deck: Any) -> tuple[SkillDeck, str]:
         ({"profile.party": "us", "meta.urgent": "yes"}, "meta.urgent", 'not of type "boolean"'),
         ({"profile.party": "us", "profile.name": "Eve"}, "profile.name", "did not ask"),
         ([1, 2], "$", "must be an object"),
+        # Python callers can pass values that are not JSON data at all.
+        ({"profile.party": "us", "tags": {"a"}}, "tags", "not JSON data: Unsupported type: 'set'"),
+        ({"profile.party": datetime.date(2024, 1, 2)}, "profile.party", "not JSON data"),
+        ({"profile.party": "us", 7: "x"}, "7", "field keys must be strings"),
     ],
 )
 def test_invalid_answers_raise_the_card_again_and_change_nothing(
