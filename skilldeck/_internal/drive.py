@@ -68,10 +68,10 @@ class Request(NamedTuple):
             takes.append((self.claim, AlreadyResumedError(*self.claim)))
         return [*takes, (self.lease, ThreadBusyError(self.thread_id))]
 
-    def moved(self, now: StateSnapshot | None) -> bool:
-        """Whether the thread has a new checkpoint since the request was checked against it
-        (a run that ended between the check and the lease): check the request again."""
-        return _checkpoint_id(self.snapshot) != _checkpoint_id(now)
+    def moved(self, latest: str | None) -> bool:
+        """Whether the thread's ``latest`` checkpoint id is not the one the request was checked
+        against (a run that ended between the check and the lease): check the request again."""
+        return _checkpoint_id(self.snapshot) != latest
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,12 @@ class Driver(_Base):
         """The thread as it stands now; :class:`ThreadNotFoundError` if it was never run."""
         return _found(thread_id, self.snapshot(thread_id))
 
+    def _latest(self, thread_id: str) -> str | None:
+        # The checkpoint id alone: a snapshot would also rebuild every channel and task.
+        with checkpoint_errors():
+            found = self.graph.checkpointer.get_tuple(_latest_config(thread_id))
+        return None if found is None else str(found.config["configurable"]["checkpoint_id"])
+
     def invoke(self, request: Request) -> RunResult:
         """Run to a card or the end; the thread afterwards."""
         self._take(request)
@@ -171,7 +177,7 @@ class Driver(_Base):
                 if not won:
                     raise lost
                 undo.callback(self.claims.release, *claim)
-            if request.moved(self.snapshot(request.thread_id)):
+            if request.moved(self._latest(request.thread_id)):
                 raise ThreadBusyError(request.thread_id)
             undo.pop_all()
 
@@ -200,6 +206,11 @@ class AsyncDriver(_Base):
     async def thread(self, thread_id: str) -> RunResult:
         """The thread as it stands now; :class:`ThreadNotFoundError` if it was never run."""
         return _found(thread_id, await self.snapshot(thread_id))
+
+    async def _latest(self, thread_id: str) -> str | None:
+        with checkpoint_errors():
+            found = await self.graph.checkpointer.aget_tuple(_latest_config(thread_id))
+        return None if found is None else str(found.config["configurable"]["checkpoint_id"])
 
     async def invoke(self, request: Request) -> RunResult:
         """Run to a card or the end; the thread afterwards."""
@@ -243,7 +254,7 @@ class AsyncDriver(_Base):
                 if not won:
                     raise lost
                 undo.push_async_callback(self.claims.arelease, *claim)
-            if request.moved(await self.snapshot(request.thread_id)):
+            if request.moved(await self._latest(request.thread_id)):
                 raise ThreadBusyError(request.thread_id)
             undo.pop_all()
 
@@ -294,6 +305,10 @@ def _pauses(claim: Claim) -> Iterator[float]:
     saw the card by polling the thread may already answer. A card claim is never waited for."""
     if claim[1] == RUN_LEASE:
         yield from (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8)
+
+
+def _latest_config(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
 
 
 def _checkpoint_id(snapshot: StateSnapshot | None) -> str | None:
