@@ -14,8 +14,8 @@ all in one run so that ratios compare numbers taken on the same (noisy, shared) 
    information and in pairs of their own, the bare chain against itself with nodes that also do
    what every skill step must: one call of the same scripted model through LangChain and one
    transcript row in a ``SqliteStore`` sharing the saver's connection (a floor under any engine
-   that records its model turns).
-   When the ratio is over target, one engine run is profiled with cProfile.
+   that records its model turns). When the ratio is over target, one engine run is profiled
+   with cProfile.
 2. **Checkpoint growth**: one thread of a single skill that bumps a counter ``--steps`` times.
    Checkpoint bytes (``checkpoints`` + ``writes`` blobs) are summed up to skill step 10 and up to
    the last step, from the same thread; the file size after a WAL truncate is reported too.
@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -179,7 +179,7 @@ class _RequiredWork(_SetDone):
 
 
 def node_chain(
-    tmp: Path, name: str, nodes: list[Callable[..., Any]], *, store: bool = False
+    tmp: Path, name: str, nodes: Sequence[Callable[..., Any]], *, store: bool = False
 ) -> tuple[Any, sqlite3.Connection]:
     """``nodes`` in a row on ``SqliteSaver`` (and a ``SqliteStore`` sharing its connection and
     lock, as a deck's does)."""
@@ -214,7 +214,7 @@ def floor_chain(tmp: Path, deck: SkillDeck) -> tuple[Any, sqlite3.Connection]:
     """The bare chain whose nodes also call the deck's model and store a transcript row."""
     model = build_model(deck.model_spec("skill_0"), deck.settings)
     nodes = [_RequiredWork(f"done_{i}", f"skill_{i}", model) for i in range(CHAIN)]
-    return node_chain(tmp, "floor", list(nodes), store=True)
+    return node_chain(tmp, "floor", nodes, store=True)
 
 
 def run_engine(deck: SkillDeck) -> float:
