@@ -159,23 +159,21 @@ class _SetDone:
         return {self.key: True}
 
 
-class _RequiredWork(_SetDone):
+class _RequiredWork:
     """A bare node plus the work every skill step must do, done the cheapest way: one model
     call through LangChain (the same scripted model) and one transcript row in the store."""
 
     def __init__(self, key: str, skill: str, model: Any) -> None:
-        super().__init__(key)
+        self.key = key
         self.model = model.bind(response_format={"type": "json_object"})
         self.prompt = [HumanMessage(f"Do {skill}.")]
         self.meta = {SKILL_KEY: skill, CALL_INDEX_KEY: 0}
 
-    def __call__(  # type: ignore[override]
-        self, state: Any, config: RunnableConfig, store: BaseStore
-    ) -> dict[str, Any]:
+    def __call__(self, state: Any, config: RunnableConfig, store: BaseStore) -> dict[str, Any]:
         message = self.model.invoke(self.prompt, config={"metadata": self.meta})
         where = ("bench", str(config["configurable"]["thread_id"]))
         store.put(where, self.key, {"messages": messages_to_dict([message])})
-        return super().__call__(state)
+        return {self.key: True}
 
 
 def node_chain(

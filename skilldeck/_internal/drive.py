@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.types import StateSnapshot
 
 from skilldeck._internal.events import EventTranslator, terminal_event
@@ -68,10 +69,10 @@ class Request(NamedTuple):
             takes.append((self.claim, AlreadyResumedError(*self.claim)))
         return [*takes, (self.lease, ThreadBusyError(self.thread_id))]
 
-    def moved(self, latest: str | None) -> bool:
-        """Whether the thread's ``latest`` checkpoint id is not the one the request was checked
+    def moved(self, latest: CheckpointTuple | None) -> bool:
+        """Whether the thread's ``latest`` checkpoint is not the one the request was checked
         against (a run that ended between the check and the lease): check the request again."""
-        return _checkpoint_id(self.snapshot) != latest
+        return _checkpoint_id(self.snapshot) != _checkpoint_id(latest)
 
 
 @dataclass(frozen=True)
@@ -123,11 +124,13 @@ class Driver(_Base):
         """The thread as it stands now; :class:`ThreadNotFoundError` if it was never run."""
         return _found(thread_id, self.snapshot(thread_id))
 
-    def _latest(self, thread_id: str) -> str | None:
-        # The checkpoint id alone: a snapshot would also rebuild every channel and task.
+    def _latest(self, thread_id: str) -> CheckpointTuple | None:
+        # The saved checkpoint alone: a snapshot would also rebuild every channel and task.
         with checkpoint_errors():
-            found = self.graph.checkpointer.get_tuple(_latest_config(thread_id))
-        return None if found is None else str(found.config["configurable"]["checkpoint_id"])
+            found: CheckpointTuple | None = self.graph.checkpointer.get_tuple(
+                _latest_config(thread_id)
+            )
+        return found
 
     def invoke(self, request: Request) -> RunResult:
         """Run to a card or the end; the thread afterwards."""
@@ -207,10 +210,12 @@ class AsyncDriver(_Base):
         """The thread as it stands now; :class:`ThreadNotFoundError` if it was never run."""
         return _found(thread_id, await self.snapshot(thread_id))
 
-    async def _latest(self, thread_id: str) -> str | None:
+    async def _latest(self, thread_id: str) -> CheckpointTuple | None:
         with checkpoint_errors():
-            found = await self.graph.checkpointer.aget_tuple(_latest_config(thread_id))
-        return None if found is None else str(found.config["configurable"]["checkpoint_id"])
+            found: CheckpointTuple | None = await self.graph.checkpointer.aget_tuple(
+                _latest_config(thread_id)
+            )
+        return found
 
     async def invoke(self, request: Request) -> RunResult:
         """Run to a card or the end; the thread afterwards."""
@@ -311,8 +316,8 @@ def _latest_config(thread_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
 
 
-def _checkpoint_id(snapshot: StateSnapshot | None) -> str | None:
-    return None if snapshot is None else snapshot.config["configurable"].get("checkpoint_id")
+def _checkpoint_id(found: StateSnapshot | CheckpointTuple | None) -> str | None:
+    return None if found is None else found.config["configurable"].get("checkpoint_id")
 
 
 def _ran(snapshot: StateSnapshot) -> StateSnapshot | None:
