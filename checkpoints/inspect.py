@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from langgraph.types import Interrupt, StateSnapshot
 
 from skilldeck._internal.paths import get_path
+from skilldeck.checkpoints.threads import ThreadIndex, ThreadRecord
 from skilldeck.errors import CheckpointError, MissingExtraError, SkillDeckError
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, TOOLS_NODE
 from skilldeck.types import Card, RunResult, ThreadStatus
@@ -35,6 +36,7 @@ __all__ = [
     "as_frame",
     "diff",
     "fork",
+    "index_threads",
     "list_threads",
     "pending_card",
     "step_rows",
@@ -47,18 +49,51 @@ _ENGINE_NODES = frozenset({"__start__", ROUTER_NODE, TOOLS_NODE, CARD_NODE})
 
 
 def thread_status(snapshot: StateSnapshot) -> ThreadStatus:
-    """Where a thread stands at ``snapshot``: running, interrupted, finished or failed."""
+    """Where a thread stands at ``snapshot``: running, interrupted, finished, failed or
+    no_skill."""
     if snapshot.interrupts:
         return "interrupted"
     if snapshot.next:
         return "running"
     status = snapshot.values.get("status")
-    if status in ("finished", "failed"):
+    if status in ("finished", "failed", "no_skill"):
         return status  # type: ignore[no-any-return]
     # Nothing left to run, yet the state does not say the run ended: a live read between a
     # step's task writes and its checkpoint (LangGraph lists only unwritten tasks in ``next``),
     # or a process that died right there. The run has not ended either way.
     return "running" if status in ("running", "interrupted") else "finished"
+
+
+def index_threads(graph: Any, index: ThreadIndex) -> int:
+    """Fill the thread index from the checkpoints of ``graph`` (a database from before the
+    index); threads it knows are kept. How many threads it added."""
+    checkpointer = graph.checkpointer
+    latest: dict[str, Any] = {}
+    created: dict[str, str] = {}
+    for item in checkpointer.list(None):
+        configurable = item.config["configurable"]
+        if configurable.get("checkpoint_ns"):
+            continue
+        thread = configurable["thread_id"]
+        latest.setdefault(thread, item)
+        ts = item.checkpoint["ts"]
+        created[thread] = min(created.get(thread, ts), ts)
+    for thread_id, item in latest.items():
+        snapshot = graph.get_state({"configurable": {"thread_id": thread_id}})
+        values = snapshot.values
+        index.add(
+            ThreadRecord(
+                thread_id=thread_id,
+                user_id=values.get("user_id"),
+                matter_id=values.get("matter_id"),
+                status=thread_status(snapshot),
+                skill=(values.get("attempt") or {}).get("skill"),
+                steps=int((item.metadata or {}).get("step", 0)) + 1,
+                created_at=created[thread_id],
+                updated_at=snapshot.created_at or created[thread_id],
+            )
+        )
+    return len(latest)
 
 
 def pending_card(pending: Interrupt) -> Card:
@@ -211,7 +246,7 @@ def list_threads(
         A list of dicts, or a DataFrame with ``frame=True``.
 
     Raises:
-        SkillDeckError: ``status`` is not running, interrupted, finished or failed.
+        SkillDeckError: ``status`` is not a thread status (see ``ThreadStatus``).
     """
     allowed = get_args(ThreadStatus)
     if status is not None and status not in allowed:
@@ -226,8 +261,7 @@ def list_threads(
             "last_skill": t.last_skill,
             "steps": t.steps,
         }
-        for t in deck.threads()
-        if (user is None or t.user_id == user) and (status is None or t.status == status)
+        for t in deck.threads(user_id=user, status=status)
     ]
     return _out(rows, frame)
 

@@ -2,7 +2,7 @@
 
 ``memory://``
     in-process only (tests, notebooks).
-``sqlite:///path/to/file.sqlite`` (the default, ``sqlite:///.skilldeck/checkpoints.sqlite``)
+``sqlite:///path/to/file.sqlite`` (the default: ``checkpoints.sqlite`` in ``SKILLDECK_HOME``)
     LangGraph's ``SqliteSaver`` and ``SqliteStore`` in one file, in WAL mode.
 ``postgresql://user:pass@host/db``
     ``PostgresSaver`` and ``PostgresStore`` on a connection pool of
@@ -11,7 +11,8 @@
     after a server restart by itself.
 
 Each :class:`Persistence` also carries the resume claims (:mod:`skilldeck.checkpoints.claims`)
-in the same database. :func:`open_async_persistence` opens the async savers for the same URL.
+and the thread index (:mod:`skilldeck.checkpoints.threads`) in the same database.
+:func:`open_async_persistence` opens the async savers for the same URL.
 
 Checkpoints are (de)serialised in LangGraph's strict msgpack mode: the state is JSON-native, so
 loading a checkpoint can never rebuild arbitrary objects.
@@ -33,6 +34,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
+from skilldeck._internal.home import state_home
 from skilldeck._internal.postgres import (
     connect,
     is_postgres_url,
@@ -47,6 +49,12 @@ from skilldeck.checkpoints.claims import (
     MemoryClaims,
     PostgresClaims,
     SqliteClaims,
+)
+from skilldeck.checkpoints.threads import (
+    PostgresThreadIndex,
+    SqliteThreadIndex,
+    ThreadIndex,
+    memory_index,
 )
 from skilldeck.errors import CheckpointError
 
@@ -69,13 +77,14 @@ def strict_serde() -> JsonPlusSerializer:
 
 @dataclass
 class Persistence:
-    """A checkpointer, a store and resume claims opened together; ``close()`` releases their
-    connections."""
+    """A checkpointer, a store, resume claims and the thread index opened together; ``close()``
+    releases their connections."""
 
     url: str
     saver: BaseCheckpointSaver[Any]
     store: BaseStore
     claims: InterruptClaims = field(default_factory=MemoryClaims)
+    threads: ThreadIndex = field(default_factory=memory_index)
     _closers: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def close(self) -> None:
@@ -114,7 +123,7 @@ def _connect_sqlite(path: Path, timeout: float, must_exist: bool) -> sqlite3.Con
 
 
 def open_persistence(
-    url: str = "sqlite:///.skilldeck/checkpoints.sqlite",
+    url: str | None = None,
     *,
     timeout: float = 5.0,
     must_exist: bool = False,
@@ -124,7 +133,8 @@ def open_persistence(
     """Open a checkpointer, a store and resume claims for ``url``; see the module docstring.
 
     Args:
-        url: ``memory://``, ``sqlite:///PATH`` or ``postgresql://...``.
+        url: ``memory://``, ``sqlite:///PATH`` or ``postgresql://...``; default
+            ``checkpoints.sqlite`` in the state folder (``SKILLDECK_HOME``).
         timeout: seconds to wait for a SQLite write lock, or to connect to PostgreSQL.
         must_exist: refuse to create a missing database (inspection commands).
         pool_size: PostgreSQL connections at most (default ``SKILLDECK_POSTGRES_POOL_SIZE``).
@@ -134,14 +144,22 @@ def open_persistence(
     Raises:
         CheckpointError: the URL is not understood, or the database cannot be opened.
     """
+    url = url or _default_url()
     if url in _MEMORY_URLS:
         saver = InMemorySaver(serde=strict_serde())
-        return Persistence(url, saver, InMemoryStore(), MemoryClaims(claim_lease_s))
+        index = memory_index()
+        return Persistence(
+            url, saver, InMemoryStore(), MemoryClaims(claim_lease_s), index, [index.close]
+        )
     if url.startswith("sqlite:///"):
         return _open_sqlite(url, _sqlite_path(url), timeout, must_exist, claim_lease_s)
     if is_postgres_url(url):
         return _open_postgres(url, must_exist, timeout, pool_size, claim_lease_s)
     raise CheckpointError(_unsupported(url))
+
+
+def _default_url() -> str:
+    return state_home().sqlite_url("checkpoints.sqlite")
 
 
 def _unsupported(url: str) -> str:
@@ -186,10 +204,11 @@ def _open_sqlite(
     _setup(store.setup, path, closers)
     try:
         claims = SqliteClaims(saver.conn, saver.lock, lease_s=claim_lease_s)
+        index = SqliteThreadIndex(saver.conn, saver.lock, str(path))
     except CheckpointError:
         saver.conn.close()
         raise
-    return Persistence(url, saver, store, claims, closers)
+    return Persistence(url, saver, store, claims, index, closers)
 
 
 def _sqlite_saver(path: Path, timeout: float, must_exist: bool) -> Any:
@@ -231,8 +250,9 @@ def _postgres_options() -> dict[str, Any]:
     }
 
 
-def _prepare_postgres(url: str, timeout: float, must_exist: bool) -> None:
-    """Check that the server answers and create the tables (one process at a time)."""
+def _prepare_postgres(url: str, timeout: float, must_exist: bool) -> bool:
+    """Check that the server answers and create the tables (one process at a time); whether
+    the thread index is new (its threads must be filled in from the checkpoints)."""
     with connect(url, timeout=timeout, **_postgres_options()) as conn:
         if must_exist:
             found = conn.execute("SELECT to_regclass('checkpoints') IS NOT NULL AS ok").fetchone()
@@ -249,13 +269,14 @@ def _prepare_postgres(url: str, timeout: float, must_exist: bool) -> None:
                 PostgresSaver(conn).setup()
                 PostgresStore(conn).setup()
             PostgresClaims.setup(conn)
+            return PostgresThreadIndex.setup(conn)
 
 
 def _open_postgres(
     url: str, must_exist: bool, timeout: float, pool_size: int | None, lease_s: float | None
 ) -> Persistence:
     size = _pool_size(pool_size)
-    _prepare_postgres(url, timeout, must_exist)
+    new_index = _prepare_postgres(url, timeout, must_exist)
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.store.postgres import PostgresStore
 
@@ -263,7 +284,9 @@ def _open_postgres(
     saver = PostgresSaver(pool, serde=strict_serde())
     store = PostgresStore(pool)
     claims = PostgresClaims(pool, lease_s=lease_s)
-    return Persistence(url, saver, store, claims, [pool.close, claims.close])
+    index = PostgresThreadIndex(pool, redact(url))
+    index.needs_backfill = new_index
+    return Persistence(url, saver, store, claims, index, [pool.close, claims.close])
 
 
 @dataclass
@@ -352,13 +375,12 @@ async def _open_async_postgres(
     return AsyncPersistence(url, saver, AsyncPostgresStore(pool), [pool.close])
 
 
-def open_checkpointer(
-    url: str = "sqlite:///.skilldeck/checkpoints.sqlite", *, timeout: float = 5.0
-) -> BaseCheckpointSaver[Any]:
+def open_checkpointer(url: str | None = None, *, timeout: float = 5.0) -> BaseCheckpointSaver[Any]:
     """Open only a checkpointer for ``url`` (see :func:`open_persistence`).
 
     The caller owns its connection: close ``saver.conn`` (SQLite) when done.
     """
+    url = url or _default_url()
     if url.startswith("sqlite:///"):
         return _sqlite_saver(_sqlite_path(url), timeout, False)  # type: ignore[no-any-return]
     return open_persistence(url, timeout=timeout).saver

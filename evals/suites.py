@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import yaml
 
+from skilldeck._internal.documents import DocumentError, parse_yaml
 from skilldeck.errors import EvalConfigError
 from skilldeck.evals.setup import EvalSetup, load_setup
 from skilldeck.evals.tasks import Task, check_unique, load_tasks
@@ -223,9 +224,9 @@ def _read(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise EvalConfigError(f"suite file {str(path)!r} does not exist")
     try:
-        raw = yaml.safe_load(path.read_text("utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise EvalConfigError(f"{path}: invalid YAML: {exc}") from None
+        raw = parse_yaml(path.read_text("utf-8")) or {}
+    except DocumentError as exc:
+        raise EvalConfigError(f"{path}: {exc.reason}") from None
     if not isinstance(raw, dict):
         raise EvalConfigError(f"{path}: a suite file is a mapping (name, skills, kinds, ...)")
     return raw

@@ -19,19 +19,21 @@ Keys that only a skill's eval setup hook reads (nomemory-recall's ``messages``, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from skilldeck._internal.documents import DocumentError, parse_yaml
 from skilldeck.errors import EvalConfigError
 from skilldeck.evals.graders import Grader, build_grader
 
 __all__ = ["HARNESS_KEYS", "GraderSpec", "Task", "load_tasks", "task_from_dict"]
 
 HARNESS_KEYS = ("base_fixture", "context", "answers", "user_id", "matter_id")
+# A fixture is a folder of the skill's fixtures/ (or beside a suite): a name, never a path.
+_FIXTURE_NAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9_.][A-Za-z0-9_.-]*")
 _TASK_KEYS = ("id", "bucket", "input", "graders", "base_fixture", "skill", "description")
 
 
@@ -115,9 +117,9 @@ def load_tasks(path: str | Path, *, skill: str | None = None) -> list[Task]:
     if not path.is_file():
         raise EvalConfigError(f"task file {str(path)!r} does not exist")
     try:
-        raw = yaml.safe_load(path.read_text("utf-8"))
-    except yaml.YAMLError as exc:
-        raise EvalConfigError(f"{path}: invalid YAML/JSON: {exc}") from None
+        raw = parse_yaml(path.read_text("utf-8"))
+    except DocumentError as exc:
+        raise EvalConfigError(f"{path}: {exc.reason}") from None
     if isinstance(raw, Mapping) and "tasks" in raw:
         raw = raw["tasks"]
     items: Sequence[Any] = [raw] if isinstance(raw, Mapping) else raw
@@ -144,7 +146,13 @@ def _fixture(raw: Mapping[str, Any], harness: Mapping[str, Any], where: str) -> 
     top, inner = raw.get("base_fixture"), harness.get("base_fixture")
     if top is not None and inner is not None and top != inner:
         raise EvalConfigError(f"{where}: base_fixture is given twice with different values")
-    return _optional(top if top is not None else inner, f"{where}: base_fixture")
+    name = _optional(top if top is not None else inner, f"{where}: base_fixture")
+    if name is not None and not _FIXTURE_NAME.fullmatch(name):
+        raise EvalConfigError(
+            f"{where}: base_fixture {name!r} must name a folder beside the cases (letters, "
+            "digits, '_', '-', '.'), not a path"
+        )
+    return name
 
 
 def _graders(raw: Any, where: str) -> tuple[GraderSpec, ...]:

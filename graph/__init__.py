@@ -1,6 +1,6 @@
 """The state schema and the builder that compiles skills into a LangGraph ``StateGraph``."""
 
-from skilldeck.graph.builder import build_graph, check_tools
+from skilldeck.graph.builder import build_graph, deck_problems
 from skilldeck.graph.state import (
     RESERVED_KEYS,
     RunStatus,
@@ -15,6 +15,6 @@ __all__ = [
     "SkillDeckState",
     "build_graph",
     "build_state_schema",
-    "check_tools",
+    "deck_problems",
     "merge_profile",
 ]

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, TypedDict, get_type_hints
 
 from skilldeck._internal.paths import deep_merge
-from skilldeck.errors import BundleError
 from skilldeck.skills.bundle import SkillBundle
 
 __all__ = [
@@ -25,7 +24,7 @@ __all__ = [
     "merge_profile",
 ]
 
-RunStatus = Literal["running", "interrupted", "finished", "failed"]
+RunStatus = Literal["running", "interrupted", "finished", "failed", "no_skill"]
 
 
 def merge_profile(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -56,21 +55,11 @@ RESERVED_KEYS = frozenset(SkillDeckState.__annotations__)
 
 
 def build_state_schema(bundles: Iterable[SkillBundle]) -> type:
-    """A TypedDict with the core keys plus every data field of ``bundles``.
-
-    Raises:
-        BundleError: a data field collides with a core key.
-    """
+    """A TypedDict with the core keys plus every data field of ``bundles`` (the builder has
+    refused data fields that collide with a core key)."""
     fields: dict[str, Any] = get_type_hints(SkillDeckState, include_extras=True)
     for bundle in bundles:
-        for key in bundle.data_keys:
-            if key in RESERVED_KEYS:
-                raise BundleError(
-                    str(bundle.path / "assets" / "output_schema.json"),
-                    f"$.properties.data.properties.{key}",
-                    f"data field {key!r} collides with a reserved state key; rename it",
-                )
-            fields[key] = Any
+        fields.update(dict.fromkeys(bundle.data_keys, Any))
     schema: type = TypedDict("DeckState", fields, total=False)  # type: ignore[misc]
     return schema
 

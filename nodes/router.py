@@ -2,8 +2,10 @@
 
 Candidates are the skills whose ``triggers.contexts`` contain ``state.context`` and whose
 ``state_conditions`` and ``requires`` hold. An explicit ``next_skill`` wins, then the meta's
-``priority`` (higher first), then load order. No candidate means the run is finished. A loop
-guard stops a run that keeps choosing the same skill while the state does not change.
+``priority`` (higher first), then load order. No candidate after a skill has run means the run is
+finished; no candidate for a run's first choice means nothing could run, and the run ends as
+``no_skill`` with each skill's reason (a typo in the context must not pass for a finished run).
+A loop guard stops a run that keeps choosing the same skill while the state does not change.
 
 A run's first choice is made by the request that starts it (:func:`start_update`), and the
 graph's entry edge (:func:`entry`) follows it, so a run spends no super-step (and no checkpoint)
@@ -12,6 +14,7 @@ on routing: after that, each skill that says ``continue`` routes with :func:`rou
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -23,7 +26,15 @@ from langgraph.types import Command
 from skilldeck.nodes.context import NodeContext
 from skilldeck.skills.bundle import SkillBundle
 
-__all__ = ["RouterNode", "candidates", "entry", "fingerprint", "route", "start_update"]
+__all__ = [
+    "RouterNode",
+    "candidates",
+    "entry",
+    "fingerprint",
+    "no_skill_error",
+    "route",
+    "start_update",
+]
 
 _WATCHED = ("context", "input", "user_id", "matter_id", "profile")
 
@@ -54,10 +65,10 @@ def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, An
         bundle = ctx.bundles.get(explicit)
         if bundle is None:
             return _fail("UNKNOWN_SKILL", f"next_skill {explicit!r} is not a loaded skill")
-        if not bundle.is_candidate(state):
+        reason = bundle.why_not(state)
+        if reason is not None:
             return _fail(
-                "NEXT_SKILL_NOT_CANDIDATE",
-                f"next_skill {explicit!r} cannot run now: its triggers or requires do not hold",
+                "NEXT_SKILL_NOT_CANDIDATE", f"next_skill {explicit!r} cannot run now: {reason}"
             )
         chosen = explicit
     else:
@@ -83,11 +94,38 @@ def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, An
     }
 
 
+def no_skill_error(ctx: NodeContext, state: Mapping[str, Any]) -> dict[str, Any]:
+    """The error of a run that no skill can start: every skill, best first, with the reason it
+    is not a candidate (``skills``), and a hint when the context is unknown."""
+    context = state.get("context")
+    skills = [{"skill": b.name, "reason": b.why_not(state) or "a candidate"} for b in ctx.ranked]
+    known = sorted({c for b in ctx.ranked for c in b.contexts})
+    if not known:
+        hint = "; no skills are loaded"
+    elif context in known:
+        hint = f"; {len(skills)} skill(s) considered, each reason is in error.skills"
+    else:
+        close = difflib.get_close_matches(str(context), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint += f"; the loaded skills run in: {', '.join(known)}"
+    return {
+        "code": "NO_SKILL",
+        "message": f"no skill can run in context {context!r}{hint}",
+        "skills": skills,
+    }
+
+
 def start_update(
     ctx: NodeContext, state: Mapping[str, Any], update: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The input that starts a run on ``state``: ``update`` plus its first routing decision."""
-    _, routed = route(ctx, {**state, **update})
+    """The input that starts a run on ``state``: ``update`` plus its first routing decision.
+
+    When no skill can run, the run ends at once as ``no_skill`` (see :func:`no_skill_error`).
+    """
+    merged = {**state, **update}
+    goto, routed = route(ctx, merged)
+    if goto == END and routed["status"] == "finished":
+        routed = {**routed, "status": "no_skill", "error": no_skill_error(ctx, merged)}
     return {**update, **routed}
 
 

@@ -31,7 +31,7 @@ from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
 from skilldeck.nodes.prompt import SUBMIT_TOOL, render_feedback, render_system, render_user
 from skilldeck.nodes.router import route
 from skilldeck.nodes.transcript import append_messages, read_messages
-from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
+from skilldeck.scripted import CALL_INDEX_KEY, INVALID_KEY, SKILL_KEY, TURN_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import (
     CARD_SCHEMA,
@@ -249,14 +249,18 @@ class SkillNode:
     ) -> Command[str]:
         output, errors = parse_output(message)
         if output is None:
-            return self._reject(visit, turn, errors, None)
-        return self.accept_output(visit, turn, output)
+            return self._reject(visit, turn, errors, None, message)
+        return self.accept_output(visit, turn, output, message)
 
     def accept_output(
-        self, visit: Visit, turn: dict[str, Any], output: dict[str, Any]
+        self,
+        visit: Visit,
+        turn: dict[str, Any],
+        output: dict[str, Any],
+        source: AIMessage | None = None,
     ) -> Command[str]:
         """Validate a candidate output and merge it, ask, retry or fail: the one path every
-        execution mode ends in."""
+        execution mode ends in. ``source`` is the model message the output came from."""
         state, calls = visit.state, visit.calls
         errors = format_errors(self.bundle.validator, output)
         control: dict[str, Any] = (
@@ -267,7 +271,7 @@ class SkillNode:
                 control["questions"], self.bundle.provides, self.bundle.data_keys
             )
         if errors:
-            return self._reject(visit, turn, errors, control.get("retry_prompt"))
+            return self._reject(visit, turn, errors, control.get("retry_prompt"), source)
         if control["action"] == "retry":
             errors = [{"path": "$.control.action", "message": "the skill asked to retry"}]
             return self._reject(visit, turn, errors, control.get("retry_prompt"))
@@ -281,7 +285,7 @@ class SkillNode:
         if verdict["action"] == "error":
             return self._fail(state, "SCRIPT_ERROR", verdict["message"], turn)
         if verdict["action"] == "retry":
-            return self._reject(visit, turn, verdict["errors"], verdict.get("retry_prompt"))
+            return self._reject(visit, turn, verdict["errors"], verdict.get("retry_prompt"), source)
         action = "ask_user" if verdict["action"] == "ask_user" else control["action"]
         update: dict[str, Any] = {
             **output["data"],
@@ -294,12 +298,12 @@ class SkillNode:
         if action == "finish":
             return _command(state, END, {**update, "status": "finished"})
         if action == "ask_user":
-            source = verdict if verdict["action"] == "ask_user" else control
+            asked = verdict if verdict["action"] == "ask_user" else control
             update["card"] = {
                 "card_id": uuid.uuid4().hex,
                 "skill": self.name,
-                "review_type": source["review_type"],
-                "questions": source["questions"],
+                "review_type": asked["review_type"],
+                "questions": asked["questions"],
             }
             return _command(state, CARD_NODE, {**update, "status": "interrupted"})
         goto, routed = route(self.ctx, merged)
@@ -340,14 +344,29 @@ class SkillNode:
         }
 
     def _reject(
-        self, visit: Visit, turn: dict[str, Any], errors: Errors, retry_prompt: str | None
+        self,
+        visit: Visit,
+        turn: dict[str, Any],
+        errors: Errors,
+        retry_prompt: str | None,
+        source: AIMessage | None = None,
     ) -> Command[str]:
-        """Re-ask the model with the errors, or fail the run when retries are used up."""
+        """Re-ask the model with the errors, or fail the run when retries are used up.
+
+        A scripted turn that is rejected without saying ``invalid: true`` fails at once: a
+        broken cassette must not be papered over by the turn after it.
+        """
         record = self._record(turn, "rejected", errors)
-        if turn["attempt"] > self.ctx.settings.max_retries:
+        said = source.response_metadata if source is not None else {}
+        scripted = said.get(TURN_KEY)
+        mistake = scripted is not None and not said.get(INVALID_KEY)
+        if mistake or turn["attempt"] > self.ctx.settings.max_retries:
             message = (
-                f"skill {self.name!r} produced no valid output in {turn['attempt']} attempt(s); "
-                "nothing was merged"
+                f"scripted turn {scripted} is not a valid output of skill {self.name!r} (if the "
+                "turn is meant to be rejected, add invalid: true to it); nothing was merged"
+                if mistake
+                else f"skill {self.name!r} produced no valid output in {turn['attempt']} "
+                "attempt(s); nothing was merged"
             )
             return Command(
                 goto=END,

@@ -18,13 +18,14 @@ from langgraph.types import Command, StateSnapshot
 from skilldeck._internal.aio import LoopGraphs
 from skilldeck._internal.drive import AsyncDriver, Driver, Request, checkpoint_errors
 from skilldeck.checkpoints.claims import InterruptClaims, MemoryClaims
-from skilldeck.checkpoints.inspect import pending_card, step_rows, thread_status
+from skilldeck.checkpoints.inspect import index_threads, pending_card, step_rows, thread_status
 from skilldeck.checkpoints.open import (
     AsyncPersistence,
     Persistence,
     open_async_persistence,
     open_persistence,
 )
+from skilldeck.checkpoints.threads import ThreadIndex, memory_index
 from skilldeck.errors import (
     CardPendingError,
     CheckpointError,
@@ -32,6 +33,7 @@ from skilldeck.errors import (
     NoModelConfiguredError,
     NoPendingCardError,
     SkillDeckError,
+    SkillNotLoadedError,
     StaleInterruptError,
     ThreadNotFoundError,
 )
@@ -119,12 +121,23 @@ class SkillDeck:
         self.claims: InterruptClaims = (
             self._persistence.claims if self._persistence is not None else MemoryClaims()
         )
+        #: The thread index: owners, statuses and what each thread ran with.
+        self.index: ThreadIndex = (
+            self._persistence.threads
+            if self._persistence is not None
+            else memory_index(backfill=True)  # a given saver may already hold threads
+        )
         self.graph = builder.compile(checkpointer=saver, store=store)
         data_keys = {b.name: frozenset(b.data_keys) for b in self.bundles}
+        fingerprints = {b.name: b.fingerprint for b in self.bundles}
+        sources = [str(b.path) for b in self.bundles]
         # What a driver needs besides its graph: the sync graph's driver is made once, the
         # async one per call, on the graph of the running loop.
-        self._runtime = (self.settings, data_keys, self.claims)
+        self._runtime = (self.settings, data_keys, self.claims, self.index, fingerprints, sources)
         self._sync = Driver(self.graph, *self._runtime)
+        if self.index.needs_backfill:
+            index_threads(self.graph, self.index)
+            self.index.needs_backfill = False
         self._loops = LoopGraphs(self._open_async)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -136,6 +149,8 @@ class SkillDeck:
                 opened.close()
         if self._persistence is not None:
             self._persistence.close()
+        else:
+            self.index.close()
 
     def __enter__(self) -> SkillDeck:
         return self
@@ -413,6 +428,8 @@ class SkillDeck:
             raise SkillDeckError(f"next_skill {next_skill!r} is not a loaded skill")
         if snapshot is not None and snapshot.interrupts:
             raise CardPendingError(thread_id)
+        if snapshot is not None:
+            self._check_skills(thread_id, snapshot)
         self.check_models(context)
         identity = {"user_id": user_id, "matter_id": matter_id}
         config = self._sync.config(thread_id, identity, metadata, callbacks)
@@ -445,12 +462,13 @@ class SkillDeck:
     ) -> Request:
         """Check answers against the pending card; the resume command, its config, its claim."""
         if snapshot is None:
-            raise ThreadNotFoundError(thread_id)
+            raise ThreadNotFoundError(thread_id, where=self.index.where)
         if not snapshot.interrupts:
             raise NoPendingCardError(thread_id, thread_status(snapshot))
         pending = snapshot.interrupts[0]
         if interrupt_id is not None and interrupt_id != pending.id:
             raise StaleInterruptError(thread_id, interrupt_id, pending.id)
+        self._check_skills(thread_id, snapshot)
         card = pending_card(pending)
         errors = validate_answers(card["questions"], answers)
         if errors:
@@ -459,6 +477,20 @@ class SkillDeck:
         config = self._sync.config(thread_id, _identity(snapshot.values), metadata, callbacks)
         command: Command[Any] = Command(resume={pending.id: dict(answers)})
         return Request(command, config, snapshot, claim=(thread_id, pending.id))
+
+    def _check_skills(self, thread_id: str, snapshot: StateSnapshot) -> None:
+        """Refuse a thread whose pending card or turn belongs to a skill this deck lacks (its
+        state fields the driver checks against the latest checkpoint)."""
+        needed = {
+            item["skill"]
+            for item in (snapshot.values.get("card"), snapshot.values.get("turn"))
+            if isinstance(item, Mapping) and item.get("skill")
+        }
+        missing = sorted(needed - set(self._ctx.bundles))
+        if missing:
+            record = self.index.get(thread_id)
+            sources = record.sources if record is not None else ()
+            raise SkillNotLoadedError(thread_id, skills=missing, sources=sources)
 
     # -- time travel ----------------------------------------------------------------------
     def fork(
@@ -515,8 +547,18 @@ class SkillDeck:
     def _require(self, thread_id: str) -> StateSnapshot:
         snapshot = self._sync.snapshot(thread_id)
         if snapshot is None:
-            raise ThreadNotFoundError(thread_id)
+            raise ThreadNotFoundError(thread_id, where=self.index.where)
         return snapshot
+
+    def resolve_thread(self, prefix: str) -> str:
+        """The full id of the one thread whose id starts with ``prefix`` (git-style).
+
+        Raises:
+            ThreadNotFoundError: no thread matches; the error names the checkpoint database.
+            AmbiguousThreadError: several threads match: give more characters.
+        """
+        with checkpoint_errors():
+            return self.index.resolve(prefix)
 
     def get_thread(self, thread_id: str) -> RunResult:
         """The current state of a thread, with its pending card if it is paused."""
@@ -529,37 +571,14 @@ class SkillDeck:
         with checkpoint_errors():
             return step_rows(self.graph.get_state_history(self._sync.config(thread_id)))
 
-    def threads(self) -> list[ThreadSummary]:
-        """Every thread in the checkpoint database, newest first."""
+    def threads(
+        self, *, user_id: str | None = None, status: str | None = None, limit: int | None = None
+    ) -> list[ThreadSummary]:
+        """Threads in the checkpoint database, most recently run first (from the thread index:
+        no checkpoint is read); only ``user_id``'s, or those with ``status``, when given."""
         with checkpoint_errors():
-            latest: dict[str, Any] = {}
-            created: dict[str, str] = {}
-            for item in self.checkpointer.list(None):
-                thread = item.config["configurable"]["thread_id"]
-                if item.config["configurable"].get("checkpoint_ns"):
-                    continue
-                if thread not in latest:
-                    latest[thread] = item
-                created[thread] = min(
-                    created.get(thread, item.checkpoint["ts"]), item.checkpoint["ts"]
-                )
-        rows = []
-        for thread_id, item in latest.items():
-            snapshot = self._require(thread_id)
-            attempt = snapshot.values.get("attempt") or {}
-            rows.append(
-                ThreadSummary(
-                    thread_id=thread_id,
-                    status=thread_status(snapshot),
-                    user_id=snapshot.values.get("user_id"),
-                    last_skill=attempt.get("skill"),
-                    steps=int((item.metadata or {}).get("step", 0)) + 1,
-                    updated_at=snapshot.created_at,
-                    created_at=created[thread_id],
-                )
-            )
-        rows.sort(key=lambda r: r.updated_at or "", reverse=True)
-        return rows
+            records = self.index.list(user_id=user_id, status=status, limit=limit)
+        return [ThreadSummary.from_record(r) for r in records]
 
     def mermaid(self) -> str:
         """The compiled graph as Mermaid text (rendered offline by any Mermaid viewer)."""

@@ -7,8 +7,12 @@ it, so callers (the CLI, the HTTP service, an embedding app) can branch on ``cod
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skilldeck.types import Problem
 
 __all__ = [
     "AlreadyResumedError",
@@ -24,6 +28,7 @@ __all__ = [
     "NoPendingCardError",
     "ScriptedModelError",
     "SkillDeckError",
+    "SkillNotLoadedError",
     "StaleInterruptError",
     "ThreadBusyError",
     "ThreadNotFoundError",
@@ -51,6 +56,8 @@ class ErrorCode(StrEnum):
     INVALID_INPUT = "INVALID_INPUT"
     INVALID_EVAL = "INVALID_EVAL"
     MISSING_EXTRA = "MISSING_EXTRA"
+    NO_SKILL = "NO_SKILL"
+    SKILL_NOT_LOADED = "SKILL_NOT_LOADED"
 
 
 class SkillDeckError(Exception):
@@ -71,17 +78,68 @@ class SkillDeckError(Exception):
 class BundleError(SkillDeckError):
     """A skill bundle is malformed. Raised at load time, never during a run.
 
-    ``str(err)`` is one line: ``<file>: <json path>: <reason>``.
+    ``str(err)`` is one line: ``<file>: <json path>: <reason>`` of the first problem, and how
+    many more there are; ``problems`` lists them all (``skilldeck check DIR`` prints them).
     """
 
     code = ErrorCode.INVALID_BUNDLE
 
     def __init__(self, file: str, json_path: str, reason: str) -> None:
+        from skilldeck.types import Problem
+
         self.file, self.json_path, self.reason = file, json_path, reason
+        self.problems: list[Problem] = [Problem(file, json_path, reason)]
         super().__init__(f"{file}: {json_path}: {reason}")
 
+    @classmethod
+    def of(cls, problems: Sequence[Problem]) -> BundleError:
+        """The error of several problems (at least one), first one first."""
+        first = problems[0]
+        error = cls(first.file, first.json_path, first.message)
+        error.problems = list(problems)
+        if len(problems) > 1:
+            more = len(problems) - 1
+            error.args = (
+                f"{first} (and {more} more problem{'s' * (more > 1)}: run skilldeck check to "
+                "see them all)",
+            )
+        return error
+
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "file": self.file, "json_path": self.json_path}
+        body = {**super().to_dict(), "file": self.file, "json_path": self.json_path}
+        if len(self.problems) > 1:
+            body["problems"] = [p.to_dict() for p in self.problems]
+        return body
+
+
+class SkillNotLoadedError(SkillDeckError):
+    """The thread needs skills (or holds state fields of skills) that this deck does not load:
+    running it here would lose them. Nothing was written."""
+
+    code = ErrorCode.SKILL_NOT_LOADED
+
+    def __init__(
+        self,
+        thread_id: str,
+        *,
+        skills: Sequence[str] = (),
+        fields: Sequence[str] = (),
+        sources: Sequence[str] = (),
+    ) -> None:
+        self.thread_id, self.skills, self.fields = thread_id, list(skills), list(fields)
+        what = (
+            f"skill(s) {', '.join(map(repr, skills))}"
+            if skills
+            else f"state field(s) {', '.join(map(repr, fields))} of skills"
+        )
+        where = f"; it ran with the skills of: {', '.join(sources)}" if sources else ""
+        super().__init__(
+            f"thread {thread_id!r} needs {what} that this deck does not load{where}. Open the "
+            "deck with those skills (CLI: --skills DIR); nothing was written"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "skills": self.skills, "fields": self.fields}
 
 
 class ModelConfigError(SkillDeckError):
@@ -97,13 +155,17 @@ class ScriptedModelError(SkillDeckError):
 
 
 class ThreadNotFoundError(SkillDeckError):
+    """No thread has this id (or id prefix) in the checkpoint database ``where``."""
+
     code = ErrorCode.THREAD_NOT_FOUND
 
-    def __init__(self, thread_id: str) -> None:
-        self.thread_id = thread_id
+    def __init__(self, thread_id: str, *, where: str | None = None) -> None:
+        self.thread_id, self.where = thread_id, where
+        looked = f" in {where}" if where else ""
         super().__init__(
-            f"thread {thread_id!r} has no checkpoints: start it with SkillDeck.run() "
-            "or check the thread id and the checkpoint database URL"
+            f"thread {thread_id!r} not found{looked}: check the id (`skilldeck threads` lists "
+            "them) and the checkpoint database (SKILLDECK_HOME, SKILLDECK_CHECKPOINT_URL or "
+            "--checkpoint), or start a thread with run()"
         )
 
 

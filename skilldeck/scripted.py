@@ -11,12 +11,17 @@ Script format::
         - tool_calls: [{name: file__parse, args: {file_id: complaint.txt}}]
         - output: {response: "...", profile: {...}, data: {...}, control: {action: finish}}
         - text: "raw model text, e.g. to test invalid output"
+          invalid: true         # this turn is meant to be rejected (the re-ask gets the next)
     cases:                      # optional: per-case turns, e.g. an eval cassette
       card_event_meeting:       # picked by the run's metadata {"skilldeck_case": ...}
         skills:
           card-agent: [...]
 
 A run whose ``skilldeck_case`` names a case uses that case's turns; other runs use ``skills``.
+
+A script never hides a contract error: a turn that the skill's contract rejects fails the run at
+once as ``CONTRACT_VIOLATION``, naming the turn, unless the turn says ``invalid: true`` (a test
+of the re-ask). So a broken cassette is never papered over by the turn after it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage
@@ -36,9 +40,19 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from pydantic import Field
 
+from skilldeck._internal.documents import DocumentError, parse_yaml
 from skilldeck.errors import ModelConfigError, ScriptedModelError
 
-__all__ = ["CALL_INDEX_KEY", "CASE_KEY", "SKILL_KEY", "Script", "ScriptedChatModel", "load_script"]
+__all__ = [
+    "CALL_INDEX_KEY",
+    "CASE_KEY",
+    "INVALID_KEY",
+    "SKILL_KEY",
+    "TURN_KEY",
+    "Script",
+    "ScriptedChatModel",
+    "load_script",
+]
 
 SKILL_KEY = "skilldeck_skill"
 CALL_INDEX_KEY = "skilldeck_call"
@@ -47,6 +61,10 @@ CASE_KEY = "skilldeck_case"
 #: Turns by skill name.
 Turns = dict[str, list[dict[str, Any]]]
 _TURN_KINDS = ("output", "text", "tool_calls")
+_TURN_KEYS = frozenset((*_TURN_KINDS, "invalid"))
+#: ``response_metadata`` of a scripted message: where its turn is, and if it is meant invalid.
+TURN_KEY = "scripted_turn"
+INVALID_KEY = "scripted_invalid"
 
 
 def load_script(source: str | Path | Mapping[str, Any]) -> Script:
@@ -59,9 +77,9 @@ def load_script(source: str | Path | Mapping[str, Any]) -> Script:
             raise ModelConfigError(f"scripted model file {str(path)!r} does not exist")
         label = str(path)
         try:
-            raw = yaml.safe_load(path.read_text("utf-8"))
-        except yaml.YAMLError as exc:
-            raise ModelConfigError(f"{label}: invalid YAML/JSON: {exc}") from None
+            raw = parse_yaml(path.read_text("utf-8"))
+        except DocumentError as exc:
+            raise ModelConfigError(f"{label}: {exc.reason}") from None
     if not isinstance(raw, Mapping) or not ({"skills", "cases"} & set(raw)):
         raise ModelConfigError(f"{label}: $.skills: must map skill names to lists of turns")
     cases = raw.get("cases") or {}
@@ -93,6 +111,14 @@ def _turns(label: str, where: str, skills: Any) -> Turns:
                 raise ModelConfigError(
                     f"{label}: {where}.{skill}[{i}]: a turn has exactly one of "
                     f"{', '.join(_TURN_KINDS)}"
+                )
+            unknown = sorted(set(turn) - _TURN_KEYS)
+            if unknown or not isinstance(turn.get("invalid", False), bool):
+                raise ModelConfigError(
+                    f"{label}: {where}.{skill}[{i}]: unknown key(s) {', '.join(unknown)}; a turn "
+                    f"has one of {', '.join(_TURN_KINDS)} and may say invalid: true"
+                    if unknown
+                    else f"{label}: {where}.{skill}[{i}].invalid: must be true or false"
                 )
     return {str(k): list(v) for k, v in skills.items()}
 
@@ -161,7 +187,12 @@ class ScriptedChatModel(BaseChatModel):
                 f"{len(turns)}); add turns under {where}"
             )
         message = _message(turns[index], skill, index)
-        message.response_metadata = {"model_name": self.model_name, "scripted": True}
+        message.response_metadata = {
+            "model_name": self.model_name,
+            "scripted": True,
+            TURN_KEY: f"{self.label}: {where}[{index}]",
+            INVALID_KEY: bool(turns[index].get("invalid", False)),
+        }
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 

@@ -1,7 +1,9 @@
 """Host settings: limits and defaults the host controls, not the skills.
 
 Every field can be set from the environment with the ``SKILLDECK_`` prefix, e.g.
-``SKILLDECK_MAX_RETRIES=1`` or ``SKILLDECK_CHECKPOINT_URL=sqlite:///runs.sqlite``.
+``SKILLDECK_MAX_RETRIES=1`` or ``SKILLDECK_CHECKPOINT_URL=sqlite:///runs.sqlite``. The stores
+default to files in one state folder, ``SKILLDECK_HOME`` (see :mod:`skilldeck._internal.home`:
+a project's ``.skilldeck/`` when there is one, else the per-user data folder).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from skilldeck._internal.home import state_home
 
 __all__ = ["Settings"]
 
@@ -53,7 +57,10 @@ class Settings(BaseSettings):
         default=6, ge=1, description="Evidence messages a planner-mode skill may return."
     )
 
-    checkpoint_url: str = "sqlite:///.skilldeck/checkpoints.sqlite"
+    checkpoint_url: str = Field(
+        default_factory=lambda: state_home().sqlite_url("checkpoints.sqlite"),
+        description="memory://, sqlite:///PATH or postgresql://...; default: in SKILLDECK_HOME.",
+    )
     durability: Literal["sync", "async", "exit"] = "sync"
     sqlite_timeout_s: float = Field(default=5.0, gt=0, description="Wait for a locked database.")
     postgres_pool_size: int = Field(
@@ -62,10 +69,13 @@ class Settings(BaseSettings):
     files_root: str = "."
 
     messages_path: str = Field(
-        default=".skilldeck/messages.sqlite",
+        default_factory=lambda: str(state_home().path / "messages.sqlite"),
         description="The message store: a SQLite file, or a postgresql:// URL.",
     )
-    chroma_path: str = Field(default=".skilldeck/chroma", description="Embedded Chroma folder.")
+    chroma_path: str = Field(
+        default_factory=lambda: str(state_home().path / "chroma"),
+        description="Embedded Chroma folder.",
+    )
     chroma_url: str | None = Field(
         default=None, description="A `chroma run` server, e.g. http://127.0.0.1:8000."
     )
@@ -76,5 +86,6 @@ class Settings(BaseSettings):
     )
     embedding_base_url: str | None = None
     knowledge_path: str = Field(
-        default=".skilldeck/knowledge", description="Where the knowledge base keeps its index."
+        default_factory=lambda: str(state_home().path / "knowledge"),
+        description="Where the knowledge base keeps its index.",
     )

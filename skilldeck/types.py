@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from skilldeck.checkpoints.threads import ThreadRecord
 
 __all__ = [
     "Card",
@@ -13,6 +16,7 @@ __all__ = [
     "DoneEvent",
     "ErrorEvent",
     "Event",
+    "Problem",
     "RunResult",
     "SkillResultEvent",
     "StepEvent",
@@ -21,7 +25,31 @@ __all__ = [
     "ToolCallEvent",
 ]
 
-ThreadStatus = Literal["running", "interrupted", "finished", "failed"]
+ThreadStatus = Literal["new", "running", "interrupted", "finished", "failed", "no_skill"]
+"""Where a thread stands: ``new`` (created over HTTP, never run), ``running`` (a run goes on, or
+was cut off: run it again to continue), ``interrupted`` (a card waits), ``finished``, ``failed``
+(``error`` says why) or ``no_skill`` (no skill could run: ``error.skills`` says why for each)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One problem of a skill bundle: the file, the JSON path in it, and what is wrong.
+
+    ``severity`` is ``error`` (the bundle does not load) or ``warning`` (it loads; ``skilldeck
+    check --strict`` fails on it). ``rule`` names the rule a warning is about, if any.
+    """
+
+    file: str
+    json_path: str
+    message: str
+    severity: Literal["error", "warning"] = "error"
+    rule: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.json_path}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class CardOption(TypedDict):
@@ -55,8 +83,9 @@ class Card(TypedDict):
 class RunResult:
     """Where a thread stands after ``run``/``resume``, or when read with ``get_thread``.
 
-    ``status`` is ``interrupted`` (``card`` is set), ``finished``, ``failed`` (``error`` is set)
-    or ``running`` (a run was cut off; run the thread again to continue it).
+    ``status`` is ``interrupted`` (``card`` is set), ``finished``, ``failed`` (``error`` is set),
+    ``no_skill`` (no skill could run; ``error`` lists each skill and why it was not a
+    candidate) or ``running`` (a run was cut off; run the thread again to continue it).
     """
 
     status: ThreadStatus
@@ -82,9 +111,26 @@ class ThreadSummary:
     steps: int
     updated_at: str | None
     created_at: str | None = None
+    matter_id: str | None = None
+    model: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: ThreadRecord) -> ThreadSummary:
+        """The summary of a thread index row."""
+        return cls(
+            thread_id=record.thread_id,
+            status=record.status,  # type: ignore[arg-type]
+            user_id=record.user_id,
+            last_skill=record.skill,
+            steps=record.steps,
+            updated_at=record.updated_at,
+            created_at=record.created_at,
+            matter_id=record.matter_id,
+            model=record.model,
+        )
 
 
 # -- stream events ----------------------------------------------------------------------------
@@ -178,8 +224,9 @@ class CardEvent(_Event):
 
 @dataclass(frozen=True, slots=True)
 class ErrorEvent(_Event):
-    """The run failed (terminal): ``code`` and ``message`` say why; ``details`` has the rest
-    (e.g. a skill's last ``errors``)."""
+    """The run failed, or no skill could run (terminal): ``code`` and ``message`` say why;
+    ``details`` has the rest (a skill's last ``errors``; for ``NO_SKILL``, ``skills``: each
+    skill and why it was not a candidate)."""
 
     event: ClassVar[Literal["error"]] = "error"
     thread_id: str

@@ -63,6 +63,8 @@ class SkillBundle:
     preprocess: PreprocessFn | None = field(default=None, compare=False, repr=False)
     validate: ValidateFn | None = field(default=None, compare=False, repr=False)
     validator: Validator = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    #: A digest of the files the loader read: a thread records it, to tell an edited skill.
+    fingerprint: str = ""
 
     @property
     def data_keys(self) -> tuple[str, ...]:
@@ -94,6 +96,26 @@ class SkillBundle:
             and all(c.evaluate(state) for c in self.state_conditions)
             and self.requires_hold(state)
         )
+
+    def why_not(self, state: Mapping[str, Any]) -> str | None:
+        """Why the router may not pick this skill for ``state``, naming the trigger or the
+        requirement that fails and the values it read; ``None`` if it may."""
+        context = state.get("context")
+        if context not in self.contexts:
+            allowed = ", ".join(repr(c) for c in self.contexts) or "none"
+            return f"context {context!r} is not in triggers.contexts ({allowed})"
+        for where, conditions in (
+            ("triggers.state_conditions", self.state_conditions),
+            ("requires.all", self.requires_all),
+        ):
+            for c in conditions:
+                if not c.evaluate(state):
+                    return f"{where}: `{c.source}` is false ({c.values(state)})"
+        if self.requires_any and not any(c.evaluate(state) for c in self.requires_any):
+            sources = ", ".join(f"`{c.source}`" for c in self.requires_any)
+            read = "; ".join(c.values(state) for c in self.requires_any)
+            return f"requires.any: none of {sources} holds ({read})"
+        return None
 
     def requires_hold(self, state: Mapping[str, Any]) -> bool:
         return all(c.evaluate(state) for c in self.requires_all) and (

@@ -8,6 +8,7 @@ grammar can only read state paths and compare JSON values, so there is nothing t
 
 from __future__ import annotations
 
+import json
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -396,6 +397,16 @@ class Condition:
     def paths(self) -> tuple[tuple[str | int, ...], ...]:
         """Returns the distinct state paths read, in order of appearance, without 'state'."""
         return tuple(dict.fromkeys(_paths(self._root)))
+
+    def values(self, state: Mapping[str, Any]) -> str:
+        """The values the condition reads in ``state``, for people: ``state.a = 1, state.b =
+        null`` (each cut to 60 characters)."""
+        shown = []
+        for segments in self.paths():
+            path = "state" + "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in segments)
+            value = json.dumps(_resolve(state, segments), ensure_ascii=False, default=str)
+            shown.append(f"{path} = {value if len(value) <= 60 else value[:59] + '…'}")
+        return ", ".join(shown)
 
 
 def parse_condition(text: str) -> Condition:

@@ -1,11 +1,18 @@
 """Load and validate skill bundles (seed 004 layout, or a plain Agent Skill ``SKILL.md``).
 
-Everything is checked here, up front: a bundle that loads never fails later for a reason that
-could have been seen in its files. Errors name the file, the JSON path and the reason.
+Everything is checked here, up front, and completely: a bundle that loads never fails later for
+a reason that could have been seen in its files, and a bundle that does not load reports every
+problem at once (file, JSON path, reason; :func:`inspect_bundle` returns them, ``skilldeck
+check`` prints them).
+
+The loader reads only inside the bundle: a file that is a symlink out of it is refused, and so
+is a file over :data:`MAX_FILE_BYTES`. JSON and YAML go through
+:mod:`skilldeck._internal.documents` (no duplicate keys, no alias bombs).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import re
@@ -14,20 +21,33 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-from jsonschema import Draft202012Validator, SchemaError
-from jsonschema.exceptions import best_match
+from jsonschema import Draft202012Validator
 
+from skilldeck._internal.documents import DocumentError, parse_json, parse_yaml
 from skilldeck.errors import BundleError
 from skilldeck.skills.bundle import ExecutionConfig, Reference, SkillBundle
 from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
-from skilldeck.skills.contract import build_output_schema, compile_schema, json_path
+from skilldeck.skills.contract import build_output_schema, compile_schema
+from skilldeck.skills.problems import Problems
 from skilldeck.skills.tokens import estimate_tokens, truncate_to_tokens
 
-__all__ = ["builtin_skills_dir", "load_bundle", "load_script", "load_skills"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "builtin_skills_dir",
+    "inspect_bundle",
+    "load_bundle",
+    "load_script",
+    "load_skills",
+    "skill_folders",
+]
+
+#: The largest file the loader reads (SKILL.md, metadata, schema, an inlined reference).
+MAX_FILE_BYTES = 1 << 20
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 _SCRIPTS = {"preprocess": "preprocess(state)", "validate": "validate(output, state)"}
+# The spec's name; lowercase skill.md is accepted too, as the Agent Skills clients do.
+_SKILL_FILES = ("SKILL.md", "skill.md")
 
 
 def builtin_skills_dir() -> Path:
@@ -41,45 +61,91 @@ def _meta_validator() -> Draft202012Validator:
     return Draft202012Validator(schema)
 
 
-def _read_text(file: Path) -> str:
-    try:
-        return file.read_text("utf-8")
-    except UnicodeDecodeError:
-        raise BundleError(str(file), "$", "file is not UTF-8 text") from None
+class _Reader:
+    """Reads one bundle's files for the loader, reporting problems instead of raising, and
+    keeps a digest of what it read (the bundle's fingerprint)."""
+
+    def __init__(self, folder: Path, problems: Problems) -> None:
+        self.folder, self.problems = folder, problems
+        self._digest = hashlib.sha256()
+
+    def inside(self, file: Path) -> bool:
+        """Whether ``file`` (after symlinks) is in the bundle; a problem if not."""
+        try:
+            file.resolve().relative_to(self.folder)
+        except ValueError:
+            self.problems.error(
+                file, "$", f"links to {file.resolve()}, outside the bundle: copy the file in"
+            )
+            return False
+        return True
+
+    def text(self, file: Path) -> str | None:
+        """The file's UTF-8 text, or ``None`` (with a problem)."""
+        if not self.inside(file):
+            return None
+        size = file.stat().st_size
+        if size > MAX_FILE_BYTES:
+            self.problems.error(
+                file,
+                "$",
+                f"is {size:,} bytes; the loader reads files of at most {MAX_FILE_BYTES:,} bytes",
+            )
+            return None
+        data = file.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.problems.error(file, "$", "file is not UTF-8 text")
+            return None
+        self._digest.update(file.relative_to(self.folder).as_posix().encode("utf-8") + b"\0")
+        self._digest.update(data)
+        return text
+
+    def json(self, file: Path) -> Any:
+        """The file's JSON value, or ``None`` (with a problem)."""
+        text = self.text(file)
+        if text is None:
+            return None
+        try:
+            return parse_json(text)
+        except DocumentError as exc:
+            self.problems.error(file, "$", exc.reason)
+            return None
+
+    @property
+    def fingerprint(self) -> str:
+        return self._digest.hexdigest()[:16]
 
 
-def _read_json(file: Path) -> Any:
-    try:
-        return json.loads(_read_text(file))
-    except json.JSONDecodeError as exc:
-        raise BundleError(
-            str(file), "$", f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
-
-
-def _front_matter(file: Path) -> tuple[dict[str, Any] | None, str]:
-    text = _read_text(file)
+def _front_matter(reader: _Reader, file: Path) -> tuple[dict[str, Any] | None, str] | None:
+    """``(front matter or None, body)`` of ``SKILL.md``; ``None`` if it cannot be read."""
+    text = reader.text(file)
+    if text is None:
+        return None
     match = _FRONT_MATTER.match(text)
     if not match:
         return None, text
     try:
-        front = yaml.safe_load(match.group(1))
-    except yaml.YAMLError as exc:
-        raise BundleError(
-            str(file), "$.front_matter", f"invalid YAML: {' '.join(str(exc).split())}"
-        ) from None
+        front = parse_yaml(match.group(1), aliases=False)
+    except DocumentError as exc:
+        reader.problems.error(file, "$.front_matter", exc.reason)
+        return None, text[match.end() :]
     if not isinstance(front, dict):
-        raise BundleError(str(file), "$.front_matter", "front matter must be a YAML mapping")
+        reader.problems.error(file, "$.front_matter", "front matter must be a YAML mapping")
+        return None, text[match.end() :]
     return front, text[match.end() :]
 
 
-def _conditions(file: Path, where: str, sources: Sequence[str]) -> tuple[Condition, ...]:
+def _conditions(
+    problems: Problems, file: Path, where: str, sources: Sequence[str]
+) -> tuple[Condition, ...]:
     out = []
     for i, source in enumerate(sources):
         try:
             out.append(parse_condition(source))
         except ConditionError as exc:
-            raise BundleError(str(file), f"{where}[{i}]", str(exc)) from None
+            problems.error(file, f"{where}[{i}]", str(exc))
     return tuple(out)
 
 
@@ -107,12 +173,14 @@ def load_script(
     return fn  # type: ignore[no-any-return]
 
 
-def _references(folder: Path, budget: int) -> tuple[Reference, ...]:
+def _references(reader: _Reader, folder: Path, budget: int) -> tuple[Reference, ...]:
     if not folder.is_dir():
         return ()
     refs, left = [], budget
-    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-        text = _read_text(file)
+    for file in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
+        text = reader.text(file)
+        if text is None or left <= 0:
+            continue
         tokens = estimate_tokens(text)
         truncated = tokens > left
         if truncated:
@@ -120,95 +188,87 @@ def _references(folder: Path, budget: int) -> tuple[Reference, ...]:
             tokens = estimate_tokens(text)
         if text:
             refs.append(Reference(file.relative_to(folder).as_posix(), text, tokens, truncated))
-        left -= tokens
-        if truncated:
-            break
+        left -= tokens if not truncated else left
     return tuple(refs)
 
 
-def _meta(folder: Path, front: Mapping[str, Any] | None) -> tuple[Path, dict[str, Any]]:
+def _meta(
+    reader: _Reader, folder: Path, skill_md: Path, front: Mapping[str, Any] | None
+) -> tuple[Path, dict[str, Any]] | None:
+    problems = reader.problems
     file = folder / "skill.meta.json"
     if file.is_file():
-        meta = _read_json(file)
+        meta = reader.json(file)
+        if meta is None:
+            return None
     elif front is not None:
         # A plain Agent Skill: it runs when the run's context is its own name.
         meta = {k: front[k] for k in ("name", "description") if k in front}
         meta["triggers"] = {"contexts": [front.get("name", folder.name)]}
-        file = folder / "SKILL.md"
+        file = skill_md
     else:
-        raise BundleError(
-            str(folder / "SKILL.md"),
+        problems.error(
+            skill_md,
             "$.front_matter",
             "a bundle without skill.meta.json needs YAML front matter with name and description",
         )
-    error = best_match(_meta_validator().iter_errors(meta))
-    if error is not None:
-        raise BundleError(str(file), json_path(error.absolute_path), error.message)
+        return None
+    before = len(problems.errors)
+    problems.schema_errors(file, _meta_validator().iter_errors(meta))
+    if len(problems.errors) > before or not isinstance(meta, dict):
+        return None
     return file, meta
 
 
-def load_bundle(
+def inspect_bundle(
     folder: str | Path, *, order: int = 0, reference_token_budget: int = 4000
-) -> SkillBundle:
-    """Load one bundle folder. Raises :class:`~skilldeck.errors.BundleError` if it is invalid."""
+) -> tuple[SkillBundle | None, Problems]:
+    """Check one bundle folder completely: the bundle (``None`` if it has an error) and every
+    problem found."""
     folder = Path(folder).resolve()
-    skill_md = folder / "SKILL.md"
-    if not skill_md.is_file():
-        raise BundleError(str(skill_md), "$", "missing SKILL.md")
-    front, body = _front_matter(skill_md)
-    meta_file, meta = _meta(folder, front)
-    for where, file, name in (
-        ("$.front_matter.name", skill_md, (front or {}).get("name", folder.name)),
-        ("$.name", meta_file, meta["name"]),
-    ):
+    problems = Problems()
+    reader = _Reader(folder, problems)
+    skill_md = next((folder / f for f in _SKILL_FILES if (folder / f).is_file()), None)
+    if skill_md is None:
+        problems.error(folder / "SKILL.md", "$", "missing SKILL.md")
+        return None, problems
+    read = _front_matter(reader, skill_md)
+    front, body = read if read is not None else (None, "")
+    found = _meta(reader, folder, skill_md, front)
+    names = [("$.front_matter.name", skill_md, (front or {}).get("name", folder.name))]
+    if found is not None:
+        names.append(("$.name", found[0], found[1]["name"]))
+    for where, file, name in names:
         if name != folder.name:
-            raise BundleError(
-                str(file), where, f"name {name!r} must equal the folder name {folder.name!r}"
-            )
+            problems.error(file, where, f"name {name!r} must equal the folder name {folder.name!r}")
 
-    schema_file = folder / "assets" / "output_schema.json"
-    source: Any = _read_json(schema_file) if schema_file.is_file() else {}
-    if not isinstance(source, dict):
-        raise BundleError(str(schema_file), "$", "the output schema must be a JSON object")
-    try:
-        Draft202012Validator.check_schema(source)
-    except SchemaError as exc:
-        raise BundleError(str(schema_file), json_path(exc.path), exc.message) from None
-    data_extra = ((source.get("properties") or {}).get("data") or {}).get("additionalProperties")
-    if data_extra not in (None, False):
-        raise BundleError(
-            str(schema_file),
-            "$.properties.data.additionalProperties",
-            "data fields become state keys, so they must all be declared: set it to false",
-        )
-    provides = tuple((meta.get("outputs") or {}).get("provides", ()))
-    output_schema, data_schema = build_output_schema(source, provides)
-    try:
-        validator = compile_schema(output_schema)
-    except ValueError as exc:
-        raise BundleError(str(schema_file), "$", f"the schema does not compile: {exc}") from None
-
-    triggers = meta.get("triggers") or {}
-    requires = meta.get("requires") or {}
-    scripts = {
-        func: load_script(folder.name, folder / "scripts" / f"{func}.py", func)
-        for func in _SCRIPTS
-        if (folder / "scripts" / f"{func}.py").is_file()
-    }
-    return SkillBundle(
+    schema = _output_schema(reader, folder, (found[1] if found else {}).get("outputs") or {})
+    scripts = _scripts(problems, folder)
+    references = _references(reader, folder / "references", reference_token_budget)
+    if found is None:
+        return None, problems
+    meta_file, meta = found
+    triggers, requires = meta.get("triggers") or {}, meta.get("requires") or {}
+    state_conditions = _conditions(
+        problems, meta_file, "$.triggers.state_conditions", triggers.get("state_conditions", ())
+    )
+    requires_all = _conditions(problems, meta_file, "$.requires.all", requires.get("all", ()))
+    requires_any = _conditions(problems, meta_file, "$.requires.any", requires.get("any", ()))
+    if problems.errors or schema is None:
+        return None, problems
+    output_schema, data_schema, validator = schema
+    bundle = SkillBundle(
         name=folder.name,
         description=str(meta["description"]),
         path=folder,
         instructions=body.strip(),
         meta=meta,
         contexts=tuple(triggers.get("contexts", ())),
-        state_conditions=_conditions(
-            meta_file, "$.triggers.state_conditions", triggers.get("state_conditions", ())
-        ),
-        requires_all=_conditions(meta_file, "$.requires.all", requires.get("all", ())),
-        requires_any=_conditions(meta_file, "$.requires.any", requires.get("any", ())),
+        state_conditions=state_conditions,
+        requires_all=requires_all,
+        requires_any=requires_any,
         tools=tuple(meta.get("tools", ())),
-        provides=provides,
+        provides=tuple((meta.get("outputs") or {}).get("provides", ())),
         priority=int(meta.get("priority", 0)),
         execution=ExecutionConfig(
             **{
@@ -219,24 +279,91 @@ def load_bundle(
         ),
         output_schema=output_schema,
         data_schema=data_schema,
-        references=_references(folder / "references", reference_token_budget),
+        references=references,
         order=order,
         preprocess=scripts.get("preprocess"),
         validate=scripts.get("validate"),
         validator=validator,
+        fingerprint=reader.fingerprint,
     )
+    return bundle, problems
 
 
-def _bundle_folders(root: Path) -> list[Path]:
+def _output_schema(
+    reader: _Reader, folder: Path, outputs: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], Any] | None:
+    """The full output schema, the data schema and the compiled validator; ``None`` (with
+    problems) if the bundle's schema is wrong."""
+    problems = reader.problems
+    file = folder / "assets" / "output_schema.json"
+    source: Any = reader.json(file) if file.is_file() else {}
+    if source is None:
+        return None
+    if not isinstance(source, dict):
+        problems.error(file, "$", "the output schema must be a JSON object")
+        return None
+    before = len(problems.errors)
+    meta_schema = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+    problems.schema_errors(file, meta_schema.iter_errors(source))
+    if len(problems.errors) > before:
+        return None
+    data_extra = ((source.get("properties") or {}).get("data") or {}).get("additionalProperties")
+    if data_extra not in (None, False):
+        problems.error(
+            file,
+            "$.properties.data.additionalProperties",
+            "data fields become state keys, so they must all be declared: set it to false",
+        )
+        return None
+    output_schema, data_schema = build_output_schema(source, tuple(outputs.get("provides", ())))
+    try:
+        validator = compile_schema(output_schema)
+    except ValueError as exc:
+        problems.error(file, "$", f"the schema does not compile: {exc}")
+        return None
+    return output_schema, data_schema, validator
+
+
+def _scripts(problems: Problems, folder: Path) -> dict[str, Callable[..., Any]]:
+    scripts = {}
+    for func in _SCRIPTS:
+        file = folder / "scripts" / f"{func}.py"
+        if file.is_file():
+            try:
+                scripts[func] = load_script(folder.name, file, func)
+            except BundleError as exc:
+                problems.extend(exc.problems)
+    return scripts
+
+
+def load_bundle(
+    folder: str | Path, *, order: int = 0, reference_token_budget: int = 4000
+) -> SkillBundle:
+    """Load one bundle folder.
+
+    Raises:
+        BundleError: the bundle has errors; ``problems`` lists every one of them.
+    """
+    bundle, problems = inspect_bundle(
+        folder, order=order, reference_token_budget=reference_token_budget
+    )
+    problems.raise_errors()
+    assert bundle is not None  # no errors means it loaded
+    return bundle
+
+
+def skill_folders(root: Path) -> list[Path]:
+    """The bundle folders under ``root``: ``root`` itself if it is one, else its children that
+    have a ``SKILL.md`` or a ``skill.meta.json`` (not hidden, not ``_`` fixtures)."""
     if not root.is_dir():
         raise BundleError(str(root), "$", "skills directory does not exist")
-    if (root / "SKILL.md").is_file():
+    if any((root / f).is_file() for f in _SKILL_FILES):
         return [root]
     folders = []
     for child in sorted(root.iterdir()):
         if not child.is_dir() or child.name.startswith((".", "_")):
             continue
-        if (child / "SKILL.md").is_file() or (child / "skill.meta.json").is_file():
+        if any((child / f).is_file() for f in (*_SKILL_FILES, "skill.meta.json")):
             folders.append(child)
     return folders
 
@@ -250,22 +377,29 @@ def load_skills(
     folder. The router breaks priority ties by this order.
 
     Raises:
-        BundleError: a bundle is malformed, or two bundles share a name.
+        BundleError: bundles are malformed, or two share a name; ``problems`` lists every
+            problem of every bundle.
     """
     roots = [paths] if isinstance(paths, str | Path) else list(paths)
     bundles: list[SkillBundle] = []
+    problems = Problems()
     seen: dict[str, Path] = {}
     for root in roots:
-        for folder in _bundle_folders(Path(root).resolve()):
-            bundle = load_bundle(
+        for folder in skill_folders(Path(root).resolve()):
+            bundle, found = inspect_bundle(
                 folder, order=len(bundles), reference_token_budget=reference_token_budget
             )
+            problems.extend(found.items)
+            if bundle is None:
+                continue
             if bundle.name in seen:
-                raise BundleError(
-                    str(folder),
+                problems.error(
+                    folder,
                     "$.name",
                     f"skill {bundle.name!r} is also loaded from {seen[bundle.name]}",
                 )
+                continue
             seen[bundle.name] = folder
             bundles.append(bundle)
+    problems.raise_errors()
     return tuple(bundles)

@@ -1,4 +1,5 @@
-"""Real PostgreSQL and ``chroma run`` servers for the tests (fixtures imported by conftest).
+"""Real PostgreSQL and ``chroma run`` servers for the tests (fixtures imported by conftest),
+and the system programs some tests need (:func:`program`).
 
 In CI, ``.ci/run`` starts both servers and sets ``SKILLDECK_TEST_POSTGRES_URL`` and
 ``SKILLDECK_TEST_CHROMA_URL``; the fixtures use them. Otherwise a fixture starts a private server
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 import uuid
@@ -26,15 +28,35 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 __all__ = [
+    "CHROMIUM_INSTALL",
+    "DOT_INSTALL",
     "Services",
     "chroma_url",
     "fresh_database",
     "postgres_server",
     "postgres_url",
     "private_postgres",
+    "program",
 ]
 
 SERVICES_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "services"
+DOT_INSTALL = "apt-get install graphviz (macOS: brew install graphviz)"
+CHROMIUM_INSTALL = "apt-get install chromium"
+
+
+def program(name: str, install: str) -> str:
+    """The path of the system program ``name``. Without it the test is skipped with the
+    command that installs it, or fails under ``SKILLDECK_REQUIRE_SERVICES=1`` (CI installs
+    every program, so a broken CI setup cannot pass by skipping)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    message = f"needs the {name} program: {install}"
+    if os.environ.get("SKILLDECK_REQUIRE_SERVICES"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 MISSING_BINARY = 78  # .ci/services' exit code when postgres or chroma is not installed
 
 

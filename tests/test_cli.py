@@ -43,8 +43,9 @@ class Cli:
         return body["error"]  # type: ignore[no-any-return]
 
     def touch(self) -> None:
-        """Create the checkpoint database with a run that has nothing to do."""
-        assert self.json("run", "--context", "nothing", "--model", MODEL)["status"] == "finished"
+        """Create the checkpoint database with a run that no skill can start (exit 1)."""
+        body = self.json("run", "--context", "nothing", "--model", MODEL, code=1)
+        assert body["status"] == "no_skill"
 
     def start(self) -> dict[str, Any]:
         """``run`` the demo matter until its card."""

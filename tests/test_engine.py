@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -205,7 +206,10 @@ def test_invalid_output_fails_the_run_and_merges_nothing(
 
 
 def test_invalid_output_is_retried_with_the_errors(skills_dir: Path, make_deck: Any) -> None:
-    turns = [{"text": "not json"}, output(profile={"name": "Ann"}, data={"note": "ok"})]
+    turns = [
+        {"text": "not json", "invalid": True},
+        output(profile={"name": "Ann"}, data={"note": "ok"}),
+    ]
     deck = make_deck(_skill(skills_dir), {"intake": turns}, max_retries=1)
     result = deck.run({}, context="ctx")
     assert result.status == "finished"
@@ -218,8 +222,28 @@ def test_invalid_output_is_retried_with_the_errors(skills_dir: Path, make_deck: 
     assert "Your output was rejected" in feedback.content and "not JSON" in feedback.content
 
 
+def test_a_scripted_turn_never_hides_a_contract_error(skills_dir: Path, make_deck: Any) -> None:
+    """An invalid turn not marked ``invalid: true`` fails the run at once, naming the turn: the
+    valid turn after it is not taken as the re-ask's answer."""
+    turns = [output(data={"note": 7}), output(profile={"name": "Ann"}, data={"note": "ok"})]
+    deck = make_deck(_skill(skills_dir), {"intake": turns}, max_retries=2)
+    result = deck.run({}, context="ctx")
+    assert result.status == "failed"
+    assert result.error is not None and result.error["code"] == "CONTRACT_VIOLATION"
+    assert re.search(
+        r"scripted turn .*script\d\.yaml: skills\.intake\[0\]", result.error["message"]
+    )
+    assert "invalid: true" in result.error["message"]
+    assert result.error["errors"] == [
+        {"path": "$.data.note", "message": '7 is not of type "string"'}
+    ]
+    assert result.state["calls"] == {"intake": 1}
+    assert "note" not in result.state
+
+
 def test_retries_are_bounded_by_the_host(skills_dir: Path, make_deck: Any) -> None:
-    deck = make_deck(_skill(skills_dir), {"intake": [{"text": "x"}] * 10}, max_retries=2)
+    turns = [{"text": "x", "invalid": True}] * 10
+    deck = make_deck(_skill(skills_dir), {"intake": turns}, max_retries=2)
     result = deck.run({}, context="ctx")
     assert result.status == "failed"
     assert result.state["calls"] == {"intake": 3}
@@ -297,7 +321,10 @@ def validate(output, state):
 
 
 def test_validate_script_can_ask_for_a_retry(skills_dir: Path, make_deck: Any) -> None:
-    turns = [output(action="continue"), output(profile={"name": "Ann"}, action="finish")]
+    turns = [
+        {**output(action="continue"), "invalid": True},  # validate.py sends this one back
+        output(profile={"name": "Ann"}, action="finish"),
+    ]
     deck = make_deck(_skill(skills_dir, scripts={"validate": VALIDATE_RETRY}), {"intake": turns})
     result = deck.run({}, context="ctx")
     assert result.status == "finished" and result.state["profile"]["name"] == "Ann"
@@ -439,7 +466,7 @@ def test_a_raw_resume_with_bad_answers_reraises_the_card(paused: tuple[SkillDeck
 
 def test_resume_errors(paused: tuple[SkillDeck, str]) -> None:
     deck, thread = paused
-    with pytest.raises(ThreadNotFoundError, match="no checkpoints"):
+    with pytest.raises(ThreadNotFoundError, match=r"not found in .*checkpoints\.sqlite"):
         deck.resume("no-such-thread", {})
     with pytest.raises(StaleInterruptError, match="already answered"):
         deck.resume(thread, {"profile.party": "us"}, interrupt_id="stale")

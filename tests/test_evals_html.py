@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import yaml
 from conftest import DEMO_FILES, DEMO_SCRIPT
+from servers import CHROMIUM_INSTALL, program
 
 from skilldeck.evals import load_suite, run_suite, write_reports
 
 pytestmark = pytest.mark.L2
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -36,15 +36,15 @@ def report_html(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
     return write_reports(report, folder / "out")["html"], report
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
 def test_the_report_page_draws_buckets_and_expands_transcripts(
     report_html: tuple[Path, dict[str, Any]],
 ) -> None:
     from playwright.sync_api import sync_playwright
 
+    chromium = program("chromium", CHROMIUM_INSTALL)
     path, report = report_html
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
         try:
             page = browser.new_page()
             requests: list[str] = []

@@ -96,6 +96,10 @@ GOOD = {"id": "t", "input": {}, "graders": [{"name": "card_completion"}]}
         ({**GOOD, "base_fixture": "a", "input": {"base_fixture": "b"}},
          "base_fixture is given twice"),
         ({**GOOD, "bucket": 3}, "bucket must be a non-empty string"),
+        ({**GOOD, "base_fixture": "../../.."}, "must name a folder beside the cases"),
+        ({**GOOD, "input": {"base_fixture": "/etc"}}, "must name a folder beside the cases"),
+        ({**GOOD, "base_fixture": "a/../b"}, "not a path"),
+        ({**GOOD, "base_fixture": ".."}, "not a path"),
     ],
 )  # fmt: skip
 def test_bad_tasks_are_clear_errors(raw: object, message: str) -> None:
@@ -108,7 +112,7 @@ def test_bad_task_files(tmp_path: Path) -> None:
     with pytest.raises(EvalConfigError, match="does not exist"):
         load_tasks(tmp_path / "missing.yaml")
     (tmp_path / "bad.yaml").write_text("- id: [", "utf-8")
-    with pytest.raises(EvalConfigError, match="invalid YAML/JSON"):
+    with pytest.raises(EvalConfigError, match="invalid YAML"):
         load_tasks(tmp_path / "bad.yaml")
     (tmp_path / "dup.yaml").write_text(yaml.safe_dump([GOOD, GOOD]), "utf-8")
     with pytest.raises(EvalConfigError, match="task id 't' is used twice"):
@@ -116,6 +120,17 @@ def test_bad_task_files(tmp_path: Path) -> None:
     (tmp_path / "empty.yaml").write_text("[]", "utf-8")
     with pytest.raises(EvalConfigError, match="expected a task"):
         load_tasks(tmp_path / "empty.yaml")
+    (tmp_path / "twice.yaml").write_text("id: t\nid: u\ninput: {}\n", "utf-8")
+    with pytest.raises(EvalConfigError, match="duplicate key 'id' \\(line 2\\)"):
+        load_tasks(tmp_path / "twice.yaml")
+    # A few hundred bytes of nested aliases that would expand to 9^9 values.
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    ]
+    (tmp_path / "bomb.yaml").write_text("\n".join(levels) + "\n", "utf-8")
+    assert (tmp_path / "bomb.yaml").stat().st_size < 700
+    with pytest.raises(EvalConfigError, match="alias bomb"):
+        load_tasks(tmp_path / "bomb.yaml")
 
 
 # -- suites -------------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def test_steps_tell_what_each_super_step_did(deck: SkillDeck) -> None:
 
 def test_retries_and_failures_show_in_the_steps(skills_dir: Path, make_deck: Any) -> None:
     write_bundle(skills_dir, "intake", meta={"outputs": {"provides": []}})
-    turns = [{"text": "not json"}, output(data={"note": "ok"})]
+    turns = [{"text": "not json", "invalid": True}, output(data={"note": "ok"})]
     deck = make_deck(skills_dir, {"intake": turns}, max_retries=1)
     rows = steps(deck, deck.run({}, context="ctx").thread_id)
     attempts = [(r["attempt"], r["action"]) for r in rows if r["skill"]]
@@ -108,7 +108,7 @@ def test_retries_and_failures_show_in_the_steps(skills_dir: Path, make_deck: Any
 
 def test_failed_step_carries_its_error(skills_dir: Path, make_deck: Any) -> None:
     write_bundle(skills_dir, "intake", meta={"outputs": {"provides": []}})
-    deck = make_deck(skills_dir, {"intake": [{"text": "no"}]}, max_retries=0)
+    deck = make_deck(skills_dir, {"intake": [{"text": "no", "invalid": True}]}, max_retries=0)
     thread = deck.run({}, context="ctx").thread_id
     rows = steps(deck, thread)
     [listed] = list_threads(deck, status="failed")

@@ -15,6 +15,7 @@ from typing import Any
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from servers import DOT_INSTALL, program
 
 pytestmark = pytest.mark.L2
 
@@ -75,6 +76,8 @@ def _run(name: str) -> Any:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs(name: str) -> None:
+    if name == "inspect_runs":  # it draws the graph
+        program("dot", DOT_INSTALL)
     before = sorted(p.name for p in NOTEBOOKS.iterdir())
     nb = _run(name)
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from servers import DOT_INSTALL, program
 from typer.testing import CliRunner
 
 from skilldeck import SkillDeck, SkillDeckError, ThreadNotFoundError
@@ -61,6 +62,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 def test_graph_and_timeline_render_without_network(
     demo_deck: SkillDeck, tmp_path: Path, offline: list[Any]
 ) -> None:
+    program("dot", DOT_INSTALL)
     thread = _demo_thread(demo_deck)
     assert graph_picture(demo_deck, tmp_path / "graph.png") == tmp_path / "graph.png"
     assert_picture(tmp_path / "graph.png")
@@ -80,7 +82,7 @@ def test_graph_and_timeline_render_without_network(
 
 def test_timeline_marks_retries(skills_dir: Path, make_deck: Any) -> None:
     write_bundle(skills_dir, "intake", meta={"outputs": {"provides": []}})
-    turns = [{"text": "not json"}, output(data={"note": "ok"})]
+    turns = [{"text": "not json", "invalid": True}, output(data={"note": "ok"})]
     deck = make_deck(skills_dir, {"intake": turns}, max_retries=1)
     figure = timeline(deck, deck.run({}, context="ctx").thread_id)
     markers = [line.get_marker() for line in figure.axes[0].get_lines()]
@@ -155,6 +157,7 @@ def test_cli_show_errors(tmp_path: Path) -> None:
 
 
 def test_cli_graph_draws_png_and_svg(tmp_path: Path) -> None:
+    program("dot", DOT_INSTALL)
     png, svg = tmp_path / "g.png", tmp_path / "g.svg"
     result = CliRunner().invoke(app, ["graph", "--png", str(png), "--svg", str(svg)])
     assert result.exit_code == 0, result.output

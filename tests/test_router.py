@@ -287,20 +287,65 @@ def test_route_loop_guard_counts_unchanged_states(skills_dir: Path) -> None:
 # -- in a run -----------------------------------------------------------------------------
 
 
-def test_run_without_candidate_finishes_at_once(
+def test_run_without_candidate_ends_as_no_skill_with_each_reason(
     skills_dir: Path, make_deck: Callable[..., SkillDeck]
 ) -> None:
     write_bundle(skills_dir, "matter-only", meta={"triggers": {"contexts": ["matter"]}})
+    write_bundle(
+        skills_dir,
+        "gated",
+        meta={
+            "triggers": {"contexts": ["chat"], "state_conditions": ["state.input.q > 5"]},
+        },
+    )
+    write_bundle(
+        skills_dir,
+        "needs-matter",
+        meta={"triggers": {"contexts": ["chat"]}, "requires": {"all": ["state.matter_id != null"]}},
+    )
     deck = make_deck(skills_dir, {"matter-only": [output()]})
 
     result = deck.run({"q": 1}, context="chat")
 
-    assert result.status == "finished"
-    assert result.error is None
+    assert result.status == "no_skill"
     assert result.card is None
     assert result.state.get("attempt") is None
     assert not result.state.get("calls")
     assert _skills_run(deck, result.thread_id) == []
+    assert result.error is not None and result.error["code"] == "NO_SKILL"
+    reasons = {r["skill"]: r["reason"] for r in result.error["skills"]}
+    assert reasons == {
+        "matter-only": "context 'chat' is not in triggers.contexts ('matter')",
+        "gated": "triggers.state_conditions: `state.input.q > 5` is false (state.input.q = 1)",
+        "needs-matter": "requires.all: `state.matter_id != null` is false (state.matter_id = null)",
+    }
+    assert deck.get_thread(result.thread_id).status == "no_skill"
+
+
+def test_no_skill_suggests_the_context_meant(
+    skills_dir: Path, make_deck: Callable[..., SkillDeck]
+) -> None:
+    write_bundle(skills_dir, "intake", meta={"triggers": {"contexts": ["matter"]}})
+    deck = make_deck(skills_dir, {"intake": [output()]})
+    error = deck.run(context="matters").error
+    assert error is not None
+    assert "did you mean 'matter'?" in error["message"]
+    assert "the loaded skills run in: matter" in error["message"]
+
+
+def test_a_skill_that_finds_no_successor_finishes(
+    skills_dir: Path, make_deck: Callable[..., SkillDeck]
+) -> None:
+    """Only a run's first choice can be no_skill: after a skill ran, no candidate is the end."""
+    write_bundle(
+        skills_dir,
+        "once",
+        meta={"triggers": {"contexts": ["ctx"], "state_conditions": ["state.note == null"]}},
+    )
+    deck = make_deck(skills_dir, {"once": [output(action="continue", data={"note": "x"})]})
+    result = deck.run(context="ctx")
+    assert result.status == "finished"
+    assert result.error is None
 
 
 def test_next_skill_wins_over_priority_in_a_run(

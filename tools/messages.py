@@ -214,11 +214,15 @@ class MessageStore:
 
     def __init__(
         self,
-        path: str | Path = ".skilldeck/messages.sqlite",
+        path: str | Path | None = None,
         *,
         pool_size: int = 4,
         timeout: float = 5.0,
     ) -> None:
+        if path is None:
+            from skilldeck._internal.home import state_home
+
+            path = state_home().path / "messages.sqlite"
         self._db: _Backend = (
             _Postgres(str(path), pool_size, timeout)
             if is_postgres_url(str(path))

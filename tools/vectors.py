@@ -40,14 +40,14 @@ T = TypeVar("T")
 
 _BATCH = 256  # texts per embedding call and per upsert
 _PAGE = 5_000  # items per page when loading a user's vectors from Chroma
-_DEFAULT_PATH = "./.skilldeck/chroma"
 
 
 def open_chroma(path: str | Path | None = None, url: str | None = None) -> ClientAPI:
     """Open a Chroma client with telemetry off.
 
     Args:
-        path: Folder of an embedded (persistent) database; default ``./.skilldeck/chroma``.
+        path: Folder of an embedded (persistent) database; default ``chroma`` in the state
+            folder (``SKILLDECK_HOME``).
         url: A ``chroma run`` server such as ``http://127.0.0.1:8000`` (the value of
             ``SKILLDECK_CHROMA_URL``); several app processes can share it. It wins over
             ``path``, so settings may always pass both.
@@ -57,7 +57,11 @@ def open_chroma(path: str | Path | None = None, url: str | None = None) -> Clien
     """
     settings = Settings(anonymized_telemetry=False)
     if url is None:
-        return chromadb.PersistentClient(path=str(path or _DEFAULT_PATH), settings=settings)
+        if path is None:
+            from skilldeck._internal.home import state_home
+
+            path = state_home().path / "chroma"
+        return chromadb.PersistentClient(path=str(path), settings=settings)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"Chroma url must look like http://host:port, got {url!r}")

@@ -27,10 +27,12 @@ from skilldeck._internal.events import EventTranslator, terminal_event
 from skilldeck._internal.postgres import connection_errors
 from skilldeck.checkpoints.claims import RUN_LEASE, InterruptClaims
 from skilldeck.checkpoints.inspect import pending_card, thread_status
+from skilldeck.checkpoints.threads import ThreadIndex
 from skilldeck.errors import (
     AlreadyResumedError,
     CheckpointError,
     SkillDeckError,
+    SkillNotLoadedError,
     ThreadBusyError,
     ThreadNotFoundError,
 )
@@ -81,6 +83,11 @@ class _Base:
     settings: Settings
     data_keys: Mapping[str, frozenset[str]]
     claims: InterruptClaims
+    index: ThreadIndex
+    #: The deck's skills and their fingerprints, recorded with each run in the thread index.
+    skills: Mapping[str, str]
+    #: The bundle folders of the deck's skills (recorded too: a resume can reopen them).
+    sources: Sequence[str]
 
     def config(
         self,
@@ -107,6 +114,50 @@ class _Base:
     def _run_options(self) -> dict[str, Any]:
         return {"durability": self.settings.durability, "version": "v2"}
 
+    def _check_fields(self, thread_id: str, latest: CheckpointTuple | None) -> None:
+        """Refuse a thread that holds state fields this deck's skills do not declare: a run
+        here would checkpoint the state without them."""
+        if latest is None:
+            return
+        stored = latest.checkpoint["channel_values"]
+        # branch:to:<node> channels trigger nodes; they are LangGraph's, not state fields.
+        foreign = sorted(
+            k
+            for k in stored
+            if k not in self.graph.channels and not k.startswith(("branch:", "__"))
+        )
+        if foreign:
+            record = self.index.get(thread_id)
+            sources = record.sources if record is not None else ()
+            raise SkillNotLoadedError(thread_id, fields=foreign, sources=sources)
+
+    def _started(self, request: Request) -> None:
+        """Record in the thread index that ``request``'s run starts (it holds the lease)."""
+        identity = request.config["configurable"]
+        with checkpoint_errors():
+            self.index.started(
+                request.thread_id,
+                user_id=identity.get("user_id"),
+                matter_id=identity.get("matter_id"),
+                skills=self.skills,
+                sources=self.sources,
+                model=self.settings.model,
+            )
+
+    def _stopped(self, thread_id: str, snapshot: StateSnapshot | None) -> RunResult:
+        """Record in the thread index where the run left the thread; the thread."""
+        if snapshot is None:
+            raise ThreadNotFoundError(thread_id, where=self.index.where)
+        result = run_result(thread_id, snapshot)
+        with checkpoint_errors():
+            self.index.stopped(
+                thread_id,
+                status=result.status,
+                skill=(result.state.get("attempt") or {}).get("skill"),
+                steps=int((snapshot.metadata or {}).get("step", -1)) + 1,
+            )
+        return result
+
     def _translator(self, request: Request) -> EventTranslator:
         state = request.snapshot.values if request.snapshot is not None else None
         return EventTranslator(request.thread_id, self.data_keys, state)
@@ -122,7 +173,7 @@ class Driver(_Base):
 
     def thread(self, thread_id: str) -> RunResult:
         """The thread as it stands now; :class:`ThreadNotFoundError` if it was never run."""
-        return _found(thread_id, self.snapshot(thread_id))
+        return _found(thread_id, self.snapshot(thread_id), self.index.where)
 
     def _latest(self, thread_id: str) -> CheckpointTuple | None:
         # The saved checkpoint alone: a snapshot would also rebuild every channel and task.
@@ -138,7 +189,7 @@ class Driver(_Base):
         with self._holding(request) as lease:
             for _ in self._parts(request, lease):
                 pass
-            return self.thread(request.thread_id)
+            return self._stopped(request.thread_id, self.snapshot(request.thread_id))
 
     def events(self, request: Request) -> Iterator[Event]:
         """Claim the card and the thread now (a losing request raises before any event), then
@@ -152,8 +203,8 @@ class Driver(_Base):
             for part in self._parts(request, lease):
                 yield from translator.feed(part)
             # Read before the lease goes, so the outcome is this run's and not a next one's.
-            terminal = terminal_event(self.thread(request.thread_id))
-        yield terminal
+            result = self._stopped(request.thread_id, self.snapshot(request.thread_id))
+        yield terminal_event(result)
 
     def _parts(self, request: Request, lease: _Lease) -> Iterator[Any]:
         """The graph's updates, renewing the run lease as it goes."""
@@ -180,8 +231,11 @@ class Driver(_Base):
                 if not won:
                     raise lost
                 undo.callback(self.claims.release, *claim)
-            if request.moved(self._latest(request.thread_id)):
+            latest = self._latest(request.thread_id)
+            if request.moved(latest):
                 raise ThreadBusyError(request.thread_id)
+            self._check_fields(request.thread_id, latest)
+            self._started(request)
             undo.pop_all()
 
     @contextlib.contextmanager
@@ -208,7 +262,7 @@ class AsyncDriver(_Base):
 
     async def thread(self, thread_id: str) -> RunResult:
         """The thread as it stands now; :class:`ThreadNotFoundError` if it was never run."""
-        return _found(thread_id, await self.snapshot(thread_id))
+        return _found(thread_id, await self.snapshot(thread_id), self.index.where)
 
     async def _latest(self, thread_id: str) -> CheckpointTuple | None:
         with checkpoint_errors():
@@ -223,7 +277,8 @@ class AsyncDriver(_Base):
         async with self._holding(request) as lease:
             async for _ in self._parts(request, lease):
                 pass
-            return await self.thread(request.thread_id)
+            snapshot = await self.snapshot(request.thread_id)
+            return await asyncio.to_thread(self._stopped, request.thread_id, snapshot)
 
     async def events(self, request: Request) -> AsyncIterator[Event]:
         """Claim the card and the thread (a losing request raises before any event), then
@@ -234,8 +289,9 @@ class AsyncDriver(_Base):
             async for part in self._parts(request, lease):
                 for event in translator.feed(part):
                     yield event
-            terminal = terminal_event(await self.thread(request.thread_id))
-        yield terminal
+            snapshot = await self.snapshot(request.thread_id)
+            result = await asyncio.to_thread(self._stopped, request.thread_id, snapshot)
+        yield terminal_event(result)
 
     async def _parts(self, request: Request, lease: _Lease) -> AsyncIterator[Any]:
         with checkpoint_errors():
@@ -259,8 +315,11 @@ class AsyncDriver(_Base):
                 if not won:
                     raise lost
                 undo.push_async_callback(self.claims.arelease, *claim)
-            if request.moved(await self._latest(request.thread_id)):
+            latest = await self._latest(request.thread_id)
+            if request.moved(latest):
                 raise ThreadBusyError(request.thread_id)
+            await asyncio.to_thread(self._check_fields, request.thread_id, latest)
+            await asyncio.to_thread(self._started, request)
             undo.pop_all()
 
     @contextlib.asynccontextmanager
@@ -325,9 +384,9 @@ def _ran(snapshot: StateSnapshot) -> StateSnapshot | None:
     return snapshot if snapshot.created_at is not None else None
 
 
-def _found(thread_id: str, snapshot: StateSnapshot | None) -> RunResult:
+def _found(thread_id: str, snapshot: StateSnapshot | None, where: str) -> RunResult:
     if snapshot is None:
-        raise ThreadNotFoundError(thread_id)
+        raise ThreadNotFoundError(thread_id, where=where)
     return run_result(thread_id, snapshot)
 
 
@@ -339,7 +398,7 @@ def run_result(thread_id: str, snapshot: StateSnapshot) -> RunResult:
         thread_id=thread_id,
         state=dict(snapshot.values),
         card=pending_card(snapshot.interrupts[0]) if snapshot.interrupts else None,
-        error=snapshot.values.get("error") if status == "failed" else None,
+        error=snapshot.values.get("error") if status in ("failed", "no_skill") else None,
         checkpoint_id=snapshot.config["configurable"].get("checkpoint_id"),
     )
 

@@ -118,7 +118,7 @@ def terminal_event(result: RunResult) -> CardEvent | ErrorEvent | DoneEvent:
             interrupt_id=card["interrupt_id"],
             errors=list(card.get("errors", [])),
         )
-    if result.status == "failed":
+    if result.status in ("failed", "no_skill"):
         error = dict(result.error or {})
         return ErrorEvent(
             thread_id=result.thread_id,

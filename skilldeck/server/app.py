@@ -19,7 +19,6 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,8 +37,9 @@ from skilldeck.errors import (
     ThreadBusyError,
     ThreadNotFoundError,
 )
-from skilldeck.server.auth import ApiKeys
+from skilldeck.server.auth import current_user
 from skilldeck.server.errors import NotFound, install_error_handlers, responses
+from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit
 from skilldeck.server.schemas import (
     CreatedThread,
@@ -52,12 +52,9 @@ from skilldeck.server.schemas import (
 from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse, format_event
 from skilldeck.types import ErrorEvent, Event, RunResult
 
-__all__ = ["OWNERS_NAMESPACE", "create_app"]
+__all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
-
-#: Store namespace of thread owners: ``{thread_id: {"user_id", "created_at"}}``.
-OWNERS_NAMESPACE = ("skilldeck", "threads")
 
 MatterCheck = Callable[[str, str], bool]
 
@@ -82,10 +79,6 @@ def _version() -> str:
         return "0"
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class Threads:
     """Thread ownership and run streaming for one app; see the module docstring.
 
@@ -104,11 +97,8 @@ class Threads:
 
     # -- ownership (blocking: call in a worker thread) ------------------------------------
     def create(self, user_id: str) -> CreatedThread:
-        thread_id, created_at = uuid4().hex, _now()
-        self.deck.store.put(
-            OWNERS_NAMESPACE, thread_id, {"user_id": user_id, "created_at": created_at}
-        )
-        return CreatedThread(thread_id=thread_id, created_at=created_at)
+        record = self.deck.index.create(uuid4().hex, user_id)
+        return CreatedThread(thread_id=record.thread_id, created_at=record.created_at)
 
     def owned(self, thread_id: str, user_id: str) -> RunResult | None:
         """The thread if ``user_id`` owns it (``None``: created, not run yet).
@@ -117,20 +107,16 @@ class Threads:
             NotFound: the thread is unknown or belongs to someone else (the same answer, so
                 thread ids of other users cannot be probed).
         """
-        record = self.deck.store.get(OWNERS_NAMESPACE, thread_id)
-        try:
-            result: RunResult | None = self.deck.get_thread(thread_id)
-        except ThreadNotFoundError:
-            result = None
-        owner = record.value.get("user_id") if record is not None else None
-        if owner is None and result is not None:
-            owner = result.state.get("user_id")  # a thread started from the Python API
-        if owner is None or owner != user_id:
+        record = self.deck.index.get(thread_id)
+        if record is None or record.user_id != user_id:
             raise NotFound(
                 "THREAD_NOT_FOUND",
                 f"thread {thread_id!r} not found for this API key: create one with POST /threads",
             )
-        return result
+        try:
+            return self.deck.get_thread(thread_id)
+        except ThreadNotFoundError:
+            return None
 
     def check_matter(self, user_id: str, matter_id: str | None) -> None:
         check = self.matter_check
@@ -210,7 +196,7 @@ def create_app(
 
     Args:
         deck: an open deck; the caller closes it after the app stops.
-        api_keys: :class:`~skilldeck.server.auth.ApiKeys`, ``{sha256: user_id}``, a key file,
+        api_keys: :class:`~skilldeck.server.keys.ApiKeys`, ``{sha256: user_id}``, a key file,
             or ``None`` for ``SKILLDECK_API_KEYS``.
         max_body_bytes: larger request bodies are refused with 413.
         matter_check: ``(user_id, matter_id) -> bool``: which matters a user may run on
@@ -237,7 +223,7 @@ def create_app(
     app.state.threads = threads
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     install_error_handlers(app)
-    User = Annotated[str, Depends(keys.dependency())]
+    User = Annotated[str, Depends(current_user(keys))]
     ThreadId = Annotated[str, PathParam(min_length=1, max_length=200)]
 
     @app.get("/health", response_model=Health, responses=responses(503), tags=["service"])

@@ -28,6 +28,7 @@ _STATUS = {
     ErrorCode.ALREADY_RESUMED: 409,
     ErrorCode.CARD_PENDING: 409,
     ErrorCode.THREAD_BUSY: 409,
+    ErrorCode.SKILL_NOT_LOADED: 409,
     ErrorCode.INVALID_ANSWERS: 422,
     ErrorCode.INVALID_INPUT: 422,
     ErrorCode.CHECKPOINT_UNAVAILABLE: 503,

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 #: ``new``: created with ``POST /threads`` and not run yet; the others as in the engine.
-ThreadState = Literal["new", "running", "interrupted", "finished", "failed"]
+ThreadState = Literal["new", "running", "interrupted", "finished", "failed", "no_skill"]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 

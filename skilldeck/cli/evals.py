@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from skilldeck._internal.cli_output import err, fail
+from skilldeck.cli._shared import EXIT_FAILED, SkillsOpt, err, fail, skills_paths
 from skilldeck.errors import EvalConfigError, SkillDeckError
-from skilldeck.evals.calibration import calibrate, load_labels
-from skilldeck.evals.compare import compare_reports
-from skilldeck.evals.judge import Judge
-from skilldeck.evals.report import load_report, write_reports
-from skilldeck.evals.runner import TrialResult, run_suite
-from skilldeck.evals.suites import Suite, load_suite, promote, skill_suite_path, suite_for_skill
+
+if TYPE_CHECKING:
+    from skilldeck.evals.runner import TrialResult
+    from skilldeck.evals.suites import Suite
 
 __all__ = ["eval_app"]
 
@@ -31,19 +29,17 @@ eval_app = typer.Typer(
 )
 out = Console()
 
-SkillsOpt = Annotated[
-    list[Path] | None,
-    typer.Option("--skills", help="Skills folder (repeatable); default: built-in."),
-]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
-def _suite(skill: str | None, suite: Path | None, skills: list[Path] | None) -> Suite:
+def _suite(skill: str | None, suite: Path | None, skills: list[str] | None) -> Suite:
+    from skilldeck.evals.suites import load_suite, suite_for_skill
+
     if (skill is None) == (suite is None):
         raise EvalConfigError("give exactly one of --skill NAME or --suite FILE")
     if suite is not None:
         return load_suite(suite)
-    return suite_for_skill(str(skill), skills or [])
+    return suite_for_skill(str(skill), skills_paths(skills) or [])
 
 
 def _fmt(value: float | None) -> str:
@@ -91,7 +87,8 @@ def run(
         Path | None, typer.Option(help="Record model turns to this cassette.")
     ] = None,
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Report folder (default .skilldeck/evals/SUITE).")
+        Path | None,
+        typer.Option("--out", help="Report folder (default SKILLDECK_HOME/evals/SUITE)."),
     ] = None,
     checkpoint: Annotated[
         str | None, typer.Option(help="Checkpoint URL (default: sqlite in the report folder).")
@@ -99,10 +96,15 @@ def run(
     as_json: JsonOpt = False,
 ) -> None:
     """Run a suite on the real graph and write report.json, report.md and report.html."""
+    from skilldeck._internal.home import state_home
+    from skilldeck.evals.judge import Judge
+    from skilldeck.evals.report import write_reports
+    from skilldeck.evals.runner import run_suite
+
     try:
         chosen = _suite(skill, suite, skills)
         judge = Judge.from_spec(judge_model) if judge_model else None
-        folder = out_dir or Path(".skilldeck") / "evals" / chosen.name
+        folder = out_dir or state_home().path / "evals" / chosen.name
         total = len(chosen.tasks) * epochs
         with Progress(
             TextColumn("{task.description}"),
@@ -153,6 +155,9 @@ def compare(
 ) -> None:
     """Per-bucket deltas; exit 1 when a regression bucket drops, when buckets move both ways,
     or when buckets only drop."""
+    from skilldeck.evals.compare import compare_reports
+    from skilldeck.evals.report import load_report
+
     try:
         if metric not in ("mean_score", "pass_rate"):
             raise EvalConfigError(f"--metric {metric!r}: use mean_score or pass_rate")
@@ -181,7 +186,7 @@ def compare(
         if result.ok:
             out.print("[green]ok[/]: no bucket dropped")
     if not result.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @eval_app.command("promote")
@@ -193,13 +198,15 @@ def promote_bucket(
 ) -> None:
     """Move a bucket from capability to regression (recorded in the suite file's ``kinds``;
     for a skill's own suite, ``<bundle>/evals/suite.yaml``)."""
+    from skilldeck.evals.suites import load_suite, promote, skill_suite_path, suite_for_skill
+
     try:
         if suite is not None:
             target, known = suite, load_suite(suite).buckets()
         else:
             if "/" not in bucket:
                 raise EvalConfigError("give SKILL/BUCKET, or --suite FILE for a bare bucket name")
-            chosen = suite_for_skill(bucket.split("/", 1)[0], skills or [])
+            chosen = suite_for_skill(bucket.split("/", 1)[0], skills_paths(skills) or [])
             target, known = (
                 skill_suite_path(chosen.bundle(bucket.split("/", 1)[0])),
                 chosen.buckets(),
@@ -222,6 +229,9 @@ def calibrate_judge(
     as_json: JsonOpt = False,
 ) -> None:
     """Agreement of the judge with human labels: accuracy and Cohen's kappa."""
+    from skilldeck.evals.calibration import calibrate, load_labels
+    from skilldeck.evals.report import load_report
+
     try:
         result = calibrate(load_report(report), load_labels(labels))
     except SkillDeckError as exc:

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from skilldeck._internal.cli_output import fail
+from skilldeck.cli._shared import SkillsOpt, fail, skills_paths
 from skilldeck.errors import SkillDeckError
-from skilldeck.server.auth import API_KEYS_ENV, ApiKeys, hash_key, new_key
+from skilldeck.server.keys import ApiKeys, hash_key, new_key
 
 __all__ = ["keys_app", "serve"]
 
@@ -25,12 +25,9 @@ def serve(
     port: Annotated[int, typer.Option(help="TCP port.", min=0, max=65535)] = 8000,
     keys: Annotated[
         Path | None,
-        typer.Option(help=f"API key file {{sha256: user_id}} (default: ${API_KEYS_ENV})."),
+        typer.Option(help="API key file {sha256: user_id} (default: $SKILLDECK_API_KEYS)."),
     ] = None,
-    skills: Annotated[
-        list[Path] | None,
-        typer.Option("--skills", help="Skills folder (repeatable); default: built-in."),
-    ] = None,
+    skills: SkillsOpt = None,
     checkpoint: Annotated[
         str | None,
         typer.Option(help="Checkpoint URL (default: SKILLDECK_CHECKPOINT_URL)."),
@@ -48,16 +45,20 @@ def serve(
     Runs several of these against one PostgreSQL (SKILLDECK_CHECKPOINT_URL=postgresql://...)
     behind a load balancer to scale out; the OpenAPI schema is at /docs and /openapi.json.
     """
-    import uvicorn
+    try:
+        import uvicorn
 
-    from skilldeck.deck import SkillDeck
-    from skilldeck.server.app import create_app
-    from skilldeck.settings import Settings
+        from skilldeck.deck import SkillDeck
+        from skilldeck.server.app import create_app
+        from skilldeck.settings import Settings
+    except ImportError as exc:
+        from skilldeck.errors import MissingExtraError
 
+        fail(MissingExtraError(f"the service's {exc.name}", "service"))
     try:
         api_keys = ApiKeys.load(keys)
         settings = Settings(**({"model": model} if model else {}))  # type: ignore[arg-type]
-        deck = SkillDeck(skills or None, checkpointer=checkpoint, settings=settings)
+        deck = SkillDeck(skills_paths(skills), checkpointer=checkpoint, settings=settings)
     except SkillDeckError as exc:
         fail(exc)
     try:

@@ -1,0 +1,400 @@
+"""The thread index: one row per thread, beside the checkpoints, in the same database.
+
+LangGraph's checkpoints are the truth about a thread's state; reading a thread from them means
+loading LangGraph and decoding its latest checkpoint. The index keeps what listing, ownership
+and resuming need without that: the thread's owner and matter, its status and last skill after
+each run, when it was created and last run, and what it ran with (the deck's skills, each with
+a fingerprint of its files, and the model override). So ``skilldeck threads`` answers from one
+query with plain ``sqlite3`` (or psycopg), and thread ids can be abbreviated git-style.
+
+The deck writes a row when a run starts (status ``running``) and when it stops (the status the
+checkpoint then gives). A thread created by ``POST /threads`` and never run is ``new``.
+Databases from before the index are filled from their checkpoints when a deck first opens them
+(see :meth:`ThreadIndex.needs_backfill`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from skilldeck.errors import CheckpointError, SkillDeckError, ThreadNotFoundError
+
+__all__ = [
+    "AmbiguousThreadError",
+    "PostgresThreadIndex",
+    "SqliteThreadIndex",
+    "ThreadIndex",
+    "ThreadRecord",
+    "memory_index",
+    "now_iso",
+    "open_index",
+]
+
+_Rows = list[Sequence[Any]]
+_TABLE = "skilldeck_threads"
+_COLUMNS = (
+    "thread_id",
+    "user_id",
+    "matter_id",
+    "status",
+    "skill",
+    "steps",
+    "created_at",
+    "updated_at",
+    "skills",
+    "sources",
+    "model",
+)
+_CREATE = f"""
+CREATE TABLE IF NOT EXISTS {_TABLE} (
+    thread_id TEXT PRIMARY KEY,
+    user_id TEXT,
+    matter_id TEXT,
+    status TEXT NOT NULL,
+    skill TEXT,
+    steps INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    skills TEXT NOT NULL DEFAULT '{{}}',
+    sources TEXT NOT NULL DEFAULT '[]',
+    model TEXT
+)"""
+_INDEXES = (
+    f"CREATE INDEX IF NOT EXISTS {_TABLE}_user ON {_TABLE} (user_id, updated_at)",
+    f"CREATE INDEX IF NOT EXISTS {_TABLE}_updated ON {_TABLE} (updated_at)",
+)
+# {p} is the driver's placeholder: ? for sqlite3, %s for psycopg.
+_INSERT = f"""
+INSERT INTO {_TABLE} ({", ".join(_COLUMNS)}) VALUES ({", ".join(["{p}"] * len(_COLUMNS))})
+ON CONFLICT (thread_id) DO NOTHING"""
+# A run's start: the owner is the first user a thread had and never changes.
+_STARTED = f"""
+INSERT INTO {_TABLE} AS t ({", ".join(_COLUMNS)}) VALUES ({", ".join(["{p}"] * len(_COLUMNS))})
+ON CONFLICT (thread_id) DO UPDATE SET
+    user_id = COALESCE(t.user_id, excluded.user_id), matter_id = excluded.matter_id,
+    status = excluded.status, updated_at = excluded.updated_at, skills = excluded.skills,
+    sources = excluded.sources, model = excluded.model"""
+_STOPPED = f"""
+UPDATE {_TABLE} SET status = {{p}}, skill = COALESCE({{p}}, skill), steps = {{p}},
+    updated_at = {{p}} WHERE thread_id = {{p}}"""
+_GET = f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} WHERE thread_id = {{p}}"
+_PREFIX = f"SELECT thread_id FROM {_TABLE} WHERE thread_id LIKE {{p}} ESCAPE '\\' LIMIT 3"
+
+
+def now_iso() -> str:
+    """Now, as the index stores times: UTC, milliseconds, ``Z``."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRecord:
+    """One thread as the index knows it.
+
+    ``status`` is ``new`` (created, never run), ``running`` (a run is going on, or was cut
+    off), ``interrupted``, ``finished``, ``failed`` or ``no_skill``. ``skills`` maps each skill
+    of the deck the thread last ran on to a fingerprint of its files, and ``sources`` lists
+    their bundle folders; ``model`` is the model override of that run (``None``: the skills'
+    own models).
+    """
+
+    thread_id: str
+    user_id: str | None
+    matter_id: str | None
+    status: str
+    skill: str | None
+    steps: int
+    created_at: str
+    updated_at: str
+    skills: Mapping[str, str] = field(default_factory=dict)
+    sources: Sequence[str] = ()
+    model: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "skills": dict(self.skills), "sources": list(self.sources)}
+
+    def _row(self) -> tuple[Any, ...]:
+        values = self.to_dict()
+        values["skills"] = json.dumps(values["skills"], sort_keys=True)
+        values["sources"] = json.dumps(values["sources"])
+        return tuple(values[c] for c in _COLUMNS)
+
+    @classmethod
+    def _from_row(cls, row: Sequence[Any]) -> ThreadRecord:
+        values = dict(zip(_COLUMNS, row, strict=True))
+        values["skills"] = json.loads(values["skills"] or "{}")
+        values["sources"] = tuple(json.loads(values["sources"] or "[]"))
+        values["steps"] = int(values["steps"] or 0)
+        return cls(**values)
+
+
+class AmbiguousThreadError(SkillDeckError):
+    """A thread id prefix matches more than one thread."""
+
+    def __init__(self, prefix: str, matches: Sequence[str]) -> None:
+        self.prefix, self.matches = prefix, list(matches)
+        shown = ", ".join(matches[:2]) + (", …" if len(matches) > 2 else "")
+        super().__init__(
+            f"thread id prefix {prefix!r} is ambiguous ({shown}); give more characters"
+        )
+
+
+class ThreadIndex(ABC):
+    """The index of one checkpoint database; see the module docstring.
+
+    Args:
+        where: the database, as errors name it (a path, or a URL without its password).
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        #: Whether the table was created by this object on a database that may already hold
+        #: threads: the deck then fills it from the checkpoints (once).
+        self.needs_backfill = False
+
+    # -- writes ---------------------------------------------------------------------------
+    def create(self, thread_id: str, user_id: str | None) -> ThreadRecord:
+        """A new thread that has not run yet (``status`` ``new``); an existing one is kept."""
+        now = now_iso()
+        record = ThreadRecord(thread_id, user_id, None, "new", None, 0, now, now)
+        self._execute(_INSERT, record._row())
+        return self.get(thread_id) or record
+
+    def started(
+        self,
+        thread_id: str,
+        *,
+        user_id: str | None,
+        matter_id: str | None,
+        skills: Mapping[str, str],
+        sources: Sequence[str],
+        model: str | None,
+    ) -> None:
+        """A run of the thread starts (new threads get their owner here)."""
+        now = now_iso()
+        record = ThreadRecord(
+            thread_id, user_id, matter_id, "running", None, 0, now, now, dict(skills),
+            tuple(sources), model,
+        )  # fmt: skip
+        self._execute(_STARTED, record._row())
+
+    def stopped(self, thread_id: str, *, status: str, skill: str | None, steps: int) -> None:
+        """A run of the thread stopped with ``status`` (what its checkpoint says now)."""
+        self._execute(_STOPPED, (status, skill, steps, now_iso(), thread_id))
+
+    def add(self, record: ThreadRecord) -> None:
+        """Insert ``record`` unless the thread is known (filling the index from checkpoints)."""
+        self._execute(_INSERT, record._row())
+
+    # -- reads ----------------------------------------------------------------------------
+    def get(self, thread_id: str) -> ThreadRecord | None:
+        """The thread's row, or ``None``."""
+        rows = self._query(_GET, (thread_id,))
+        return ThreadRecord._from_row(rows[0]) if rows else None
+
+    def list(
+        self, *, user_id: str | None = None, status: str | None = None, limit: int | None = None
+    ) -> builtins.list[ThreadRecord]:
+        """Threads, most recently run first; only ``user_id``'s or ``status``'s if given."""
+        where, params = [], []
+        for column, value in (("user_id", user_id), ("status", status)):
+            if value is not None:
+                where.append(f"{column} = {{p}}")
+                params.append(value)
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY updated_at DESC, thread_id"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [ThreadRecord._from_row(r) for r in self._query(sql, tuple(params))]
+
+    def resolve(self, prefix: str) -> str:
+        """The full id of the one thread whose id is or starts with ``prefix`` (git-style).
+
+        Raises:
+            ThreadNotFoundError: no thread matches (the error names this database).
+            AmbiguousThreadError: several do.
+        """
+        if self.get(prefix) is not None:
+            return prefix
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        matches = [r[0] for r in self._query(_PREFIX, (escaped + "%",))] if prefix else []
+        if len(matches) == 1:
+            return str(matches[0])
+        if matches:
+            raise AmbiguousThreadError(prefix, matches)
+        raise ThreadNotFoundError(prefix, where=self.where)
+
+    # -- backends -------------------------------------------------------------------------
+    @abstractmethod
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Run one write (``{p}`` placeholders) in its own transaction."""
+
+    @abstractmethod
+    def _query(self, sql: str, params: tuple[Any, ...]) -> _Rows:
+        """Rows of one read (``{p}`` placeholders)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook: most backends own nothing
+        """Release connections this object owns (none by default)."""
+
+
+class SqliteThreadIndex(ThreadIndex):
+    """The index in a table of the SQLite checkpoint file.
+
+    Args:
+        conn: the checkpointer's connection (implicit transactions); each write commits on it.
+        lock: the lock that serialises every transaction on ``conn``.
+        where: the file, as errors name it.
+
+    Raises:
+        CheckpointError: the table cannot be created (another process holds a lock).
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        lock: contextlib.AbstractContextManager[Any],
+        where: str,
+    ) -> None:
+        super().__init__(where)
+        self._conn, self._lock = conn, lock
+        try:
+            with self._lock, self._conn:
+                exists = self._conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_TABLE,)
+                ).fetchone()
+                self._conn.execute(_CREATE)
+                for sql in _INDEXES:
+                    self._conn.execute(sql)
+        except sqlite3.Error as exc:
+            raise CheckpointError(f"cannot create the thread index in {where}: {exc}") from None
+        self.needs_backfill = exists is None
+
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> None:
+        with self._lock, self._conn:  # commits, or rolls back on an error
+            self._conn.execute(sql.format(p="?"), params)
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> _Rows:
+        with self._lock:
+            rows: _Rows = self._conn.execute(sql.format(p="?"), params).fetchall()
+            return rows
+
+
+class PostgresThreadIndex(ThreadIndex):
+    """The index in a table of the PostgreSQL checkpoint database, on the deck's pool.
+
+    Args:
+        pool: a ``psycopg_pool.ConnectionPool`` (dict rows are fine: rows are read by column).
+        where: the database, as errors name it (no password).
+    """
+
+    def __init__(self, pool: Any, where: str) -> None:
+        super().__init__(where)
+        self._pool = pool
+
+    @staticmethod
+    def setup(conn: Any) -> bool:
+        """Create the table on ``conn`` (the caller holds the setup lock); whether it is new."""
+        found = conn.execute(f"SELECT to_regclass('{_TABLE}') IS NOT NULL AS ok").fetchone()
+        conn.execute(_CREATE)
+        for sql in _INDEXES:
+            conn.execute(sql)
+        exists = found["ok"] if isinstance(found, Mapping) else found[0]
+        return not exists
+
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(sql.format(p="%s"), params)
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> _Rows:
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql.format(p="%s"), params).fetchall()
+        return [tuple(r.values()) if isinstance(r, Mapping) else tuple(r) for r in rows]
+
+
+def memory_index(*, backfill: bool = False) -> ThreadIndex:
+    """The index of ``memory://`` checkpoints, or of a saver a deck was given: an in-memory
+    SQLite database. ``backfill``: the saver may already hold threads."""
+    conn = sqlite3.connect(":memory:", check_same_thread=False)
+    index = SqliteThreadIndex(conn, threading.RLock(), "memory://")
+    index.needs_backfill = backfill
+    index.close = conn.close  # type: ignore[method-assign]
+    return index
+
+
+@contextlib.contextmanager
+def open_index(url: str) -> Iterator[ThreadIndex | None]:
+    """The index of the checkpoint database at ``url``, for reading, without LangGraph (the
+    CLI's fast commands); ``None`` when it has none yet (a deck opening the database fills it
+    in) or keeps none (``memory://``).
+
+    Raises:
+        CheckpointError: the database does not exist or cannot be read.
+    """
+    from skilldeck._internal.postgres import is_postgres_url
+
+    if url.startswith("sqlite:///"):
+        with _read_sqlite(Path(url.removeprefix("sqlite:///"))) as index:
+            yield index
+    elif is_postgres_url(url):
+        with _read_postgres(url) as index:
+            yield index
+    else:
+        yield None
+
+
+@contextlib.contextmanager
+def _read_sqlite(path: Path) -> Iterator[ThreadIndex | None]:
+    if not path.is_file():
+        raise CheckpointError(
+            f"checkpoint database {str(path)!r} does not exist; check the path, "
+            "SKILLDECK_HOME or SKILLDECK_CHECKPOINT_URL (runs create it on first use)"
+        )
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        found = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_TABLE,)
+        ).fetchone()
+    except sqlite3.Error as exc:
+        raise CheckpointError(f"cannot read checkpoint database {str(path)!r}: {exc}") from None
+    try:
+        yield _ReadOnly(conn, str(path), "?") if found else None
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _read_postgres(url: str) -> Iterator[ThreadIndex | None]:
+    from skilldeck._internal.postgres import connect, redact
+
+    with connect(url, timeout=5.0, error=CheckpointError, what="the thread index") as conn:
+        found = conn.execute(f"SELECT to_regclass('{_TABLE}') IS NOT NULL").fetchone()
+        yield _ReadOnly(conn, redact(url), "%s") if found and found[0] else None
+
+
+class _ReadOnly(ThreadIndex):
+    """An index read on one DB-API connection (``open_index``)."""
+
+    def __init__(self, conn: Any, where: str, placeholder: str) -> None:
+        super().__init__(where)
+        self._conn, self._p = conn, placeholder
+
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> None:
+        raise CheckpointError(f"{self.where} is open for reading only")
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> _Rows:
+        try:
+            rows: _Rows = self._conn.execute(sql.format(p=self._p), params).fetchall()
+        except sqlite3.Error as exc:
+            raise CheckpointError(f"cannot read the thread index in {self.where}: {exc}") from None
+        return rows

@@ -1,0 +1,342 @@
+"""Commands that run threads and read them back: run, resume, demo, threads, show, graph.
+
+Exit codes: 0 the run finished or paused on a card; 1 it failed, or no skill could run; 2 the
+request was refused (nothing changed); 130 Ctrl-C (the command that continues is printed).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.prompt import Confirm, Prompt
+from rich.table import Table
+
+from skilldeck.cli._output import exit_for, print_result, steps_table, summary
+from skilldeck.cli._shared import (
+    EXIT_INTERRUPTED,
+    CheckpointOpt,
+    JsonOpt,
+    ModelOpt,
+    SkillsOpt,
+    checkpoint_url,
+    err,
+    fail,
+    json_object,
+    open_deck,
+    out,
+    say_where,
+)
+from skilldeck.errors import SkillDeckError
+
+if TYPE_CHECKING:
+    from skilldeck.checkpoints.threads import ThreadRecord
+    from skilldeck.deck import SkillDeck
+    from skilldeck.types import Card
+
+__all__ = ["demo", "graph", "resume", "run", "show", "threads"]
+
+ThreadArg = Annotated[str, typer.Argument(help="Thread id, or a unique prefix of it.")]
+
+
+@contextmanager
+def _ctrl_c(
+    deck: SkillDeck, thread_id: Callable[[], str | None], again: list[str]
+) -> Iterator[None]:
+    """On Ctrl-C, say where the thread stands and the exact command that goes on with it.
+
+    ``again`` is the deck's options (``--skills``, ``--checkpoint``, ``--model``) to repeat.
+    """
+    try:
+        yield
+    except KeyboardInterrupt:
+        thread = thread_id()
+        err.print(f"\n[yellow]stopped[/] {_where_it_stands(deck, thread, again)}", soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _where_it_stands(deck: SkillDeck, thread: str | None, again: list[str]) -> str:
+    try:
+        result = deck.get_thread(thread) if thread else None
+    except SkillDeckError:
+        result = None
+    if result is None:
+        return "before the first checkpoint: nothing was saved; run the command again"
+    if result.status == "interrupted":
+        how = ["skilldeck", "resume", result.thread_id, "--answers", "{...}", *again]
+        return f"thread {result.thread_id} waits on its card; answer it: {shlex.join(how)}"
+    if result.status != "running":
+        return f"thread {result.thread_id} is {result.status}"
+    state = result.state
+    how = [
+        *("skilldeck", "run", "--thread", result.thread_id),
+        *("--context", str(state.get("context"))),
+        *("--input", json.dumps(state.get("input") or {}, ensure_ascii=False)),
+    ]
+    for option, key in (("--user", "user_id"), ("--matter", "matter_id")):
+        if state.get(key) is not None:
+            how += [option, str(state[key])]
+    return (
+        f"thread {result.thread_id}: its steps so far are checkpointed; continue it with: "
+        f"{shlex.join([*how, *again])}"
+    )
+
+
+def _again(skills: list[str] | None, checkpoint: str | None, model: str | None) -> list[str]:
+    flags = [f for s in skills or [] for f in ("--skills", s)]
+    if checkpoint:
+        flags += ["--checkpoint", checkpoint]
+    if model:
+        flags += ["--model", model]
+    return flags
+
+
+@contextmanager
+def _refused(as_json: bool) -> Iterator[None]:
+    """Report a refused request (exit 2)."""
+    try:
+        yield
+    except SkillDeckError as exc:
+        fail(exc, as_json)
+
+
+def run(
+    context: Annotated[str, typer.Option(help="The run's context, e.g. 'matter'.")],
+    input: Annotated[str, typer.Option("--input", help="Input JSON object.")] = "{}",
+    thread: Annotated[str | None, typer.Option(help="Thread id (default: new).")] = None,
+    user: Annotated[str | None, typer.Option(help="user_id bound to tools.")] = None,
+    matter: Annotated[str | None, typer.Option(help="matter_id bound to tools.")] = None,
+    skills: SkillsOpt = None,
+    checkpoint: CheckpointOpt = None,
+    model: ModelOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a run; prints the final state, or the card when the run pauses."""
+    import uuid
+
+    thread_id = thread or uuid.uuid4().hex
+    say_where(checkpoint, as_json)
+    with _refused(as_json):
+        payload = json_object(input, "--input")
+        with open_deck(skills, checkpoint, model) as deck:
+            again = _again(skills, checkpoint, model)
+            with _ctrl_c(deck, lambda: thread_id, again):
+                result = deck.run(
+                    payload, context=context, thread_id=thread_id, user_id=user, matter_id=matter
+                )
+    print_result(result, as_json)
+    exit_for(result)
+
+
+def resume(
+    thread: ThreadArg,
+    answers: Annotated[str, typer.Option(help="Answers JSON: {field_key: value}.")],
+    interrupt_id: Annotated[str | None, typer.Option(help="Expected pending interrupt.")] = None,
+    skills: SkillsOpt = None,
+    checkpoint: CheckpointOpt = None,
+    model: ModelOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a paused run's card and continue it, with the skills and the model the thread ran
+    with (unless --skills or --model say otherwise)."""
+    say_where(checkpoint, as_json)
+    with _refused(as_json):
+        values = json_object(answers, "--answers")
+        record = _thread_record(thread, checkpoint)
+        if record is not None:
+            model = model or record.model
+            if not skills and record.sources and all(Path(p).is_dir() for p in record.sources):
+                skills = list(record.sources)
+        with open_deck(skills, checkpoint, model, existing=True) as deck:
+            thread_id = deck.resolve_thread(thread)
+            with _ctrl_c(deck, lambda: thread_id, _again(skills, checkpoint, model)):
+                result = deck.resume(thread_id, values, interrupt_id=interrupt_id)
+    print_result(result, as_json)
+    exit_for(result)
+
+
+def _thread_record(thread: str, checkpoint: str | None) -> ThreadRecord | None:
+    """What the thread index knows of ``thread`` (an id or a prefix); ``None`` for a database
+    from before the index."""
+    from skilldeck.checkpoints.threads import open_index
+
+    with open_index(checkpoint_url(checkpoint)) as index:
+        return None if index is None else index.get(index.resolve(thread))
+
+
+def threads(
+    user: Annotated[str | None, typer.Option(help="Only this user's threads.")] = None,
+    status: Annotated[str | None, typer.Option(help="Only threads with this status.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first.")] = 50,
+    checkpoint: CheckpointOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List threads, most recently run first (read from the thread index: fast)."""
+    from skilldeck.checkpoints.threads import open_index
+
+    say_where(checkpoint, as_json)
+    with _refused(as_json):
+        with open_index(checkpoint_url(checkpoint)) as index:
+            rows = None if index is None else index.list(user_id=user, status=status, limit=limit)
+        if rows is None:  # a database from before the index: a deck fills it in
+            with open_deck(None, checkpoint, None, existing=True) as deck:
+                rows = deck.index.list(user_id=user, status=status, limit=limit)
+    if as_json:
+        from skilldeck.types import ThreadSummary
+
+        summaries = [ThreadSummary.from_record(r).to_dict() for r in rows]
+        print(json.dumps(summaries, ensure_ascii=False))
+        return
+    # Ids are never cut: they are what `show` and `resume` take.
+    table = Table(box=None, pad_edge=False)
+    table.add_column(
+        "thread_id", no_wrap=True, min_width=max((len(r.thread_id) for r in rows), default=9)
+    )
+    for column in ("status", "skill", "user", "updated"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(
+            r.thread_id,
+            r.status,
+            r.skill or "",
+            r.user_id or "",
+            r.updated_at[:19].replace("T", " "),
+        )
+    out.print(table if rows else "no threads yet: start one with skilldeck run or skilldeck demo")
+
+
+def show(
+    thread: ThreadArg,
+    timeline: Annotated[
+        Path | None, typer.Option("--timeline", help="Also draw the steps into this PNG/SVG.")
+    ] = None,
+    checkpoint: CheckpointOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a thread: its state, a table of its steps and its cards (--timeline: a plot)."""
+    from skilldeck.checkpoints.inspect import steps
+
+    say_where(checkpoint, as_json)
+    with _refused(as_json), open_deck(None, checkpoint, None, existing=True) as deck:
+        thread_id = deck.resolve_thread(thread)
+        result = deck.get_thread(thread_id)
+        rows = steps(deck, thread_id)
+        if timeline is not None:
+            from skilldeck.pictures import timeline as draw_timeline
+
+            draw_timeline(deck, thread_id, timeline)
+    if as_json:
+        body = {**summary(result), "history": rows}
+        if timeline is not None:
+            body["timeline"] = str(timeline)
+        print(json.dumps(body, ensure_ascii=False, default=str))
+        return
+    out.print(steps_table(rows))
+    print_result(result, False)
+    if timeline is not None:
+        out.print(f"timeline: {timeline}", highlight=False)
+
+
+def graph(
+    png: Annotated[Path | None, typer.Option("--png", help="Draw the graph into a PNG.")] = None,
+    svg: Annotated[Path | None, typer.Option("--svg", help="Draw the graph into an SVG.")] = None,
+    skills: SkillsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the compiled graph as Mermaid text, or draw it offline with Graphviz."""
+    pictures = [p for p in (png, svg) if p is not None]
+    with _refused(as_json), open_deck(skills, "memory://", None) as deck:
+        text = deck.mermaid()
+        if pictures:
+            from skilldeck.pictures import graph_picture
+
+            for picture, fmt in ((png, "png"), (svg, "svg")):
+                if picture is not None:
+                    graph_picture(deck, picture, format=fmt)
+    if as_json:
+        print(json.dumps({"mermaid": text, "pictures": [str(p) for p in pictures]}))
+    elif pictures:
+        out.print("\n".join(f"wrote {p}" for p in pictures), highlight=False)
+    else:
+        print(text)
+
+
+def _ask(card: Card) -> dict[str, Any]:
+    answers: dict[str, Any] = {}
+    for q in card["questions"]:
+        values = [str(o["value"]) for o in q.get("options", [])]
+        kind = q["input_type"]
+        if kind == "boolean":
+            answers[q["field_key"]] = Confirm.ask(q["question"])
+        elif kind == "select":
+            answers[q["field_key"]] = Prompt.ask(q["question"], choices=values)
+        elif kind in ("multi_select", "file_ids"):
+            raw = Prompt.ask(
+                f"{q['question']} (comma-separated{': ' + ', '.join(values) if values else ''})"
+            )
+            answers[q["field_key"]] = [v.strip() for v in raw.split(",") if v.strip()]
+        else:
+            answers[q["field_key"]] = Prompt.ask(q["question"])
+    return answers
+
+
+def demo(
+    answers: Annotated[
+        str | None, typer.Option(help="Answers JSON for the card (default: ask interactively).")
+    ] = None,
+    checkpoint: CheckpointOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The litigation-intake example end to end, on the scripted model: run, card, resume."""
+    import uuid
+
+    from skilldeck import demo as demo_data
+    from skilldeck.errors import InvalidAnswersError
+
+    model, thread_id = f"scripted:{demo_data.SCRIPT}", uuid.uuid4().hex
+    say_where(checkpoint, as_json)
+    steps: list[dict[str, Any]] = []
+    with (
+        _refused(as_json),
+        open_deck(None, checkpoint, model, files_root=str(demo_data.FILES)) as deck,
+        _ctrl_c(deck, lambda: thread_id, _again(None, checkpoint, model)),
+    ):
+        result = deck.run(
+            demo_data.INPUT,
+            context=demo_data.CONTEXT,
+            thread_id=thread_id,
+            user_id="demo-user",
+            matter_id=demo_data.MATTER_ID,
+        )
+        steps.append(summary(result))
+        if not as_json:
+            print_result(result, False)
+        while result.status == "interrupted" and result.card is not None:
+            if answers is not None:
+                given = json_object(answers, "--answers")
+            elif sys.stdin.isatty() and not as_json:
+                given = _ask(result.card)
+            else:
+                raise SkillDeckError("the demo paused on a card: pass --answers '{...}'")
+            if not as_json:
+                out.print(f"[bold]resume[/] with answers {json.dumps(given, ensure_ascii=False)}")
+            try:
+                result = deck.resume(result.thread_id, given)
+            except InvalidAnswersError as exc:
+                if answers is not None or as_json:
+                    raise
+                err.print(f"[red]{exc}[/]", highlight=False)
+                continue
+            steps.append(summary(result))
+    if as_json:
+        print(json.dumps({**steps[-1], "steps": steps}, ensure_ascii=False, default=str))
+    else:
+        print_result(result, False)
+        out.print(f"inspect it: skilldeck show {result.thread_id}")
+    exit_for(result)
