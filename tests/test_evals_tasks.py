@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,7 @@ def test_bad_task_files(tmp_path: Path) -> None:
     # A few hundred bytes of nested aliases that would expand to 9^9 values.
     names = "abcdefghi"
     levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
-        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]" for p, c in zip(names, names[1:], strict=False)
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]" for p, c in pairwise(names)
     ]
     (tmp_path / "bomb.yaml").write_text("\n".join(levels) + "\n", "utf-8")
     assert (tmp_path / "bomb.yaml").stat().st_size < 700
