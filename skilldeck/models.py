@@ -70,10 +70,14 @@ def resolve_model(execution: ExecutionConfig, settings: Settings, *, base: Path)
             "SKILLDECK_MODEL, or pass --model (e.g. --model scripted:turns.yaml)"
         )
     if provider == "scripted":
-        # A host override is relative to the working directory, a skill's own to its bundle.
+        # A skill's own cassette is relative to its bundle. A host override is relative to the
+        # working directory, or else to each skill's bundle, so `--model scripted:evals/x.yaml`
+        # finds every skill's own cassette from any directory.
         path = Path(model)
-        root = Path.cwd() if settings.model else base
-        model = str(path if path.is_absolute() else (root / path).resolve())
+        if not path.is_absolute():
+            local = Path.cwd() / path
+            path = local if settings.model and local.exists() else base / path
+        model = str(path.resolve())
     return ModelSpec(
         provider=provider,
         model=model,

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.L2
 
 BUNDLE = builtin_skills_dir() / "card-agent"
 GOOD = BUNDLE / "evals" / "scripted.yaml"
-WORSE = Path(__file__).parent / "fixtures" / "evals" / "card-agent-worse.yaml"
+WORSE = BUNDLE / "evals" / "worse.yaml"
 CASES: list[dict[str, Any]] = yaml.safe_load((BUNDLE / "cases.yaml").read_text("utf-8"))
 SEED_CASE = json.loads(SEED_CARD)
 

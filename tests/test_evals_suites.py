@@ -16,7 +16,6 @@ from skilldeck.skills import builtin_skills_dir
 pytestmark = pytest.mark.L2
 
 SKILLS = builtin_skills_dir()
-WORSE = Path(__file__).parent / "fixtures" / "evals"
 
 
 def run(skill: str, cassette: Path, out: Path) -> dict[str, Any]:
@@ -111,7 +110,7 @@ def test_a_worse_card_model_fails_compare(
     card: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
     good, _ = card
-    worse = run("card-agent", WORSE / "card-agent-worse.yaml", tmp_path)
+    worse = run("card-agent", SKILLS / "card-agent" / "evals" / "worse.yaml", tmp_path)
     hotel = trials(worse)["card_amb_hotel_booking"]  # never saves: the run fails, all 0
     assert (hotel["status"], hotel["score"]) == ("failed", 0.0)
     result = compare(good, tmp_path)
@@ -129,7 +128,7 @@ def test_a_worse_pkm_model_fails_compare_by_the_merge_rule(
     pkm: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
     good, _ = pkm
-    worse = run("pkm-agent", WORSE / "pkm-agent-worse.yaml", tmp_path)
+    worse = run("pkm-agent", SKILLS / "pkm-agent" / "evals" / "worse.yaml", tmp_path)
     # pkm__write over Sleep.md: right file, both seed markers gone; (1 + 1 + 0) / 3
     sleep = trials(worse)["pkm_starter_route_into_health_sleep"]
     assert grades(sleep)["pkm_no_overwrite"] == 0.0 and sleep["score"] == 0.666667

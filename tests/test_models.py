@@ -36,7 +36,7 @@ def test_execution_config_picks_the_model(monkeypatch: pytest.MonkeyPatch) -> No
     assert (default.provider, default.temperature) == ("openai", 0.7)
 
 
-def test_host_settings_override_the_skill(tmp_path: Path) -> None:
+def test_host_settings_override_the_skill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     local = resolve_model(SEED, _settings(base_url="http://127.0.0.1:8080/v1"), base=tmp_path)
     assert (local.provider, local.model, local.base_url) == (
         "compatible",
@@ -47,8 +47,15 @@ def test_host_settings_override_the_skill(tmp_path: Path) -> None:
     assert (forced.provider, forced.model) == ("openai", "gpt-4o-mini")
     ollama = resolve_model(SEED, _settings(model="llama3:8b", provider="openai"), base=tmp_path)
     assert ollama.model == "llama3:8b"  # a colon that names no provider stays in the name
+    # A host cassette is found in the working directory, or else in each skill's folder.
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     scripted = resolve_model(SEED, _settings(model="scripted:turns.yaml"), base=tmp_path)
-    assert scripted.label == f"scripted:{Path.cwd() / 'turns.yaml'}"
+    assert scripted.label == f"scripted:{tmp_path / 'turns.yaml'}"
+    (cwd / "turns.yaml").write_text("skills: {}\n", "utf-8")
+    scripted = resolve_model(SEED, _settings(model="scripted:turns.yaml"), base=tmp_path)
+    assert scripted.label == f"scripted:{cwd / 'turns.yaml'}"
     own = resolve_model(
         ExecutionConfig(provider="scripted", model="t.yaml"), _settings(), base=tmp_path
     )

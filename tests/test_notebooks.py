@@ -1,20 +1,23 @@
 """The notebooks in notebooks/: committed without outputs, and each runs on a fresh kernel.
 
-Execution uses nbclient with the ``python3`` kernel. jupyter_client finds ipykernel's own
-kernelspec (and runs it with this interpreter) even when none is installed, so no
-``ipykernel install`` step is needed. Each notebook runs in notebooks/ (as Jupyter runs it) and
-writes its files into a temp folder of its own.
+Each runs as a user runs it: ``jupyter nbconvert --execute`` on a copy outside the checkout
+(they need nothing from it), with the ``python3`` kernel (jupyter_client finds ipykernel's own
+kernelspec and runs it with this interpreter, so no ``ipykernel install`` step is needed). They
+write into temporary folders of their own and remove them.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from servers import DOT_INSTALL, program
 
 pytestmark = pytest.mark.L2
@@ -65,21 +68,31 @@ def test_leftovers_finds_outputs() -> None:
     assert leftovers(nb) == ["cell 0 has outputs", "cell 0 has an execution count"]
 
 
-def _run(name: str) -> Any:
-    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    client = NotebookClient(
-        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
-    )
-    client.execute()  # raises CellExecutionError when a cell raises
-    return nb
+def _run(name: str, tmp_path: Path) -> Any:
+    """Execute a copy of the notebook outside the checkout with ``jupyter nbconvert --execute``
+    (what a user of ``skilldeck[notebooks]`` runs), its temporary files in a folder of ours."""
+    work, scratch = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    scratch.mkdir()
+    shutil.copy(NOTEBOOKS / f"{name}.ipynb", work)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter"), "nbconvert", "--to", "notebook",
+         "--execute", "--ExecutePreprocessor.timeout=180", "--output", "out.ipynb",
+         f"{name}.ipynb"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    leftovers = sorted(p.name for p in scratch.iterdir() if p.name.startswith("skilldeck"))
+    assert leftovers == [], f"{name} left temporary folders behind: {leftovers}"
+    return nbformat.read(work / "out.ipynb", as_version=4)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_notebook_runs(name: str) -> None:
+def test_notebook_runs(name: str, tmp_path: Path) -> None:
     if name == "inspect_runs":  # it draws the graph
         program("dot", DOT_INSTALL)
-    before = sorted(p.name for p in NOTEBOOKS.iterdir())
-    nb = _run(name)
+    nb = _run(name, tmp_path)
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
@@ -87,5 +100,3 @@ def test_notebook_runs(name: str) -> None:
     assert re.search(line, text), text[-2000:]
     shown = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(shown) == pictures
-    # Notebooks write into temp folders, never next to themselves.
-    assert sorted(p.name for p in NOTEBOOKS.iterdir()) == before

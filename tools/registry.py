@@ -90,8 +90,9 @@ class ToolRegistry:
             )
         tool = self.get(name)
         bound = {k: identity[k] for k in self.identity_params(name) if identity.get(k) is not None}
+        payload: dict[str, Any] = {**args, **bound}
         try:
-            result = tool.invoke({**args, **bound})
+            result = tool.invoke(payload)
         except ToolError as exc:
             return ToolResult(False, f"Error: {exc}")
         except ValueError as exc:  # pydantic's ValidationError: the model's arguments are wrong

@@ -1,0 +1,64 @@
+"""Every code block of the README runs, so the README can never drift from the product.
+
+Python blocks run with pytest-examples (their ``#>`` comments are checked against what they
+print); shell blocks run in bash in a folder of their own. The first shell block is the
+quickstart: its two commands (set up a virtualenv and run the demo; run the tests) are what
+``.ci/run`` runs on a fresh machine, which this file checks; running them here would install
+the project inside its own test run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from markdown_blocks import README, Block, blocks, quickstart
+from pytest_examples import CodeExample, EvalExample, find_examples
+from shell import run_block
+
+pytestmark = pytest.mark.L2
+
+ROOT = README.parent
+SHELL = [b for b in blocks(README) if b.lang == "bash"]
+PYTHON = [e for e in find_examples(README) if e.prefix.startswith("python")]
+
+
+def test_every_code_block_has_a_runner() -> None:
+    """A block in another language would be code that nothing runs."""
+    languages = {b.lang for b in blocks(README)}
+    assert languages <= {"bash", "python", "text", ""}, languages
+    assert len(PYTHON) == sum(b.lang == "python" for b in blocks(README))
+    untagged = [b for b in blocks(README) if b.lang == ""]
+    # Untagged blocks are pictures (a folder tree, a flow), never commands.
+    assert all(not b.code.lstrip().startswith(("skilldeck", "pip", "python")) for b in untagged)
+
+
+def test_the_quickstart_is_what_ci_runs() -> None:
+    setup, tests = quickstart()
+    assert setup.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install -e")
+    assert "skilldeck demo --answers" in setup
+    assert tests == ". .venv/bin/activate && python -m pytest"
+    ci = (ROOT / ".ci" / "run").read_text("utf-8")
+    for n in (1, 2):
+        assert f"tests/markdown_blocks.py command {n}" in ci
+
+
+@pytest.mark.parametrize("example", PYTHON, ids=str)
+def test_python_block(
+    example: CodeExample,
+    eval_example: EvalExample,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SKILLDECK_HOME", str(tmp_path / "home"))
+    for key in ("SKILLDECK_MODEL", "SKILLDECK_BASE_URL", "SKILLDECK_FILES_ROOT"):
+        monkeypatch.delenv(key, raising=False)
+    eval_example.set_config(line_length=100)
+    eval_example.run_print_check(example)
+
+
+@pytest.mark.parametrize("block", SHELL[1:], ids=str)
+def test_shell_block(block: Block, tmp_path: Path) -> None:
+    done = run_block(block.code, tmp_path)
+    assert done.returncode == 0, f"{block}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
