@@ -87,6 +87,8 @@ ON CONFLICT (thread_id) DO UPDATE SET
 _STOPPED = f"""
 UPDATE {_TABLE} SET status = {{p}}, skill = COALESCE({{p}}, skill), steps = {{p}},
     updated_at = {{p}} WHERE thread_id = {{p}}"""
+# Columns added after the table first shipped, with their definitions, for older databases.
+_ADDED = {"sources": "TEXT NOT NULL DEFAULT '[]'"}
 _GET = f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} WHERE thread_id = {{p}}"
 _PREFIX = f"SELECT thread_id FROM {_TABLE} WHERE thread_id LIKE {{p}} ESCAPE '\\' LIMIT 3"
 
@@ -274,6 +276,10 @@ class SqliteThreadIndex(ThreadIndex):
                     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_TABLE,)
                 ).fetchone()
                 self._conn.execute(_CREATE)
+                have = {row[1] for row in self._conn.execute(f"PRAGMA table_info({_TABLE})")}
+                for column, definition in _ADDED.items():
+                    if column not in have:
+                        self._conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} {definition}")
                 for sql in _INDEXES:
                     self._conn.execute(sql)
         except sqlite3.Error as exc:
@@ -307,6 +313,8 @@ class PostgresThreadIndex(ThreadIndex):
         """Create the table on ``conn`` (the caller holds the setup lock); whether it is new."""
         found = conn.execute(f"SELECT to_regclass('{_TABLE}') IS NOT NULL AS ok").fetchone()
         conn.execute(_CREATE)
+        for column, definition in _ADDED.items():
+            conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN IF NOT EXISTS {column} {definition}")
         for sql in _INDEXES:
             conn.execute(sql)
         exists = found["ok"] if isinstance(found, Mapping) else found[0]
@@ -362,13 +370,12 @@ def _read_sqlite(path: Path) -> Iterator[ThreadIndex | None]:
         )
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
-        found = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_TABLE,)
-        ).fetchone()
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({_TABLE})")}
     except sqlite3.Error as exc:
         raise CheckpointError(f"cannot read checkpoint database {str(path)!r}: {exc}") from None
     try:
-        yield _ReadOnly(conn, str(path), "?") if found else None
+        # No table yet, or one from before a column was added: a deck updates it.
+        yield _ReadOnly(conn, str(path), "?") if set(_COLUMNS) <= have else None
     finally:
         conn.close()
 
@@ -378,8 +385,12 @@ def _read_postgres(url: str) -> Iterator[ThreadIndex | None]:
     from skilldeck._internal.postgres import connect, redact
 
     with connect(url, timeout=5.0, error=CheckpointError, what="the thread index") as conn:
-        found = conn.execute(f"SELECT to_regclass('{_TABLE}') IS NOT NULL").fetchone()
-        yield _ReadOnly(conn, redact(url), "%s") if found and found[0] else None
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s", (_TABLE,)
+        ).fetchall()
+        # No table yet, or one from before a column was added: a deck updates it.
+        have = {row[0] for row in rows}
+        yield _ReadOnly(conn, redact(url), "%s") if set(_COLUMNS) <= have else None
 
 
 class _ReadOnly(ThreadIndex):

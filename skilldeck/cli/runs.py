@@ -181,9 +181,16 @@ def threads(
     from skilldeck.checkpoints.threads import open_index
 
     say_where(checkpoint, as_json)
+    url = checkpoint_url(checkpoint)
+    rows: list[ThreadRecord] | None = None
     with _refused(as_json):
-        with open_index(checkpoint_url(checkpoint)) as index:
-            rows = None if index is None else index.list(user_id=user, status=status, limit=limit)
+        if url == _default_url() and not Path(url.removeprefix("sqlite:///")).exists():
+            rows = []  # nothing has run here yet: not an error, unlike a path that was given
+        else:
+            with open_index(url) as index:
+                rows = (
+                    None if index is None else index.list(user_id=user, status=status, limit=limit)
+                )
         if rows is None:  # a database from before the index: a deck fills it in
             with open_deck(None, checkpoint, None, existing=True) as deck:
                 rows = deck.index.list(user_id=user, status=status, limit=limit)
@@ -194,21 +201,27 @@ def threads(
         print(json.dumps(summaries, ensure_ascii=False))
         return
     # Ids are never cut: they are what `show` and `resume` take.
+    users = any(r.user_id for r in rows)
     table = Table(box=None, pad_edge=False)
     table.add_column(
         "thread_id", no_wrap=True, min_width=max((len(r.thread_id) for r in rows), default=9)
     )
-    for column in ("status", "skill", "user", "updated"):
-        table.add_column(column, overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("skill", overflow="fold")
+    if users:
+        table.add_column("user", overflow="fold")
+    table.add_column("updated", no_wrap=True)
     for r in rows:
-        table.add_row(
-            r.thread_id,
-            r.status,
-            r.skill or "",
-            r.user_id or "",
-            r.updated_at[:19].replace("T", " "),
-        )
+        cells = [r.thread_id, r.status, r.skill or ""]
+        cells += [r.user_id or ""] if users else []
+        table.add_row(*cells, r.updated_at[:16].replace("T", " "))
     out.print(table if rows else "no threads yet: start one with skilldeck run or skilldeck demo")
+
+
+def _default_url() -> str:
+    from skilldeck._internal.home import state_home
+
+    return state_home().sqlite_url("checkpoints.sqlite")
 
 
 def show(

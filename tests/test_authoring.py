@@ -1,0 +1,157 @@
+"""A first skill: ``skilldeck new`` writes one that runs and is evaluated at once, and
+``skilldeck check`` reports every problem of a bundle at once, in words."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import output, write_bundle
+from typer.testing import CliRunner, Result
+
+from skilldeck.check import check_skills
+from skilldeck.cli import app
+
+pytestmark = pytest.mark.L2
+
+
+def cli(tmp_path: Path, *args: str) -> Result:
+    runner = CliRunner(env={"SKILLDECK_HOME": str(tmp_path / "home"), "COLUMNS": "200"})
+    return runner.invoke(app, list(args))
+
+
+def body(result: Result, code: int = 0) -> Any:
+    assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
+    return json.loads(result.stdout)
+
+
+def test_a_new_skill_runs_resumes_and_evaluates_at_once(tmp_path: Path) -> None:
+    made = body(cli(tmp_path, "new", "note-taker", "--dir", str(tmp_path), "--json"))
+    folder = Path(made["folder"])
+    assert folder == tmp_path / "note-taker"
+    assert {"SKILL.md", "skill.meta.json", "cases.yaml", "evals/scripted.yaml"} <= set(
+        made["files"]
+    )
+    assert body(cli(tmp_path, "check", str(folder), "--json"))["ok"] is True
+
+    run = body(cli(tmp_path, "run", "--skills", str(folder), "--context", "note-taker", "--json"))
+    assert run["status"] == "interrupted"
+    assert run["card"]["questions"][0]["field_key"] == "profile.topic"
+    # No --skills: the thread remembers which skills it runs with.
+    answers = json.dumps({"profile.topic": "the budget"})
+    done = body(cli(tmp_path, "resume", run["thread_id"][:8], "--answers", answers, "--json"))
+    assert done["status"] == "finished"
+    assert done["state"]["profile"] == {"topic": "the budget"}
+    assert done["state"]["summary"]
+
+    report = tmp_path / "report"
+    evaluated = cli(
+        tmp_path, "eval", "run", "--skills", str(folder), "--skill", "note-taker",
+        "--out", str(report), "--json",
+    )  # fmt: skip
+    assert body(evaluated)["summary"]["pass_rate"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [("Note_Taker", "lowercase letters"), ("note-", "hyphen"), ("a" * 65, "1-64")],
+)
+def test_new_refuses_bad_names(tmp_path: Path, name: str, reason: str) -> None:
+    result = cli(tmp_path, "new", name, "--dir", str(tmp_path), "--json")
+    assert result.exit_code == 2
+    assert reason in json.loads(result.stdout)["error"]["message"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_new_never_overwrites(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "mine.txt").write_text("keep me")
+    result = cli(tmp_path, "new", "taken", "--dir", str(tmp_path), "--json")
+    assert result.exit_code == 2
+    assert "already exists" in json.loads(result.stdout)["error"]["message"]
+    assert [p.name for p in (tmp_path / "taken").iterdir()] == ["mine.txt"]
+
+
+def _broken(root: Path) -> None:
+    """Two bundles with several problems each, in different files."""
+    one = write_bundle(
+        root,
+        "one",
+        meta={
+            "colour": "red",
+            "priority": "high",
+            "tools": ["no_such_tool"],
+            "triggers": {"contexts": ["ctx"], "state_conditions": ["state.x = 1"]},
+        },
+    )
+    (one / "assets" / "output_schema.json").write_text(
+        json.dumps({"properties": {"data": {"properties": {"n": {"type": "int"}}}}}), "utf-8"
+    )
+    two = write_bundle(root, "two", meta={"outputs": {"provides": ["summary"]}})
+    (two / "cases.yaml").write_text("- id: x\n  input: {}\n  graders: []\n", "utf-8")
+
+
+def test_check_reports_every_problem_at_once_in_words(tmp_path: Path) -> None:
+    root = tmp_path / "skills"
+    _broken(root)
+    result = cli(tmp_path, "check", str(root), "--json")
+    report = body(result, code=1)
+    assert report["ok"] is False
+    found = {(Path(p["file"]).name, p["json_path"]) for p in report["problems"]}
+    assert ("skill.meta.json", "$") in found  # the unknown key
+    assert ("skill.meta.json", "$.priority") in found
+    assert ("output_schema.json", "$.properties.data.properties.n.type") in found
+    assert ("skill.meta.json", "$.outputs.provides[0]") in found
+    assert len(report["problems"]) >= 4
+    messages = " ".join(p["message"] for p in report["problems"])
+    # Words, not JSON Schema's vocabulary.
+    for jargon in ("regexes", "is a required property", "is not of type", "does not match"):
+        assert jargon not in messages, jargon
+    assert "unknown key 'colour'" in messages
+    assert "must be an integer, not a string" in messages
+    assert "a provided field is a dot path under profile" in messages
+
+    human = cli(tmp_path, "check", str(root))
+    assert human.exit_code == 1
+    assert "one" in human.stdout and "two" in human.stdout
+    assert re.search(r"2 bundle\(s\): \d+ error\(s\)", human.stderr)
+
+
+def test_check_finds_what_a_run_or_an_eval_would_trip_on(tmp_path: Path) -> None:
+    root = tmp_path / "skills"
+    folder = write_bundle(
+        root,
+        "alpha",
+        meta={
+            "tools": ["file__parse", "nope__tool"],
+            "execution_config": {"provider": "scripted", "model": "turns.yaml"},
+        },
+    )
+    turns = {"skills": {"alpha": [output(data={"note": 3}), {"text": "x", "invalid": True}]}}
+    (folder / "turns.yaml").write_text(yaml.safe_dump(turns), "utf-8")
+    (folder / "cases.yaml").write_text("- id: c\n  input: {}\n  graders: []\n", "utf-8")
+
+    report = check_skills(root)
+    shown = [str(p) for p in report.problems]
+    assert any("$.tools[1]: tool 'nope__tool' is not registered" in p for p in shown), shown
+    assert any("turns.yaml: $.skills.alpha[0].output.data.note" in p for p in shown), shown
+    assert any("cases.yaml" in p and "graders must be a non-empty list" in p for p in shown)
+    assert not any("alpha[1]" in p for p in shown)  # marked invalid: meant to be rejected
+    assert not report.ok()
+
+
+def test_a_bundle_error_names_every_problem(tmp_path: Path) -> None:
+    from skilldeck.errors import BundleError
+    from skilldeck.skills import load_skills
+
+    root = tmp_path / "skills"
+    _broken(root)
+    with pytest.raises(BundleError) as info:
+        load_skills(root)
+    assert len(info.value.problems) >= 4
+    assert "more problems: run skilldeck check" in str(info.value)
+    assert "\n" not in str(info.value)

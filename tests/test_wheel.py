@@ -1,0 +1,124 @@
+"""A wheel install works as well as an editable one.
+
+The wheel is built from the tracked files (a copy, so the checkout gets no build folders),
+installed with the ``vectors`` extra into a new virtualenv, and run from a folder outside the
+checkout: every built-in skill's eval suite must run there and score what it scores here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from skilldeck import demo
+from skilldeck.evals import load_suite, run_suite, suite_for_skill
+from skilldeck.skills import builtin_skills_dir
+
+pytestmark = pytest.mark.L2
+
+ROOT = Path(__file__).resolve().parents[1]
+# Each built-in skill with the model its cases run on ("" for the rule-based paths).
+SKILLS = {
+    "card-agent": "scripted:evals/scripted.yaml",
+    "pkm-agent": "scripted:evals/scripted.yaml",
+    "nomemory-recall": "",
+    "rag-retrieve": "",
+    "litigation-intake": "demo",
+}
+
+
+def _run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, f"{args}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new virtualenv with the built wheel (and the vectors extra) installed: its bin/."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"
+    tracked = _run("git", "ls-files", "-z", cwd=ROOT).split("\0")
+    for name in filter(None, tracked):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    _run(sys.executable, "-m", "build", "--wheel", "--outdir", work / "dist", cwd=source)
+    (wheel,) = (work / "dist").glob("skilldeck-*.whl")
+    _run(sys.executable, "-m", "venv", work / "venv", cwd=work)
+    bin_dir = work / "venv" / "bin"
+    _run(bin_dir / "pip", "install", "-q", f"{wheel}[vectors]", cwd=work)
+    return bin_dir
+
+
+def _env(home: Path) -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("SKILLDECK_", "PYTHON"))}
+    return {**keep, "SKILLDECK_HOME": str(home)}
+
+
+def test_the_wheel_holds_every_bundle_file(installed: Path, tmp_path: Path) -> None:
+    code = "import skilldeck.skills as s, pathlib; print(pathlib.Path(s.__file__).parent)"
+    where = Path(_run(installed / "python", "-c", code, cwd=tmp_path, env=_env(tmp_path)).strip())
+    assert "site-packages" in where.parts, where  # not the checkout
+    shipped = {p.relative_to(where).as_posix() for p in where.rglob("*") if p.is_file()}
+    mine = {
+        p.relative_to(builtin_skills_dir()).as_posix()
+        for p in builtin_skills_dir().rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert mine - shipped == set()
+
+
+def _suite(skill: str, folder: Path) -> list[str]:
+    """``--skill NAME``, or for litigation-intake a suite file that adds the demo's matters."""
+    if SKILLS[skill] != "demo":
+        return ["--skill", skill]
+    suite = folder / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"skills": [skill], "fixtures": [str(demo.FILES)]}))
+    return ["--suite", str(suite)]
+
+
+def _model(skill: str, demo_script: str) -> list[str]:
+    model = SKILLS[skill]
+    if model == "demo":
+        model = f"scripted:{demo_script}"
+    return ["--model", model] if model else []
+
+
+@pytest.mark.parametrize("skill", sorted(SKILLS))
+def test_every_builtin_suite_runs_from_the_wheel(
+    installed: Path, skill: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SKILLDECK_MODEL", raising=False)
+    env = _env(tmp_path / "home")
+    demo_script = _run(
+        installed / "python", "-c", "from skilldeck import demo; print(demo.SCRIPT)",
+        cwd=tmp_path, env=env,
+    ).strip()  # fmt: skip
+    assert "site-packages" in demo_script
+    out = tmp_path / "out"
+    command = [
+        installed / "skilldeck", "eval", "run", *_suite(skill, tmp_path),
+        *_model(skill, demo_script), "--out", out, "--json",
+    ]  # fmt: skip
+    body: dict[str, Any] = json.loads(_run(*command, cwd=tmp_path, env=env))
+    # The same suite, run here from the checkout, scores the same.
+    model = _model(skill, str(demo.SCRIPT))
+    how, what = _suite(skill, tmp_path)
+    suite = suite_for_skill(what) if how == "--skill" else load_suite(Path(what))
+    here = run_suite(suite, out=tmp_path / "here", model=model[1] if model else None)
+    assert body["summary"]["trials"] == here["summary"]["trials"] > 0
+    assert body["summary"]["pass_rate"] == here["summary"]["pass_rate"]
+    assert {k: b["mean_score"] for k, b in body["buckets"].items()} == {
+        k: b["mean_score"] for k, b in here["buckets"].items()
+    }
