@@ -365,14 +365,7 @@ def fork(
     if model is None and skills is None:
         return deck.fork(thread_id, checkpoint_id, update, **kwargs)
     settings = deck.settings.model_copy(update={"model": model}) if model else deck.settings
-    other = type(deck)(
-        deck.bundles if skills is None else skills,
-        checkpointer=deck.checkpointer,
-        store=deck.store,
-        settings=settings,
-        tools=deck.tools,
-    )
-    # A deck given a checkpointer object does not close it, so this leaves `deck` usable.
+    other = deck.sibling(deck.bundles if skills is None else skills, settings)
     with other:
         other.check_models()
         return other.fork(thread_id, checkpoint_id, update, **kwargs)

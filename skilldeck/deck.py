@@ -84,6 +84,7 @@ class SkillDeck:
         tools: ToolRegistry | None = None,
     ) -> None:
         self.settings = settings or Settings()
+        self._shared = False  # a sibling's persistence belongs to the deck it came from
         self.bundles = _load(skills, self.settings)
         self._memory = Lazy(lambda: open_memory(self.settings))
         self._knowledge = Lazy(lambda: open_knowledge(self.settings))
@@ -141,12 +142,34 @@ class SkillDeck:
         self._loops = LoopGraphs(self._open_async)
 
     # -- lifecycle ------------------------------------------------------------------------
+    def sibling(self, skills: SkillsSource, settings: Settings | None = None) -> SkillDeck:
+        """A deck of other ``skills`` (or ``settings``: another model) on this deck's
+        checkpoints, store, claims, thread index and tools; closing it leaves them open."""
+        if self._persistence is not None:
+            other = SkillDeck(
+                skills,
+                checkpointer=self._persistence,
+                settings=settings or self.settings,
+                tools=self.tools,
+            )
+            other._shared = True
+            return other
+        return SkillDeck(
+            skills,
+            checkpointer=self.checkpointer,
+            store=self.store,
+            settings=settings or self.settings,
+            tools=self.tools,
+        )
+
     def close(self) -> None:
         """Close the checkpoint connections and the tool stores this deck opened."""
         self._loops.close()
         for opened in (self._memory.made, self._knowledge.made):
             if opened is not None:
                 opened.close()
+        if self._shared:
+            return
         if self._persistence is not None:
             self._persistence.close()
         else:
