@@ -1,4 +1,4 @@
-"""The thread index: one row per thread, beside the checkpoints, in the same database.
+"""The thread index: one row per thread, and who owns each matter, beside the checkpoints.
 
 LangGraph's checkpoints are the truth about a thread's state; reading a thread from them means
 loading LangGraph and decoding its latest checkpoint. The index keeps what listing, ownership
@@ -9,6 +9,10 @@ query with plain ``sqlite3`` (or psycopg), and thread ids can be abbreviated git
 
 The deck writes a row when a run starts (status ``running``) and when it stops (the status the
 checkpoint then gives). A thread created by ``POST /threads`` and never run is ``new``.
+
+Matters belong to users: the first user to name a matter owns it (or an operator creates it for
+an owner), and an operator may grant it to others (``skilldeck matters``). The HTTP service
+answers any other user's request on the matter as if it did not exist.
 Databases from before the index are filled from their checkpoints when a deck first opens them
 (see :meth:`ThreadIndex.needs_backfill`).
 """
@@ -69,10 +73,20 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     sources TEXT NOT NULL DEFAULT '[]',
     model TEXT
 )"""
-_INDEXES = (
+_MATTERS = "skilldeck_matters"
+_GRANTS = "skilldeck_matter_grants"
+_SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_user ON {_TABLE} (user_id, updated_at)",
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_updated ON {_TABLE} (updated_at)",
+    f"""CREATE TABLE IF NOT EXISTS {_MATTERS} (
+    matter_id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at TEXT NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {_GRANTS} (
+    matter_id TEXT NOT NULL, user_id TEXT NOT NULL, PRIMARY KEY (matter_id, user_id))""",
 )
+_NEW_MATTER = f"""INSERT INTO {_MATTERS} (matter_id, owner, created_at) VALUES ({{p}}, {{p}}, {{p}})
+ON CONFLICT (matter_id) DO NOTHING"""
+_MAY_USE = f"""SELECT 1 FROM {_MATTERS} m WHERE m.matter_id = {{p}} AND (m.owner = {{p}} OR EXISTS (
+    SELECT 1 FROM {_GRANTS} g WHERE g.matter_id = m.matter_id AND g.user_id = {{p}}))"""
 # {p} is the driver's placeholder: ? for sqlite3, %s for psycopg.
 _INSERT = f"""
 INSERT INTO {_TABLE} ({", ".join(_COLUMNS)}) VALUES ({", ".join(["{p}"] * len(_COLUMNS))})
@@ -220,6 +234,63 @@ class ThreadIndex(ABC):
             sql += f" LIMIT {int(limit)}"
         return [ThreadRecord._from_row(r) for r in self._query(sql, tuple(params))]
 
+    # -- matters --------------------------------------------------------------------------
+    def may_use_matter(self, user_id: str, matter_id: str, *, claim: bool = True) -> bool:
+        """Whether ``user_id`` owns ``matter_id`` or was granted it. With ``claim``, a matter
+        nobody owns yet becomes ``user_id``'s (atomically: of two first users, one wins)."""
+        if claim:
+            self._execute(_NEW_MATTER, (matter_id, user_id, now_iso()))
+        return bool(self._query(_MAY_USE, (matter_id, user_id, user_id)))
+
+    def add_matter(self, matter_id: str, owner: str) -> bool:
+        """Create ``matter_id`` owned by ``owner``; ``False`` if it already exists."""
+        if self.matter(matter_id) is not None:
+            return False
+        self._execute(_NEW_MATTER, (matter_id, owner, now_iso()))
+        return self.matter(matter_id) == (owner, ())
+
+    def grant(self, matter_id: str, user_id: str) -> None:
+        """Let ``user_id`` use ``matter_id`` too.
+
+        Raises:
+            SkillDeckError: the matter does not exist.
+        """
+        if self.matter(matter_id) is None:
+            raise SkillDeckError(f"no matter {matter_id!r}: create it first (matters add)")
+        self._execute(
+            f"INSERT INTO {_GRANTS} (matter_id, user_id) VALUES ({{p}}, {{p}}) "
+            "ON CONFLICT DO NOTHING",
+            (matter_id, user_id),
+        )
+
+    def revoke(self, matter_id: str, user_id: str) -> None:
+        """Take ``user_id``'s grant of ``matter_id`` back (an owner stays the owner)."""
+        self._execute(
+            f"DELETE FROM {_GRANTS} WHERE matter_id = {{p}} AND user_id = {{p}}",
+            (matter_id, user_id),
+        )
+
+    def matter(self, matter_id: str) -> tuple[str, tuple[str, ...]] | None:
+        """``(owner, granted users)`` of ``matter_id``, or ``None`` if nobody owns it."""
+        rows = self._query(f"SELECT owner FROM {_MATTERS} WHERE matter_id = {{p}}", (matter_id,))
+        if not rows:
+            return None
+        grants = self._query(
+            f"SELECT user_id FROM {_GRANTS} WHERE matter_id = {{p}} ORDER BY user_id",
+            (matter_id,),
+        )
+        return str(rows[0][0]), tuple(str(g[0]) for g in grants)
+
+    def matters(self) -> builtins.list[tuple[str, str, tuple[str, ...]]]:
+        """Every matter: ``(matter_id, owner, granted users)``, by id."""
+        owners = self._query(f"SELECT matter_id, owner FROM {_MATTERS} ORDER BY matter_id", ())
+        grants: dict[str, builtins.list[str]] = {}
+        for matter_id, user in self._query(
+            f"SELECT matter_id, user_id FROM {_GRANTS} ORDER BY user_id", ()
+        ):
+            grants.setdefault(str(matter_id), []).append(str(user))
+        return [(str(m), str(o), tuple(grants.get(str(m), []))) for m, o in owners]
+
     def resolve(self, prefix: str) -> str:
         """The full id of the one thread whose id is or starts with ``prefix`` (git-style).
 
@@ -280,7 +351,7 @@ class SqliteThreadIndex(ThreadIndex):
                 for column, definition in _ADDED.items():
                     if column not in have:
                         self._conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} {definition}")
-                for sql in _INDEXES:
+                for sql in _SCHEMA:
                     self._conn.execute(sql)
         except sqlite3.Error as exc:
             raise CheckpointError(f"cannot create the thread index in {where}: {exc}") from None
@@ -315,7 +386,7 @@ class PostgresThreadIndex(ThreadIndex):
         conn.execute(_CREATE)
         for column, definition in _ADDED.items():
             conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN IF NOT EXISTS {column} {definition}")
-        for sql in _INDEXES:
+        for sql in _SCHEMA:
             conn.execute(sql)
         exists = found["ok"] if isinstance(found, Mapping) else found[0]
         return not exists

@@ -63,7 +63,7 @@ def run_trial(
     assert task.skill is not None, "suites give every task a skill"
     bundle = next(b for b in deck.bundles if b.name == task.skill)
     tid = trial_id(task, epoch)
-    workspace = Path(deck.settings.files_root) / tid
+    workspace = _workspaces(deck) / tid
     if workspace.exists():
         shutil.rmtree(workspace)
     if fixture is not None and fixture.is_dir():
@@ -155,7 +155,7 @@ def outcome_of(
     thread_id = thread_id or (result.thread_id if result is not None else "")
     if workspace is None:
         matter = result.state.get("matter_id") if result is not None else None
-        workspace = Path(deck.settings.files_root) / str(matter or "")
+        workspace = _workspaces(deck) / str(matter or "")
     transcript, calls = read_transcript(deck, thread_id) if result is not None else ((), ())
     outcome = Outcome(
         trial_id=trial_id or thread_id,
@@ -181,3 +181,9 @@ def outcome_of(
 
 def _no_fixtures(name: str) -> Path:
     raise EvalConfigError(f"no fixture folders to look {name!r} up in (run the task in a suite)")
+
+
+def _workspaces(deck: SkillDeck) -> Path:
+    """The folder of the trials' matter folders: a suite's deck always has a files root."""
+    assert deck.settings.files_root is not None, "run_suite sets the files root"
+    return Path(deck.settings.files_root)

@@ -30,6 +30,7 @@ from skilldeck.errors import (
     CardPendingError,
     CheckpointError,
     InvalidAnswersError,
+    MatterRequiredError,
     NoModelConfiguredError,
     NoPendingCardError,
     SkillDeckError,
@@ -44,6 +45,7 @@ from skilldeck.services import Lazy, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.tools import IDENTITY_KEYS, ToolRegistry, default_registry
+from skilldeck.tools.files import MATTER_ID
 from skilldeck.tools.knowledge import KnowledgeBase
 from skilldeck.tools.memory import Memory
 from skilldeck.types import Event, RunResult, ThreadSummary
@@ -92,6 +94,7 @@ class SkillDeck:
             self.settings.files_root, memory=self._memory, knowledge=self._knowledge
         )
         self._models: dict[str, BaseChatModel] = {}
+        self._matter_tools: dict[str, bool] = {}
         self._specs: dict[str, ModelSpec] = {}
         self._ctx = NodeContext(
             bundles={b.name: b for b in self.bundles},
@@ -449,6 +452,7 @@ class SkillDeck:
             )
         if next_skill is not None and next_skill not in self._ctx.bundles:
             raise SkillDeckError(f"next_skill {next_skill!r} is not a loaded skill")
+        self._check_matter(context, matter_id)
         if snapshot is not None and snapshot.interrupts:
             raise CardPendingError(thread_id)
         if snapshot is not None:
@@ -500,6 +504,31 @@ class SkillDeck:
         config = self._sync.config(thread_id, _identity(snapshot.values), metadata, callbacks)
         command: Command[Any] = Command(resume={pending.id: dict(answers)})
         return Request(command, config, snapshot, claim=(thread_id, pending.id))
+
+    def _check_matter(self, context: str, matter_id: str | None) -> None:
+        """A matter id names one folder; a run without one may not reach skills whose tools
+        work in a matter's files (they would have no folder to work in)."""
+        if matter_id is not None and not MATTER_ID.fullmatch(matter_id):
+            raise SkillDeckError(
+                f"matter_id {matter_id!r} must be one folder name: letters, digits and . _ : -, "
+                "starting with a letter or digit"
+            )
+        if matter_id is None:
+            needing = [b.name for b in self.bundles if context in b.contexts and self._in_matter(b)]
+            if needing:
+                raise MatterRequiredError(context, needing)
+
+    def _in_matter(self, bundle: SkillBundle) -> bool:
+        """Whether any tool of ``bundle`` is bound to the run's matter."""
+        found = self._matter_tools.get(bundle.name)
+        if found is None:
+            found = any(
+                "matter_id" in self.tools.identity_params(name)
+                for name in bundle.tools
+                if self.tools.resolve(name) is not None
+            )
+            self._matter_tools[bundle.name] = found
+        return found
 
     def _check_skills(self, thread_id: str, snapshot: StateSnapshot) -> None:
         """Refuse a thread whose pending card or turn belongs to a skill this deck lacks (its

@@ -22,6 +22,7 @@ __all__ = [
     "ErrorCode",
     "EvalConfigError",
     "InvalidAnswersError",
+    "MatterRequiredError",
     "MissingExtraError",
     "ModelConfigError",
     "NoModelConfiguredError",
@@ -58,6 +59,7 @@ class ErrorCode(StrEnum):
     MISSING_EXTRA = "MISSING_EXTRA"
     NO_SKILL = "NO_SKILL"
     SKILL_NOT_LOADED = "SKILL_NOT_LOADED"
+    MATTER_REQUIRED = "MATTER_REQUIRED"
 
 
 class SkillDeckError(Exception):
@@ -140,6 +142,23 @@ class SkillNotLoadedError(SkillDeckError):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "skills": self.skills, "fields": self.fields}
+
+
+class MatterRequiredError(SkillDeckError):
+    """The run names no matter, but skills that may run in its context use a matter's files
+    (their tools are jailed to the matter's folder). Nothing was written."""
+
+    code = ErrorCode.MATTER_REQUIRED
+
+    def __init__(self, context: str, skills: Sequence[str]) -> None:
+        self.skills = list(skills)
+        super().__init__(
+            f"a run in context {context!r} needs a matter_id: skill(s) {', '.join(skills)} "
+            "work in a matter's files (pass matter_id=, CLI --matter, HTTP matter_id)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "skills": self.skills}
 
 
 class ModelConfigError(SkillDeckError):

@@ -66,7 +66,11 @@ class Settings(BaseSettings):
     postgres_pool_size: int = Field(
         default=10, ge=1, description="PostgreSQL connections per pool (checkpoints, messages)."
     )
-    files_root: str = "."
+    files_root: str | None = Field(
+        default=None,
+        description="The folder holding one folder per matter, for the file, card and PKM "
+        "tools; none by default, so no tool ever reads the working directory by accident.",
+    )
 
     messages_path: str = Field(
         default_factory=lambda: str(state_home().path / "messages.sqlite"),

@@ -270,9 +270,9 @@ def test_card_tools_are_jailed_to_the_files_root(tmp_path: Path, matter_id: str)
     root = tmp_path / "trials"
     root.mkdir()
     save, set_insight = card_tools(root)
-    with pytest.raises(ToolError, match="files root"):
+    with pytest.raises(ToolError, match="not one folder name"):
         save.invoke({"card": a_card(), "matter_id": matter_id})
-    with pytest.raises(ToolError, match="files root"):
+    with pytest.raises(ToolError, match="not one folder name"):
         set_insight.invoke({"fact_id": "f", "insight": "x", "matter_id": matter_id})
     assert files_under(tmp_path) == {}
 

@@ -149,7 +149,7 @@ def test_a_resume_without_the_threads_skill_is_refused_and_changes_nothing(
         SkillDeck(checkpointer=db, settings=settings) as builtin,
         pytest.raises(SkillNotLoadedError, match="state field\\(s\\) 'note'"),
     ):
-        builtin.run(context="matter", thread_id=thread)
+        builtin.run(context="nothing", thread_id=thread)
     with SkillDeck(skills_dir, checkpointer=db, settings=settings) as deck:
         assert deck.get_thread(thread).state["note"] == "x"
 

@@ -222,7 +222,8 @@ def test_matter_id_null_runs_without_a_matter(tmp_path: Path) -> None:
     given = {"context": "matter", "matter_id": None}
     trial = litigation(tmp_path, {"id": "no_matter", "input": given, "graders": [no_attempt]})
     assert trial["passed"] is True
-    assert trial["error"]["code"] == "NEXT_SKILL_NOT_CANDIDATE"
+    # Its skill works in a matter's files: the run is refused before it starts.
+    assert trial["error"]["code"] == "MATTER_REQUIRED"
 
 
 def test_record_then_replay_gives_the_same_scores(skills: Path, tmp_path: Path) -> None:

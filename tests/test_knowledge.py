@@ -438,14 +438,19 @@ def test_local_search_skips_outside_symlinks_and_binaries(files_root: Path, tmp_
 
 # -- the tools through a registry --------------------------------------------------------------
 def _registry(kb: KnowledgeBase, files_root: Path, opened: list[int]) -> ToolRegistry:
+    """The knowledge tools, with ``files_root`` as the matter ``MATTER``'s folder."""
+
     def factory() -> KnowledgeBase:
         opened.append(1)
         return kb
 
     registry = ToolRegistry()
-    for tool in knowledge_tools(Lazy(factory), files_root):
+    for tool in knowledge_tools(Lazy(factory), files_root.parent):
         registry.register(tool, aliases=[KNOWLEDGE_ALIASES[tool.name]])
     return registry
+
+
+MATTER = {"matter_id": "files"}  # the files_root fixture is the folder tmp_path/files
 
 
 def test_tools_through_registry(kb: KnowledgeBase, files_root: Path) -> None:
@@ -465,7 +470,7 @@ def test_tools_through_registry(kb: KnowledgeBase, files_root: Path) -> None:
     )
     table = registry.invoke("table_rag_retrieve", {"query": "Gadget"}, {})
     assert json.loads(table.content)["tables"][0]["file_ref_table"] == "data/prices.csv"
-    local = registry.invoke("local_file_search", {"query": "office hours"}, {})
+    local = registry.invoke("local_file_search", {"query": "office hours"}, MATTER)
     assert json.loads(local.content)["matches"][0]["path"] == "notes.txt"
     assert opened == [1]
 
@@ -487,14 +492,14 @@ def test_tools_through_registry(kb: KnowledgeBase, files_root: Path) -> None:
 def test_tool_errors_name_the_argument(
     kb: KnowledgeBase, files_root: Path, name: str, args: dict[str, Any], message: str
 ) -> None:
-    result = _registry(kb, files_root, []).invoke(name, args, {})
+    result = _registry(kb, files_root, []).invoke(name, args, MATTER)
     assert not result.ok
     assert result.content.startswith("Error: ")
     assert message in result.content
 
 
 def test_local_search_is_jailed_to_the_matter(kb: KnowledgeBase, files_root: Path) -> None:
-    registry = _registry(kb, files_root, [])
+    registry = _registry(kb, files_root / "docs", [])  # files_root is the matters' root
     inside = registry.invoke("file__local_search", {"query": "backups"}, {"matter_id": "docs"})
     matches = json.loads(inside.content)["matches"]
     assert matches and all(m["path"] == "operations.md" for m in matches)

@@ -38,6 +38,7 @@ SUITE = suite_for_skill(SKILL)  # the cases as the eval harness loads them
 SKU = '<CITATION file="docs/glossary.md" lines="5-6" />'
 TABLE = "knowledge__table_rag_retrieve"
 RAG = "knowledge__rag_retrieve"
+MATTER = "m-rag"  # the runs' matter: local files are a matter's files
 LOCAL = "file__local_search"
 
 
@@ -52,17 +53,22 @@ def kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase]:
 
 @pytest.fixture
 def make(kb: KnowledgeBase, tmp_path: Path) -> Iterator[Callable[..., SkillDeck]]:
-    """``make(turns=None, bundle=BUNDLE, files_root=..., extra_tools=())``: a deck on the
-    fixture base; ``turns`` switches to the scripted model."""
+    """``make(turns=None, bundle=BUNDLE, local=..., files_root=None, extra_tools=())``: a deck
+    on the fixture base whose matter ``MATTER`` holds a copy of ``local`` (or on
+    ``files_root``); ``turns`` switches to the scripted model."""
     decks: list[SkillDeck] = []
 
     def factory(
         turns: list[dict[str, Any]] | None = None,
         *,
         bundle: Path = BUNDLE,
-        files_root: Path = FIXTURES / "local",
+        local: Path = FIXTURES / "local",
+        files_root: Path | None = None,
         extra_tools: tuple[StructuredTool, ...] = (),
     ) -> SkillDeck:
+        if files_root is None:
+            files_root = tmp_path / f"files{len(decks)}"
+            shutil.copytree(local, files_root / MATTER)
         model = None
         if turns is not None:
             script = tmp_path / f"script{len(decks)}.yaml"
@@ -87,6 +93,7 @@ def make(kb: KnowledgeBase, tmp_path: Path) -> Iterator[Callable[..., SkillDeck]
 
 
 def _ask(deck: SkillDeck, question: str, **identity: str) -> dict[str, Any]:
+    identity.setdefault("matter_id", MATTER)
     result = deck.run({"question": question}, context="knowledge", **identity)
     assert result.status == "finished", result.error
     return result.state
@@ -118,7 +125,9 @@ def test_bundle_carries_the_policy_and_runs_in_retrieval_mode() -> None:
 # -- the rules path ----------------------------------------------------------------------------
 def test_rules_run_records_every_step_and_cites(make: Callable[..., SkillDeck]) -> None:
     deck = make()
-    result = deck.run({"question": "Who supplies Widget Pro?"}, context="knowledge")
+    result = deck.run(
+        {"question": "Who supplies Widget Pro?"}, context="knowledge", matter_id=MATTER
+    )
     state = result.state
     attempt = state["attempt"]
     assert attempt["model"] == "rules:retrieval"
@@ -223,7 +232,7 @@ def test_scripted_rewrite_and_answer_with_a_rejected_answer(
         {"output": {"answer": f"A SKU is the code of one product variant in the catalog. {SKU}"}},
     ]
     deck = make(turns)
-    result = deck.run({"question": "What is a SKU?"}, context="knowledge")
+    result = deck.run({"question": "What is a SKU?"}, context="knowledge", matter_id=MATTER)
     assert result.status == "finished", result.error
     state = result.state
     attempt = state["attempt"]
@@ -252,7 +261,7 @@ def test_scripted_rewrite_and_answer_with_a_rejected_answer(
 def test_scripted_answer_that_never_cites_fails_the_run(make: Callable[..., SkillDeck]) -> None:
     uncited = {"output": {"answer": "A SKU identifies one product variant in the catalog."}}
     deck = make([{"output": REWRITE}, uncited, uncited, uncited])
-    result = deck.run({"question": "What is a SKU?"}, context="knowledge")
+    result = deck.run({"question": "What is a SKU?"}, context="knowledge", matter_id=MATTER)
     assert result.status == "failed"
     assert result.error is not None and result.error["code"] == "CONTRACT_VIOLATION"
     assert "found" not in result.state  # nothing was merged
@@ -305,8 +314,8 @@ def test_case(task: Task, make: Callable[..., SkillDeck]) -> None:
     assert SUITE.find_fixture(task, task.input["knowledge"]) == FIXTURES / "kb"
     local = SUITE.fixture(task)
     assert local == FIXTURES / "local"
-    deck = make(files_root=local)
-    result = deck.run({"question": task.input["question"]}, context=task.context)
+    deck = make(local=local)
+    result = deck.run({"question": task.input["question"]}, context=task.context, matter_id=MATTER)
     graded = grade(task, outcome_of(deck, task, result))
     failures = [(spec.name, r.rationale) for spec, r in graded.grades if not r.passed]
     assert result.status == "finished", result.error
@@ -317,6 +326,8 @@ def test_case(task: Task, make: Callable[..., SkillDeck]) -> None:
 def test_the_case_graders_can_fail(make: Callable[..., SkillDeck]) -> None:
     task = SUITE.tasks[0]  # table first, a price with its citation, found
     deck = make()
-    result = deck.run({"question": "What is the capital of Mars?"}, context=task.context)
+    result = deck.run(
+        {"question": "What is the capital of Mars?"}, context=task.context, matter_id=MATTER
+    )
     graded = grade(task, outcome_of(deck, task, result))
     assert [r.passed for _, r in graded.grades] == [False, False, False]

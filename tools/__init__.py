@@ -37,12 +37,13 @@ __all__ = [
 
 
 def default_registry(
-    files_root: str | Path = ".",
+    files_root: str | Path | None = None,
     *,
     memory: Callable[[], Memory] | None = None,
     knowledge: Callable[[], KnowledgeBase] | None = None,
 ) -> ToolRegistry:
-    """A registry with the built-in tools, files jailed to ``files_root``.
+    """A registry with the built-in tools, files jailed to the run's matter folder in
+    ``files_root`` (``None``: the file tools answer that no files root is configured).
 
     ``memory`` and ``knowledge`` (each called on first use) add the ``memory__*`` and
     ``knowledge__*`` tools and ``file__local_search``, with the seeds' bare names

@@ -20,7 +20,7 @@ from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from skilldeck.errors import ToolError
-from skilldeck.tools.files import jailed_path, write_text_atomic
+from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
 
 __all__ = [
     "CARDS_DIR",
@@ -245,10 +245,6 @@ def _check_card(card: Any) -> dict[str, Any]:
     }
 
 
-def _workspace(root: Path, matter_id: str | None) -> Path:
-    return jailed_path(root, matter_id) if matter_id else root.resolve()
-
-
 def read_card(workspace: Path, fact_id: str) -> dict[str, Any] | None:
     """The saved card of ``fact_id`` in ``workspace``, or ``None`` if there is none."""
     path = jailed_path(workspace, card_relpath(_check_fact_id(fact_id)))
@@ -307,15 +303,15 @@ def update_insight(workspace: Path, fact_id: Any, insight: Any) -> dict[str, Any
     return {"ok": True, "path": relpath, "status": card.get("status"), "insight": card["insight"]}
 
 
-def card_tools(root: str | Path) -> list[BaseTool]:
+def card_tools(root: str | Path | None) -> list[BaseTool]:
     """``card__save`` and ``card__update_insight``, writing under ``root/<matter_id>``."""
-    base = Path(root)
+    base = Path(root) if root is not None else None
 
     def save(card: _Card, matter_id: str | None = None) -> dict[str, Any]:
-        return save_card(_workspace(base, matter_id), card.model_dump(exclude_unset=True))
+        return save_card(matter_folder(base, matter_id), card.model_dump(exclude_unset=True))
 
     def set_insight(fact_id: str, insight: str, matter_id: str | None = None) -> dict[str, Any]:
-        return update_insight(_workspace(base, matter_id), fact_id, insight)
+        return update_insight(matter_folder(base, matter_id), fact_id, insight)
 
     templates = "; ".join(f"{t.id}: {t.description}" for t in TEMPLATES.values())
     return [

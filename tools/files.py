@@ -1,13 +1,16 @@
 """``file__*`` tools: information about and text of the files of a matter.
 
-Files live under a root folder, one sub-folder per ``matter_id`` when the run binds one. Every
-path is jailed to that folder: ``..``, absolute paths and symlinks that lead out are refused.
+Files live under a root folder, one sub-folder per ``matter_id``. Every matter tool works in
+the run's matter folder only (:func:`matter_folder`): a run without a matter gets an error, never
+the whole root, and every path is jailed to the folder (``..``, absolute paths and symlinks that
+lead out are refused).
 """
 
 from __future__ import annotations
 
 import mimetypes
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -18,9 +21,11 @@ from pydantic import BaseModel, Field
 
 from skilldeck.errors import ToolError
 
-__all__ = ["file_tools", "jailed_path", "write_text_atomic"]
+__all__ = ["MATTER_ID", "file_tools", "jailed_path", "matter_folder", "write_text_atomic"]
 
 MAX_PARSE_CHARS = 20_000
+#: A matter id: one folder name (no separators, never "." or ".."), so it names one folder.
+MATTER_ID = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -53,18 +58,32 @@ def jailed_path(root: Path, relative: str) -> Path:
     return path
 
 
+def matter_folder(root: Path | None, matter_id: str | None) -> Path:
+    """The run's matter folder under the files root: the only place matter tools read and
+    write. A run without a matter, or a host without a files root, gets a :class:`ToolError`."""
+    if root is None:
+        raise ToolError(
+            "no files root is configured: the host must set SKILLDECK_FILES_ROOT (the folder "
+            "that holds one folder per matter)"
+        )
+    if not matter_id:
+        raise ToolError("this tool works in a matter's files, and the run has no matter_id")
+    if not MATTER_ID.fullmatch(matter_id):
+        raise ToolError(f"matter_id {matter_id!r} is not one folder name")
+    return jailed_path(root, matter_id)
+
+
 class _FileArgs(BaseModel):
     file_id: str = Field(description="Path of the file, relative to the matter's folder.")
     matter_id: Annotated[str | None, InjectedToolArg] = None
 
 
-def file_tools(root: str | Path) -> list[BaseTool]:
-    """``file__get_info`` and ``file__parse`` over ``root``."""
-    base = Path(root)
+def file_tools(root: str | Path | None) -> list[BaseTool]:
+    """``file__get_info`` and ``file__parse`` over the matter folders of ``root``."""
+    base = Path(root) if root is not None else None
 
     def locate(file_id: str, matter_id: str | None) -> Path:
-        folder = jailed_path(base, matter_id) if matter_id else base.resolve()
-        path = jailed_path(folder, file_id)
+        path = jailed_path(matter_folder(base, matter_id), file_id)
         if not path.is_file():
             raise ToolError(f"no file {file_id!r} in this matter")
         return path

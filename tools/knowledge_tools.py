@@ -16,7 +16,7 @@ from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from skilldeck.errors import ToolError
-from skilldeck.tools.files import jailed_path
+from skilldeck.tools.files import matter_folder
 from skilldeck.tools.knowledge import KnowledgeBase
 from skilldeck.tools.local_files import local_file_search
 
@@ -56,10 +56,12 @@ class LocalSearchArgs(_Args):
     matter_id: Annotated[str | None, InjectedToolArg] = None
 
 
-def knowledge_tools(kb: Callable[[], KnowledgeBase], files_root: str | Path) -> list[BaseTool]:
+def knowledge_tools(
+    kb: Callable[[], KnowledgeBase], files_root: str | Path | None
+) -> list[BaseTool]:
     """The three retrieval tools; ``kb`` is called on each knowledge-base call, so pass a
     lazy, cached factory (:class:`skilldeck.services.Lazy`) to open the base on first use."""
-    base = Path(files_root)
+    base = Path(files_root) if files_root is not None else None
 
     def rag_retrieve(query: str, top_k: int = 30) -> dict[str, Any]:
         return kb().rag_retrieve(query, top_k)
@@ -70,9 +72,9 @@ def knowledge_tools(kb: Callable[[], KnowledgeBase], files_root: str | Path) -> 
     def local_search(
         query: str, root: str | None = None, max_results: int = 20, matter_id: str | None = None
     ) -> dict[str, Any]:
-        folder = jailed_path(base, matter_id) if matter_id else base.resolve()
+        folder = matter_folder(base, matter_id)
         if not folder.is_dir():
-            raise ToolError(f"there are no local files{' for this matter' if matter_id else ''}")
+            raise ToolError("there are no local files for this matter")
         return local_file_search(folder, query, root, max_results)
 
     return [

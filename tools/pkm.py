@@ -20,7 +20,7 @@ from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from skilldeck.errors import ToolError
-from skilldeck.tools.files import jailed_path, write_text_atomic
+from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
 
 __all__ = ["PARA_FOLDERS", "PKM_DIR", "pkm_tools"]
 
@@ -77,13 +77,12 @@ def _first_heading(text: str) -> str | None:
     return None
 
 
-def pkm_tools(root: str | Path) -> list[BaseTool]:
+def pkm_tools(root: str | Path | None) -> list[BaseTool]:
     """``pkm__list``, ``pkm__read``, ``pkm__append``, ``pkm__create`` and ``pkm__write``."""
-    base = Path(root)
+    base = Path(root) if root is not None else None
 
     def pkm_root(matter_id: str | None) -> Path:
-        workspace = jailed_path(base, matter_id) if matter_id else base.resolve()
-        return jailed_path(workspace, PKM_DIR)
+        return jailed_path(matter_folder(base, matter_id), PKM_DIR)
 
     def locate(path: str, matter_id: str | None) -> Path:
         """The file ``path`` names: a jailed ``.md`` path (it may not exist yet)."""
