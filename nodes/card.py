@@ -19,7 +19,14 @@ from skilldeck._internal.paths import set_path
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE
 from skilldeck.skills.contract import compile_schema
 
-__all__ = ["CardNode", "answers_schema", "apply_answers", "card_payload", "validate_answers"]
+__all__ = [
+    "CardNode",
+    "answers_schema",
+    "apply_answers",
+    "card_payload",
+    "card_schema",
+    "validate_answers",
+]
 
 
 def _value_schema(question: Mapping[str, Any]) -> dict[str, Any]:
@@ -39,30 +46,49 @@ def _value_schema(question: Mapping[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def answers_schema(questions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """JSON Schema of the answers object ``{field_key: value}`` a card expects."""
+def answers_schema(
+    questions: Sequence[Mapping[str, Any]], fields: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """JSON Schema of the answers object ``{field_key: value}`` a card expects: each answer
+    of its question's ``input_type``, and valid for the schema of the field it writes
+    (``fields``: ``{field_key: schema}``, as the skill's output schema gives them)."""
     props = {q["field_key"]: _value_schema(q) for q in questions}
     for q in questions:
         if q["required"] and q["input_type"] in ("text", "multi_select", "file_ids"):
             props[q["field_key"]]["minLength" if q["input_type"] == "text" else "minItems"] = 1
-    return {
+    defs: dict[str, Any] = {}
+    for key, field in (fields or {}).items():
+        if key in props and field:
+            field = dict(field)
+            defs.update(field.pop("$defs", None) or {})
+            props[key] = {"allOf": [props[key], field]} if field else props[key]
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": props,
         "required": [q["field_key"] for q in questions if q["required"]],
         "additionalProperties": False,
     }
+    if defs:
+        schema["$defs"] = defs
+    return schema
 
 
-def validate_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> list[dict[str, str]]:
-    """Errors of ``answers`` as ``{"field_key", "message"}``; empty when they are valid."""
+def card_schema(card: Mapping[str, Any]) -> dict[str, Any]:
+    """The answers schema of a pending card (one from before field schemas: its types)."""
+    return answers_schema(card["questions"], card.get("fields"))
+
+
+def validate_answers(schema: Mapping[str, Any], answers: Any) -> list[dict[str, str]]:
+    """Errors of ``answers`` against a card's :func:`answers_schema`, as ``{"field_key",
+    "message"}``; empty when they are valid."""
     if not isinstance(answers, Mapping):
         return [{"field_key": "$", "message": "answers must be an object {field_key: value}"}]
     errors = []
-    schema = answers_schema(questions)
+    validator = compile_schema(schema)
     try:
-        found = list(compile_schema(schema).iter_errors(dict(answers)))
+        found = list(validator.iter_errors(dict(answers)))
     except ValueError as exc:  # jsonschema-rs reads JSON data only
-        return _not_json(schema["properties"], answers, str(exc))
+        return _not_json(answers, str(exc))
     for err in found:
         kind = err.kind
         if isinstance(kind, ValidationErrorKind.Required):
@@ -75,12 +101,11 @@ def validate_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> li
         else:
             key = str(err.instance_path[0]) if err.instance_path else "$"
             errors.append({"field_key": key, "message": err.message})
-    return errors
+    # An answer outside its options is usually outside its field's enum too: say it once.
+    return [e for i, e in enumerate(errors) if e not in errors[:i]]
 
 
-def _not_json(
-    fields: Mapping[str, Any], answers: Mapping[Any, Any], reason: str
-) -> list[dict[str, str]]:
+def _not_json(answers: Mapping[Any, Any], reason: str) -> list[dict[str, str]]:
     """The answers that are not JSON data (a set, a date, an object, a key that is not a
     string), each named; ``reason`` if none can be singled out."""
     errors = []
@@ -89,10 +114,13 @@ def _not_json(
             errors.append({"field_key": str(key), "message": "field keys must be strings"})
             continue
         try:
-            compile_schema(fields.get(key) or {"not": {}}).is_valid(value)
+            _ANYTHING.is_valid(value)
         except ValueError as exc:
             errors.append({"field_key": key, "message": f"not JSON data: {exc}"})
     return errors or [{"field_key": "$", "message": f"not JSON data: {reason}"}]
+
+
+_ANYTHING = compile_schema({})
 
 
 def apply_answers(answers: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,6 +148,8 @@ def card_payload(card: Mapping[str, Any], thread_id: str) -> dict[str, Any]:
         "skill": card["skill"],
         "review_type": card["review_type"],
         "questions": card["questions"],
+        # Any client can render and check the answers without knowing skilldeck's types.
+        "answers_schema": card_schema(card),
     }
     if card.get("errors"):
         payload["errors"] = card["errors"]
@@ -134,10 +164,9 @@ class CardNode:
         if not card:
             return Command(goto=ROUTER_NODE)
         thread_id = str(config["configurable"]["thread_id"])
-        answers = interrupt(
-            card_payload(card, thread_id), response_schema=answers_schema(card["questions"])
-        )
-        errors = validate_answers(card["questions"], answers)
+        schema = card_schema(card)
+        answers = interrupt(card_payload(card, thread_id), response_schema=schema)
+        errors = validate_answers(schema, answers)
         if errors:
             return Command(goto=CARD_NODE, update={"card": {**card, "errors": errors}})
         return Command(

@@ -35,6 +35,8 @@ from skilldeck.scripted import CALL_INDEX_KEY, INVALID_KEY, SKILL_KEY, TURN_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import (
     CARD_SCHEMA,
+    OutputLimits,
+    card_fields,
     check_field_keys,
     compile_schema,
     format_errors,
@@ -44,30 +46,47 @@ __all__ = ["SkillNode", "Visit", "parse_output"]
 
 Errors = list[dict[str, str]]
 _CARD_VALIDATOR = compile_schema(CARD_SCHEMA)
+_LIMITS = OutputLimits()
 
 
-def parse_output(message: AIMessage) -> tuple[dict[str, Any] | None, Errors]:
+def parse_output(
+    message: AIMessage, limits: OutputLimits = _LIMITS
+) -> tuple[dict[str, Any] | None, Errors]:
     """The output object of a final model message, or why there is none.
 
     Accepted forms: a ``submit_output`` call, or content that is one JSON object (a single
-    surrounding code fence is allowed, as models add one). Nothing else is salvaged.
+    surrounding code fence is allowed, as models add one). Nothing else is salvaged, and
+    nothing past the host's ``limits`` (size, depth, numbers) is accepted.
     """
     submits = [c for c in message.tool_calls if c["name"] == SUBMIT_TOOL]
     if submits:
         if len(message.tool_calls) > 1:
             return None, [{"path": "$", "message": f"call {SUBMIT_TOOL} alone, once"}]
-        return dict(submits[0]["args"]), []
+        value: Any = dict(submits[0]["args"])
+        return (None, errors) if (errors := limits.problems(value)) else (value, [])
     text = message.content if isinstance(message.content, str) else ""
     text = text.strip()
+    if len(text.encode("utf-8", "surrogatepass")) > limits.max_bytes:
+        return None, [{"path": "$", "message": f"output is over {limits.max_bytes:,} bytes"}]
     if text.startswith("```") and text.endswith("```"):
         text = text.split("\n", 1)[1].rsplit("```", 1)[0] if "\n" in text else ""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_json_number)
     except json.JSONDecodeError as exc:
         return None, [{"path": "$", "message": f"output is not JSON: {exc.msg} at char {exc.pos}"}]
+    except RecursionError:
+        return None, [{"path": "$", "message": f"nested deeper than {limits.max_depth} levels"}]
+    except ValueError as exc:  # a NaN, or an integer longer than Python parses
+        return None, [{"path": "$", "message": f"output is not usable JSON: {exc}"}]
     if not isinstance(value, dict):
         return None, [{"path": "$", "message": "output must be a JSON object"}]
+    if errors := limits.problems(value):
+        return None, errors
     return value, []
+
+
+def _not_json_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _command(state: Mapping[str, Any], goto: str, update: dict[str, Any]) -> Command[str]:
@@ -117,6 +136,7 @@ class SkillNode:
         self.bundle = bundle
         self.name = bundle.name
         self.system = render_system(bundle, output_mode=ctx.settings.output_mode)
+        self.limits = OutputLimits(ctx.settings.max_output_bytes, ctx.settings.max_output_depth)
         self._binds: dict[str, tuple[BaseChatModel, Any]] = {}
 
     # -- the node -------------------------------------------------------------------------
@@ -151,6 +171,9 @@ class SkillNode:
             "tokens": _add_tokens(turn.get("tokens"), message),
         }
         pending = [c for c in message.tool_calls if c["name"] != SUBMIT_TOOL]
+        too_big = [e for c in pending for e in self.limits.problems(c["args"], f"$.{c['name']}")]
+        if too_big:  # the arguments would be checkpointed with the turn: refuse them here
+            return self._reject(visit, turn, too_big, None, message)
         if pending and len(pending) == len(message.tool_calls):
             if rounds_left > 0:
                 turn["round"] += 1
@@ -247,7 +270,7 @@ class SkillNode:
     def _finish_attempt(
         self, visit: Visit, turn: dict[str, Any], message: AIMessage
     ) -> Command[str]:
-        output, errors = parse_output(message)
+        output, errors = parse_output(message, self.limits)
         if output is None:
             return self._reject(visit, turn, errors, None, message)
         return self.accept_output(visit, turn, output, message)
@@ -262,14 +285,20 @@ class SkillNode:
         """Validate a candidate output and merge it, ask, retry or fail: the one path every
         execution mode ends in. ``source`` is the model message the output came from."""
         state, calls = visit.state, visit.calls
-        errors = format_errors(self.bundle.validator, output)
+        # Limits first: what is past them must not reach the validator, the merge or a
+        # checkpoint (deep nesting, numbers msgpack cannot store).
+        errors = self.limits.problems(output) or format_errors(self.bundle.validator, output)
         control: dict[str, Any] = (
             output["control"] if isinstance(output.get("control"), dict) else {}
         )
+        fields: dict[str, Any] = {}
         if not errors and control.get("action") == "ask_user":
             errors = check_field_keys(
                 control["questions"], self.bundle.provides, self.bundle.data_keys
             )
+            if not errors:
+                where = "$.control.questions"
+                fields, errors = card_fields(self.bundle.output_schema, control["questions"], where)
         if errors:
             return self._reject(visit, turn, errors, control.get("retry_prompt"), source)
         if control["action"] == "retry":
@@ -304,6 +333,8 @@ class SkillNode:
                 "skill": self.name,
                 "review_type": asked["review_type"],
                 "questions": asked["questions"],
+                # Answers are checked against the fields they write, as well as their types.
+                "fields": verdict.get("fields", fields),
             }
             return _command(state, CARD_NODE, {**update, "status": "interrupted"})
         goto, routed = route(self.ctx, merged)
@@ -331,6 +362,10 @@ class SkillNode:
             problems = format_errors(_CARD_VALIDATOR, verdict) or check_field_keys(
                 verdict["questions"], self.bundle.provides, self.bundle.data_keys
             )
+            if not problems:
+                verdict["fields"], problems = card_fields(
+                    self.bundle.output_schema, verdict["questions"], "$.questions"
+                )
             if problems:
                 detail = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
                 return {

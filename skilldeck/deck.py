@@ -40,7 +40,14 @@ from skilldeck.errors import (
 )
 from skilldeck.graph import build_graph
 from skilldeck.models import ModelSpec, build_model, resolve_model
-from skilldeck.nodes import MODES, ROUTER_NODE, NodeContext, start_update, validate_answers
+from skilldeck.nodes import (
+    MODES,
+    ROUTER_NODE,
+    NodeContext,
+    answers_schema,
+    start_update,
+    validate_answers,
+)
 from skilldeck.services import Lazy, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
@@ -497,7 +504,9 @@ class SkillDeck:
             raise StaleInterruptError(thread_id, interrupt_id, pending.id)
         self._check_skills(thread_id, snapshot)
         card = pending_card(pending)
-        errors = validate_answers(card["questions"], answers)
+        errors = validate_answers(
+            card.get("answers_schema") or answers_schema(card["questions"]), answers
+        )
         if errors:
             raise InvalidAnswersError(dict(card), errors)
         self.check_models(snapshot.values.get("context"))
@@ -517,6 +526,10 @@ class SkillDeck:
             needing = [b.name for b in self.bundles if context in b.contexts and self._in_matter(b)]
             if needing:
                 raise MatterRequiredError(context, needing)
+
+    def matter_skills(self) -> list[str]:
+        """The skills whose tools work in a matter's files (they need a files root)."""
+        return [b.name for b in self.bundles if self._in_matter(b)]
 
     def _in_matter(self, bundle: SkillBundle) -> bool:
         """Whether any tool of ``bundle`` is bound to the run's matter."""

@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     request_timeout_s: float = 120.0
 
     max_retries: int = Field(default=2, ge=0, description="Re-asks after an invalid output.")
+    max_output_bytes: int = Field(
+        default=256_000, ge=1000, description="Larger model output is a contract error."
+    )
+    max_output_depth: int = Field(
+        default=32, ge=4, description="Model output nested deeper is a contract error."
+    )
     max_tool_rounds: int = Field(default=4, ge=0, description="Model/tool round trips per attempt.")
     loop_limit: int = Field(
         default=3, ge=1, description="Runs of one skill without any state change before stopping."
@@ -65,6 +71,12 @@ class Settings(BaseSettings):
     sqlite_timeout_s: float = Field(default=5.0, gt=0, description="Wait for a locked database.")
     postgres_pool_size: int = Field(
         default=10, ge=1, description="PostgreSQL connections per pool (checkpoints, messages)."
+    )
+    matter_policy: Literal["claim", "granted"] = Field(
+        default="claim",
+        description="Who may name a matter over HTTP: 'claim', the first user to name it owns "
+        "it (and those it is granted to); 'granted', only its owner and grantees, as made with "
+        "`skilldeck matters add/grant`.",
     )
     files_root: str | None = Field(
         default=None,

@@ -76,6 +76,9 @@ class Card(TypedDict):
     review_type: str
     questions: list[CardQuestion]
     interrupt_id: str
+    #: JSON Schema of the answers ``{field_key: value}``: each of its question's type, and
+    #: valid for the field it writes.
+    answers_schema: NotRequired[dict[str, Any]]
     errors: NotRequired[list[dict[str, str]]]
 
 
@@ -207,6 +210,7 @@ class CardEvent(_Event):
     questions: list[CardQuestion]
     interrupt_id: str
     errors: list[dict[str, str]] = field(default_factory=list)
+    answers_schema: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The card payload; ``errors`` only when a previous answer was refused, as in
@@ -214,6 +218,8 @@ class CardEvent(_Event):
         body = _Event.to_dict(self)
         if not self.errors:
             del body["errors"]
+        if self.answers_schema is None:
+            del body["answers_schema"]
         return body
 
     @property

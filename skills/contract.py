@@ -14,8 +14,10 @@ checks schemas themselves at load time (``check_schema``), where its error paths
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema_rs
@@ -27,11 +29,15 @@ __all__ = [
     "INPUT_TYPES",
     "QUESTION_SCHEMA",
     "REVIEW_TYPES",
+    "OutputLimits",
     "Validator",
     "build_output_schema",
+    "card_fields",
     "check_field_keys",
     "compile_schema",
+    "field_schema",
     "format_errors",
+    "input_fits",
     "json_path",
 ]
 
@@ -184,6 +190,145 @@ def format_errors(validator: Validator, instance: Any) -> list[dict[str, str]]:
     except ValueError as exc:  # jsonschema-rs reads JSON data only
         return [{"path": "$", "message": f"not JSON data: {exc}"}]
     return [{"path": json_path(e.instance_path), "message": e.message} for e in errors]
+
+
+def field_schema(output_schema: Mapping[str, Any], field_key: str) -> dict[str, Any] | str:
+    """The schema of the value at ``field_key`` (``profile.a.b``, a data field, or a path
+    inside one), with the output schema's ``$defs`` beside it; or why no value can be written
+    there (a key inside a list, a field the schema closes)."""
+    head, _, rest = field_key.partition(".")
+    props = output_schema.get("properties") or {}
+    if head == "profile":
+        node: Any = props.get("profile") or {}
+        parts = rest.split(".") if rest else []
+    else:
+        node, parts = props.get("data") or {}, field_key.split(".")
+    prefix = [head] if head == "profile" else []
+    for i, part in enumerate(parts):
+        node = _deref(output_schema, node)
+        types = _types(output_schema, node)
+        if types is not None and "object" not in types:
+            where = ".".join(prefix + parts[:i])
+            return f"{where!r} holds {' or '.join(sorted(types))}, not an object with {part!r}"
+        inner = (node.get("properties") or {}).get(part) if isinstance(node, Mapping) else None
+        if inner is None:
+            extra = node.get("additionalProperties", True) if isinstance(node, Mapping) else True
+            if extra is False:
+                return f"the schema has no field {part!r} there"
+            inner = extra if isinstance(extra, Mapping) else {}
+        node = inner
+    schema = copy.deepcopy(dict(node)) if isinstance(node, Mapping) else {}
+    if "$defs" in output_schema:
+        schema["$defs"] = output_schema["$defs"]
+    return schema
+
+
+def input_fits(question: Mapping[str, Any], schema: Mapping[str, Any]) -> str | None:
+    """Why an answer of the question's ``input_type`` can never be valid for ``schema``
+    (``None``: it can be)."""
+    kind = question.get("input_type")
+    values = [o.get("value") for o in question.get("options") or [] if isinstance(o, Mapping)]
+    if kind in ("select", "multi_select") and values:
+        validator = compile_schema(schema)
+        samples = values if kind == "select" else [[v] for v in values]
+        bad = [v for v, s in zip(values, samples, strict=True) if not validator.is_valid(s)]
+        return f"option value(s) {bad} do not fit the field's schema" if bad else None
+    wanted = {"text": "string", "boolean": "boolean", "file_ids": "array"}.get(str(kind))
+    types = _types(schema, schema)
+    if wanted is not None and types is not None and wanted not in types:
+        return f"a {kind} answer cannot be {' or '.join(sorted(types))}"
+    return None
+
+
+def _deref(root: Mapping[str, Any], node: Any, hops: int = 0) -> Any:
+    """``node`` with a local ``$ref`` (``#/$defs/x``) followed, a few hops at most."""
+    while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and hops < 16:
+        ref = node["$ref"]
+        if not ref.startswith("#/"):
+            return {}
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part) if isinstance(target, Mapping) else None
+        node, hops = target if isinstance(target, Mapping) else {}, hops + 1
+    return node
+
+
+_TYPE_OF = {bool: "boolean", str: "string", int: "integer", float: "number", list: "array"}
+
+
+def _types(root: Mapping[str, Any], node: Any) -> set[str] | None:
+    """The JSON types ``node`` allows; ``None`` when it does not say (anything)."""
+    node = _deref(root, node)
+    if not isinstance(node, Mapping):
+        return None
+    if "type" in node:
+        given = node["type"]
+        types = {given} if isinstance(given, str) else set(given)
+        return types | {"number"} if "integer" in types else types
+    if "enum" in node or "const" in node:
+        values = node["enum"] if "enum" in node else [node["const"]]
+        return {
+            "object" if isinstance(v, Mapping) else "null" if v is None
+            else _TYPE_OF.get(type(v), "number")
+            for v in values
+        }  # fmt: skip
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            found = [_types(root, sub) for sub in node[key]]
+            return None if any(t is None for t in found) else set().union(*found)  # type: ignore[arg-type]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLimits:
+    """What the host accepts of model output before any schema sees it: its size in bytes,
+    its nesting depth, and numbers a checkpoint can store (64-bit integers, finite floats).
+    Output past them is a contract error like any other: re-asked, then the run fails."""
+
+    max_bytes: int = 256_000
+    max_depth: int = 32
+
+    def problems(self, value: Any, where: str = "$") -> list[dict[str, str]]:
+        """What in ``value`` (parsed JSON) is past the limits; empty when nothing is."""
+        stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+        while stack:
+            item, path, depth = stack.pop()
+            if depth > self.max_depth:
+                return [{"path": path, "message": f"nested deeper than {self.max_depth} levels"}]
+            if isinstance(item, bool) or item is None or isinstance(item, str):
+                continue
+            if isinstance(item, int) and not _INT_MIN <= item <= _INT_MAX:
+                return [{"path": path, "message": "integer out of the 64-bit range"}]
+            if isinstance(item, float) and not math.isfinite(item):
+                return [{"path": path, "message": f"{item} is not a JSON number"}]
+            if isinstance(item, Mapping):
+                stack += [(v, f"{path}.{k}", depth + 1) for k, v in item.items()]
+            elif isinstance(item, list | tuple):
+                stack += [(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item)]
+        return []
+
+
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+
+def card_fields(
+    output_schema: Mapping[str, Any], questions: Sequence[Mapping[str, Any]], where: str
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, str]]]:
+    """The schema of each question's field (``{field_key: schema}``), and the questions whose
+    ``input_type`` the field cannot hold (errors at ``where[i]``)."""
+    fields: dict[str, dict[str, Any]] = {}
+    errors = []
+    for i, q in enumerate(questions):
+        key = str(q.get("field_key", ""))
+        schema = field_schema(output_schema, key)
+        if isinstance(schema, str):
+            errors.append({"path": f"{where}[{i}].field_key", "message": f"{key!r}: {schema}"})
+            continue
+        reason = input_fits(q, schema)
+        if reason is not None:
+            errors.append({"path": f"{where}[{i}].input_type", "message": f"{key!r}: {reason}"})
+        fields[key] = schema
+    return fields, errors
 
 
 def check_field_keys(

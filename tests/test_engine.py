@@ -48,7 +48,14 @@ def test_demo_pauses_on_a_card_and_finishes_after_resume(demo_deck: SkillDeck) -
     assert result.status == "interrupted"
     card = result.card
     assert card is not None
-    assert set(card) == {"event", "thread_id", "skill", "review_type", "questions", "interrupt_id"}
+    assert set(card) == {
+        "event", "thread_id", "skill", "review_type", "questions", "interrupt_id", "answers_schema",
+    }  # fmt: skip
+    # The answers' schema: each answer's type, and the field it writes (the party enum).
+    schema = card["answers_schema"]
+    assert schema["required"] == ["profile.defendant.name", "profile.defendant.type"]
+    kinds = schema["properties"]["profile.defendant.type"]["allOf"]
+    assert kinds[1]["enum"] == ["person", "organisation"]
     assert card["event"] == "card" and card["thread_id"] == result.thread_id
     assert [q["field_key"] for q in card["questions"]] == [
         "profile.defendant.name",

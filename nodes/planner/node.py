@@ -46,6 +46,7 @@ from skilldeck.nodes.planner_rules import (
 from skilldeck.nodes.skill import SkillNode, Visit, _describe, parse_output
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills.bundle import SkillBundle
+from skilldeck.skills.contract import OutputLimits
 from skilldeck.tools.messages import format_ts
 from skilldeck.tools.registry import IDENTITY_KEYS
 
@@ -88,11 +89,11 @@ def _shown(hit: Mapping[str, Any]) -> dict[str, Any]:
     return {k: hit.get(k) for k in ("message_id", "ts", "role")} | {"text": text}
 
 
-def _read_json(message: AIMessage, what: str) -> tuple[Any, Errors]:
+def _read_json(message: AIMessage, what: str, limits: OutputLimits) -> tuple[Any, Errors]:
     """A plan or a view: one JSON object as text; tool calls are not how this mode talks."""
     if message.tool_calls:
         return None, [error("$", f"reply with the {what} as one JSON object, not a tool call")]
-    return parse_output(message)
+    return parse_output(message, limits)
 
 
 class PlannerSkillNode(SkillNode):
@@ -207,7 +208,7 @@ class PlannerSkillNode(SkillNode):
                     message = self.ask_json(conversation, visit.calls, turn)
                 except Exception as exc:
                     return self._model_error(visit.state, exc, turn)
-                plan, errors = _read_json(message, "plan")
+                plan, errors = _read_json(message, "plan", self.limits)
             else:
                 plan, errors = rules.plan(loop.view()), []
                 message = AIMessage(_dumps(plan), name="rules")
@@ -328,7 +329,7 @@ class PlannerSkillNode(SkillNode):
                 message = self.ask_json(conversation, visit.calls, turn)
             except Exception as exc:
                 return self._model_error(visit.state, exc, turn)
-            view, errors = _read_json(message, "memory_view")
+            view, errors = _read_json(message, "memory_view", self.limits)
         else:
             view, errors = extract_view(evidence), []
             message = AIMessage(_dumps(view), name="rules")

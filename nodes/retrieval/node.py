@@ -206,7 +206,7 @@ class RetrievalSkillNode(SkillNode):
         ask = HumanMessage(_REWRITE_ASK.format(question=question, intents=intents))
         reply = self.ask_json([*new, ask], calls, turn)
         new += [ask, reply]
-        value, errors = parse_output(reply)
+        value, errors = parse_output(reply, self.limits)
         errors = errors or format_errors(_REWRITE_VALIDATOR, value)
         if value is not None and not errors:
             return Rewrite.from_model(value), None
@@ -311,7 +311,7 @@ class RetrievalSkillNode(SkillNode):
     ) -> Command[str]:
         """Check the citation contract, then hand the four-part output to ``accept_output``."""
         if isinstance(answer, AIMessage):
-            value, errors = parse_output(answer)
+            value, errors = parse_output(answer, self.limits)
             text = value.get("answer") if value is not None else None
             if value is not None and not (isinstance(text, str) and text.strip()):
                 errors = [{"path": "$.answer", "message": 'reply with {"answer": "<text>"}'}]

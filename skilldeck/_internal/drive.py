@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -21,6 +22,7 @@ from typing import Any, NamedTuple
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.errors import GraphBubbleUp, GraphRecursionError
 from langgraph.types import StateSnapshot
 
 from skilldeck._internal.events import EventTranslator, terminal_event
@@ -36,12 +38,14 @@ from skilldeck.errors import (
     ThreadBusyError,
     ThreadNotFoundError,
 )
+from skilldeck.nodes.context import ROUTER_NODE
 from skilldeck.settings import Settings
 from skilldeck.types import Event, RunResult
 
 __all__ = ["AsyncDriver", "Driver", "Request", "checkpoint_errors", "run_result"]
 
 Claim = tuple[str, str]
+log = logging.getLogger("skilldeck")
 
 
 class Request(NamedTuple):
@@ -207,14 +211,20 @@ class Driver(_Base):
         yield terminal_event(result)
 
     def _parts(self, request: Request, lease: _Lease) -> Iterator[Any]:
-        """The graph's updates, renewing the run lease as it goes."""
+        """The graph's updates, renewing the run lease as it goes; a run that breaks on
+        something the engine did not foresee ends ``failed``, never stuck ``running``."""
         with checkpoint_errors():
-            for part in self.graph.stream(
-                request.payload, request.config, stream_mode=["updates"], **self._run_options()
-            ):
-                if lease.due():
-                    lease.renewed(self.claims.renew(*request.lease))
-                yield part
+            try:
+                for part in self.graph.stream(
+                    request.payload, request.config, stream_mode=["updates"], **self._run_options()
+                ):
+                    if lease.due():
+                        lease.renewed(self.claims.renew(*request.lease))
+                    yield part
+            except Exception as exc:
+                if _foreseen(exc):
+                    raise
+                self.graph.update_state(request.config, _broken(request, exc), as_node=ROUTER_NODE)
 
     def _take(self, request: Request) -> None:
         """Claim what ``request`` takes, and check it still fits the thread; on a failure
@@ -295,12 +305,18 @@ class AsyncDriver(_Base):
 
     async def _parts(self, request: Request, lease: _Lease) -> AsyncIterator[Any]:
         with checkpoint_errors():
-            async for part in self.graph.astream(
-                request.payload, request.config, stream_mode=["updates"], **self._run_options()
-            ):
-                if lease.due():
-                    lease.renewed(await self.claims.arenew(*request.lease))
-                yield part
+            try:
+                async for part in self.graph.astream(
+                    request.payload, request.config, stream_mode=["updates"], **self._run_options()
+                ):
+                    if lease.due():
+                        lease.renewed(await self.claims.arenew(*request.lease))
+                    yield part
+            except Exception as exc:
+                if _foreseen(exc):
+                    raise
+                update = _broken(request, exc)
+                await self.graph.aupdate_state(request.config, update, as_node=ROUTER_NODE)
 
     async def _take(self, request: Request) -> None:
         async with contextlib.AsyncExitStack() as undo:
@@ -361,6 +377,23 @@ class _Lease:
         if not still_ours:
             self.lost = True
             raise ThreadBusyError(self.thread_id)
+
+
+def _foreseen(exc: Exception) -> bool:
+    """Errors with a meaning of their own: requests refused, databases away, interrupts."""
+    return isinstance(exc, (SkillDeckError, sqlite3.Error, GraphBubbleUp, *connection_errors()))
+
+
+def _broken(request: Request, exc: Exception) -> dict[str, Any]:
+    """The update that ends a run broken by ``exc`` as ``failed``; the details go to the log,
+    which may hold what a client must not see."""
+    if isinstance(exc, GraphRecursionError):
+        code, message = "STEP_LIMIT", "the run took more steps than SKILLDECK_MAX_STEPS allows"
+    else:
+        log.error("run of thread %s broke", request.thread_id, exc_info=exc)
+        code = "INTERNAL_ERROR"
+        message = f"the run stopped on an internal error ({type(exc).__name__}); see the log"
+    return {"status": "failed", "error": {"code": code, "message": message}, "turn": None}
 
 
 def _pauses(claim: Claim) -> Iterator[float]:

@@ -117,6 +117,7 @@ def terminal_event(result: RunResult) -> CardEvent | ErrorEvent | DoneEvent:
             questions=list(card["questions"]),
             interrupt_id=card["interrupt_id"],
             errors=list(card.get("errors", [])),
+            answers_schema=card.get("answers_schema"),
         )
     if result.status in ("failed", "no_skill"):
         error = dict(result.error or {})

@@ -13,7 +13,7 @@ import typer
 
 from skilldeck.cli import bundles, runs, stores
 from skilldeck.cli.evals import eval_app
-from skilldeck.cli.serve import keys_app, serve
+from skilldeck.cli.serve import keys_app, matters_app, serve
 
 __all__ = ["app"]
 
@@ -40,3 +40,4 @@ app.add_typer(stores.messages_app, name="messages")
 app.add_typer(stores.knowledge_app, name="knowledge")
 app.add_typer(eval_app, name="eval")
 app.add_typer(keys_app, name="keys")
+app.add_typer(matters_app, name="matters")

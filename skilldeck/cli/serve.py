@@ -1,19 +1,32 @@
-"""``skilldeck serve`` and ``skilldeck keys``: run the HTTP service and manage its API keys."""
+"""Operator commands: ``serve`` the HTTP service, manage its API ``keys`` and who owns which
+``matters``."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from skilldeck.cli._shared import SkillsOpt, fail, skills_paths
+from skilldeck.cli._shared import (
+    CheckpointOpt,
+    JsonOpt,
+    SkillsOpt,
+    checkpoint_url,
+    fail,
+    skills_paths,
+)
 from skilldeck.errors import SkillDeckError
 from skilldeck.server.keys import ApiKeys, hash_key, new_key
 
-__all__ = ["keys_app", "serve"]
+if TYPE_CHECKING:
+    from skilldeck.checkpoints.threads import ThreadIndex
+
+__all__ = ["keys_app", "matters_app", "serve"]
 
 keys_app = typer.Typer(
     help="API keys of the HTTP service (stored as hashes).", no_args_is_help=True
@@ -39,11 +52,26 @@ def serve(
     max_body_bytes: Annotated[int, typer.Option(help="Larger request bodies get 413.", min=1)] = (
         1_000_000
     ),
+    files_root: Annotated[
+        Path | None,
+        typer.Option(help="The folder with one folder per matter (default: SKILLDECK_FILES_ROOT)."),
+    ] = None,
+    matter_policy: Annotated[
+        str | None,
+        typer.Option(
+            help="'claim': the first user to name a matter owns it; 'granted': only matters "
+            "made with `skilldeck matters` (default: SKILLDECK_MATTER_POLICY, else claim)."
+        ),
+    ] = None,
+    docs: Annotated[
+        bool, typer.Option(help="Serve /docs (its page loads Swagger UI from a CDN).")
+    ] = False,
 ) -> None:
     """Serve the HTTP API (FastAPI + uvicorn): threads, SSE runs and card answers.
 
     Runs several of these against one PostgreSQL (SKILLDECK_CHECKPOINT_URL=postgresql://...)
-    behind a load balancer to scale out; the OpenAPI schema is at /docs and /openapi.json.
+    behind a load balancer to scale out; the OpenAPI schema is at /openapi.json. A user may run
+    only on matters they own or were granted (see `skilldeck matters --help`).
     """
     try:
         import uvicorn
@@ -57,13 +85,27 @@ def serve(
         fail(MissingExtraError(f"the service's {exc.name}", "service"))
     try:
         api_keys = ApiKeys.load(keys)
-        settings = Settings(**({"model": model} if model else {}))  # type: ignore[arg-type]
+        overrides: dict[str, Any] = {"model": model, "matter_policy": matter_policy}
+        if files_root is not None:
+            overrides["files_root"] = str(files_root.resolve())
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
         deck = SkillDeck(skills_paths(skills), checkpointer=checkpoint, settings=settings)
-    except SkillDeckError as exc:
-        fail(exc)
+    except (SkillDeckError, ValueError) as exc:
+        fail(exc if isinstance(exc, SkillDeckError) else SkillDeckError(str(exc)))
     try:
-        app = create_app(deck, api_keys=api_keys, max_body_bytes=max_body_bytes)
-        typer.echo(f"skilldeck: {len(api_keys)} API key(s); http://{host}:{port}/docs", err=True)
+        needing = deck.matter_skills()
+        if needing and settings.files_root is None:
+            deck.close()
+            fail(
+                SkillDeckError(
+                    f"skills {', '.join(needing)} work in matters' files: set --files-root or "
+                    "SKILLDECK_FILES_ROOT to the folder with one folder per matter (there is no "
+                    "default, so the service never serves its working directory)"
+                )
+            )
+        app = create_app(deck, api_keys=api_keys, max_body_bytes=max_body_bytes, docs=docs)
+        where = f"http://{host}:{port}/" + ("docs" if docs else "openapi.json")
+        typer.echo(f"skilldeck: {len(api_keys)} API key(s); {where}", err=True)
         uvicorn.run(app, host=host, port=port, log_level="info")
     finally:
         deck.close()
@@ -100,3 +142,86 @@ def keys_new(
         os.chmod(file, 0o600)
         typer.echo(f"added the key of {user!r} to {file}", err=True)
     print(key)
+
+
+matters_app = typer.Typer(
+    help="Who owns which matter, and who else may use it (the HTTP service enforces it).",
+    no_args_is_help=True,
+)
+MatterArg = Annotated[str, typer.Argument(help="The matter id.")]
+
+
+@contextmanager
+def _matters(checkpoint: str | None) -> Iterator[ThreadIndex]:
+    """The index that records matters, of the checkpoint database."""
+    from skilldeck.checkpoints.open import open_persistence
+
+    persistence = open_persistence(checkpoint_url(checkpoint))
+    try:
+        yield persistence.threads
+    finally:
+        persistence.close()
+
+
+@matters_app.command("list")
+def matters_list(checkpoint: CheckpointOpt = None, as_json: JsonOpt = False) -> None:
+    """Every matter with its owner and the users it is granted to."""
+    try:
+        with _matters(checkpoint) as index:
+            rows = index.matters()
+    except SkillDeckError as exc:
+        fail(exc, as_json)
+    if as_json:
+        print(json.dumps([{"matter_id": m, "owner": o, "granted": list(g)} for m, o, g in rows]))
+        return
+    for matter, owner, granted in rows:
+        shown = f" (also: {', '.join(granted)})" if granted else ""
+        print(f"{matter}\t{owner}{shown}")
+
+
+@matters_app.command("add")
+def matters_add(
+    matter: MatterArg,
+    owner: Annotated[str, typer.Option(help="The user who owns it.")],
+    checkpoint: CheckpointOpt = None,
+) -> None:
+    """Create a matter owned by OWNER (it must not exist yet)."""
+    try:
+        with _matters(checkpoint) as index:
+            if not index.add_matter(matter, owner):
+                found = index.matter(matter)
+                holder = found[0] if found else "someone"
+                raise SkillDeckError(f"matter {matter!r} already exists, owned by {holder!r}")
+    except SkillDeckError as exc:
+        fail(exc)
+    typer.echo(f"matter {matter!r} belongs to {owner!r}", err=True)
+
+
+@matters_app.command("grant")
+def matters_grant(
+    matter: MatterArg,
+    user: Annotated[str, typer.Option(help="The user who may use it too.")],
+    checkpoint: CheckpointOpt = None,
+) -> None:
+    """Let USER run on MATTER too."""
+    try:
+        with _matters(checkpoint) as index:
+            index.grant(matter, user)
+    except SkillDeckError as exc:
+        fail(exc)
+    typer.echo(f"{user!r} may use matter {matter!r}", err=True)
+
+
+@matters_app.command("revoke")
+def matters_revoke(
+    matter: MatterArg,
+    user: Annotated[str, typer.Option(help="The user to take the grant from.")],
+    checkpoint: CheckpointOpt = None,
+) -> None:
+    """Take USER's grant of MATTER back (its owner keeps it)."""
+    try:
+        with _matters(checkpoint) as index:
+            index.revoke(matter, user)
+    except SkillDeckError as exc:
+        fail(exc)
+    typer.echo(f"{user!r} may no longer use matter {matter!r}", err=True)

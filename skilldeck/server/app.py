@@ -84,11 +84,11 @@ class Threads:
 
     Args:
         deck: the deck runs go to (the caller keeps it open while the app serves).
-        matter_check: ``(user_id, matter_id) -> bool``; ``None`` lets any user name any matter.
+        matter_check: ``(user_id, matter_id) -> bool``: may the user run on the matter.
         workers: how many runs may go on at once in this process.
     """
 
-    def __init__(self, deck: SkillDeck, matter_check: MatterCheck | None, workers: int) -> None:
+    def __init__(self, deck: SkillDeck, matter_check: MatterCheck, workers: int) -> None:
         self.deck = deck
         self.matter_check = matter_check
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="skilldeck-run")
@@ -119,8 +119,8 @@ class Threads:
             return None
 
     def check_matter(self, user_id: str, matter_id: str | None) -> None:
-        check = self.matter_check
-        if matter_id is not None and check is not None and not check(user_id, matter_id):
+        """Refuse a matter the user may not use, with the answer an unknown matter gets."""
+        if matter_id is not None and not self.matter_check(user_id, matter_id):
             raise NotFound("MATTER_NOT_FOUND", f"matter {matter_id!r} not found for this API key")
 
     # -- streaming ------------------------------------------------------------------------
@@ -191,6 +191,7 @@ def create_app(
     max_body_bytes: int = 1_000_000,
     matter_check: MatterCheck | None = None,
     workers: int = 32,
+    docs: bool = False,
 ) -> FastAPI:
     """The HTTP service of ``deck`` as a FastAPI app (mountable in another app).
 
@@ -199,14 +200,25 @@ def create_app(
         api_keys: :class:`~skilldeck.server.keys.ApiKeys`, ``{sha256: user_id}``, a key file,
             or ``None`` for ``SKILLDECK_API_KEYS``.
         max_body_bytes: larger request bodies are refused with 413.
-        matter_check: ``(user_id, matter_id) -> bool``: which matters a user may run on
-            (default: any). A refused matter is answered like an unknown one (404).
+        matter_check: ``(user_id, matter_id) -> bool``: which matters a user may run on.
+            By default a matter belongs to the first user who names it, or to the owner an
+            operator gave it, and to the users it was granted to (``skilldeck matters``); with
+            ``settings.matter_policy="granted"`` a user may name only matters made for them.
+            A refused matter is answered like an unknown one (404).
         workers: runs that may go on at once in this process.
+        docs: serve ``/docs`` and ``/redoc``, whose pages load their scripts from a CDN (off by
+            default: deployments are often offline); ``/openapi.json`` is always served.
 
     Raises:
         SkillDeckError: no API keys are configured, or the key file is malformed.
     """
     keys = api_keys if isinstance(api_keys, ApiKeys) else ApiKeys.load(api_keys)
+    if matter_check is None:
+        claim = deck.settings.matter_policy == "claim"
+
+        def matter_check(user_id: str, matter_id: str) -> bool:
+            return deck.index.may_use_matter(user_id, matter_id, claim=claim)
+
     threads = Threads(deck, matter_check, workers)
 
     @asynccontextmanager
@@ -219,6 +231,8 @@ def create_app(
         version=_version(),
         summary="Run agent skills; stream their events; answer their cards.",
         lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
     )
     app.state.threads = threads
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
@@ -274,7 +288,7 @@ def create_app(
     async def start_run(thread_id: ThreadId, body: RunRequest, user: User) -> Any:
         """Run the thread and stream its events until a card, the end or an error."""
         await run_in_threadpool(threads.owned, thread_id, user)
-        threads.check_matter(user, body.matter_id)
+        await run_in_threadpool(threads.check_matter, user, body.matter_id)
         return await threads.stream(
             thread_id,
             lambda: deck.stream(

@@ -72,6 +72,10 @@ class Card(BaseModel):
     review_type: str
     questions: list[CardQuestion]
     interrupt_id: str
+    answers_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON Schema of the answers object: render and check the card with it.",
+    )
     errors: list[FieldError] = Field(default_factory=list)
 
 
