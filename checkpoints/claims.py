@@ -73,6 +73,12 @@ WHERE c.claimed_at < excluded.claimed_at - ?
 _SQLITE_RENEW = f"""
 UPDATE {_TABLE} SET claimed_at = ? WHERE thread_id = ? AND interrupt_id = ? AND owner = ?"""
 _RELEASE = f"DELETE FROM {_TABLE} WHERE thread_id = {{p}} AND interrupt_id = {{p}}"
+# A claim is deleted when its request ends; only a process killed while holding one leaves
+# it, and a later request on the thread takes it over. Claims of threads nobody touches again
+# are swept once they are two leases old, every SWEEP_EVERY claims.
+SWEEP_EVERY = 256
+_SQLITE_SWEEP = f"DELETE FROM {_TABLE} WHERE claimed_at < ?"
+_PG_SWEEP = f"DELETE FROM {_TABLE} WHERE claimed_at < extract(epoch from clock_timestamp()) - %s"
 
 # PostgreSQL claims also record the claiming session (see PostgresClaims).
 _PG_OWNER_COLUMNS = f"""
@@ -124,10 +130,16 @@ class InterruptClaims(ABC):
             raise ValueError(f"lease_s must be positive or None, got {lease_s!r}")
         self.lease_s = lease_s
         self.dead_owner_grace_s = dead_owner_grace_s
+        self._claims_made = 0
 
     @property
     def _lease(self) -> float:
         return _NO_LEASE if self.lease_s is None else self.lease_s
+
+    def _sweep_due(self) -> bool:
+        """Every :data:`SWEEP_EVERY` claims (never without a lease), sweep old claims."""
+        self._claims_made += 1
+        return self.lease_s is not None and self._claims_made % SWEEP_EVERY == 1
 
     @abstractmethod
     def claim(self, thread_id: str, interrupt_id: str) -> bool:
@@ -229,6 +241,8 @@ class SqliteClaims(InterruptClaims):
             raise CheckpointError(f"cannot create resume claims: {exc}") from None
 
     def claim(self, thread_id: str, interrupt_id: str) -> bool:
+        if self._sweep_due():
+            self._write(_SQLITE_SWEEP, (time.time() - 2 * self._lease,))
         params = (thread_id, interrupt_id, time.time(), process_owner())
         return self._write(_SQLITE_CLAIM, (*params, self._lease, self.dead_owner_grace_s)) == 1
 
@@ -360,6 +374,8 @@ class PostgresClaims(InterruptClaims):
                 time.sleep(0.2)
 
     def claim(self, thread_id: str, interrupt_id: str) -> bool:
+        if self._sweep_due():
+            self._execute(_PG_SWEEP, (2 * self._lease,))
         params = (thread_id, interrupt_id, self._lease, self.dead_owner_grace_s)
         return self._execute(_PG_CLAIM, params) == 1
 

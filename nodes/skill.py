@@ -11,6 +11,7 @@ with nothing merged. Output is never repaired.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import traceback
 import uuid
@@ -27,6 +28,8 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
 from skilldeck._internal.paths import deep_merge
+from skilldeck._internal.redact import redact, safe_reason
+from skilldeck.errors import SkillDeckError
 from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
 from skilldeck.nodes.prompt import SUBMIT_TOOL, render_feedback, render_system, render_user
 from skilldeck.nodes.router import route
@@ -45,6 +48,7 @@ from skilldeck.skills.contract import (
 __all__ = ["SkillNode", "Visit", "parse_output"]
 
 Errors = list[dict[str, str]]
+log = logging.getLogger("skilldeck")
 _CARD_VALIDATOR = compile_schema(CARD_SCHEMA)
 _LIMITS = OutputLimits()
 
@@ -448,8 +452,17 @@ class SkillNode:
     def _model_error(
         self, state: Mapping[str, Any], exc: Exception, turn: dict[str, Any] | None
     ) -> Command[str]:
-        """Fail the run on a model call that raised (endpoint down, bad key, timeout)."""
-        return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
+        """Fail the run on a model call that raised (endpoint down, bad key, timeout).
+
+        A provider's error text may echo credentials: the state (which API clients read) gets
+        its type and status; the log gets the text, redacted. skilldeck's own errors (a
+        scripted cassette out of turns) are safe to show whole.
+        """
+        if isinstance(exc, SkillDeckError):
+            return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
+        log.warning("model call of skill %s failed: %s", self.name, redact(f"{exc!r}"))
+        message = f"the model call failed: {safe_reason(exc)}; the details are in the log"
+        return self._fail(state, "MODEL_ERROR", message, turn)
 
     def _record(self, turn: Mapping[str, Any], action: str, errors: Errors) -> dict[str, Any]:
         """The attempt record kept in the state (the checkpoint history keeps them all)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -46,6 +47,23 @@ def read_messages(store: BaseStore, thread_id: str, turn_id: str) -> list[BaseMe
     return messages_from_dict([_prompt(store, m["key"]) if m["type"] == _REF else m for m in rows])
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with lone UTF-16 surrogates (a model may send them as JSON escapes) replaced:
+    no store can encode them. The contract check sees the message as it came."""
+    if isinstance(value, str):
+        return (
+            value.encode("utf-8", "replace").decode("utf-8") if _SURROGATE.search(value) else value
+        )
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    return value
+
+
 def append_messages(
     store: BaseStore, thread_id: str, turn_id: str, start: int, messages: Sequence[BaseMessage]
 ) -> int:
@@ -58,7 +76,7 @@ def append_messages(
     known = _stored.setdefault(store, set())
     ops: list[PutOp] = []
     rows: list[dict[str, Any]] = []
-    for message in messages_to_dict(list(messages)):
+    for message in map(_storable, messages_to_dict(list(messages))):
         if not _plain_system(message):
             rows.append(message)
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -101,6 +102,7 @@ class SkillDeck:
             self.settings.files_root, memory=self._memory, knowledge=self._knowledge
         )
         self._models: dict[str, BaseChatModel] = {}
+        self._model_lock = threading.Lock()
         self._matter_tools: dict[str, bool] = {}
         self._specs: dict[str, ModelSpec] = {}
         self._ctx = NodeContext(
@@ -231,9 +233,14 @@ class SkillDeck:
         return self._specs[skill]
 
     def _model_for(self, skill: str) -> BaseChatModel:
-        if skill not in self._models:
-            self._models[skill] = build_model(self.model_spec(skill), self.settings)
-        return self._models[skill]
+        model = self._models.get(skill)
+        if model is None:
+            with self._model_lock:  # concurrent first requests build one model, not several
+                model = self._models.get(skill)
+                if model is None:
+                    model = build_model(self.model_spec(skill), self.settings)
+                    self._models[skill] = model
+        return model
 
     def _has_model(self, skill: str) -> bool:
         try:

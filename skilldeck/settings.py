@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skilldeck._internal.home import state_home
@@ -105,3 +105,9 @@ class Settings(BaseSettings):
         default_factory=lambda: str(state_home().path / "knowledge"),
         description="Where the knowledge base keeps its index.",
     )
+
+    @field_validator("files_root", "model", "base_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        """``SKILLDECK_FILES_ROOT=`` (empty) means "not set", not "the current directory"."""
+        return None if isinstance(value, str) and not value.strip() else value

@@ -295,13 +295,19 @@ class OutputLimits:
             item, path, depth = stack.pop()
             if depth > self.max_depth:
                 return [{"path": path, "message": f"nested deeper than {self.max_depth} levels"}]
-            if isinstance(item, bool) or item is None or isinstance(item, str):
+            if isinstance(item, str):
+                if _SURROGATE.search(item):
+                    return [{"path": path, "message": "text holds a lone UTF-16 surrogate"}]
+                continue
+            if isinstance(item, bool) or item is None:
                 continue
             if isinstance(item, int) and not _INT_MIN <= item <= _INT_MAX:
                 return [{"path": path, "message": "integer out of the 64-bit range"}]
             if isinstance(item, float) and not math.isfinite(item):
                 return [{"path": path, "message": f"{item} is not a JSON number"}]
             if isinstance(item, Mapping):
+                if any(_SURROGATE.search(str(k)) for k in item):
+                    return [{"path": path, "message": "a key holds a lone UTF-16 surrogate"}]
                 stack += [(v, f"{path}.{k}", depth + 1) for k, v in item.items()]
             elif isinstance(item, list | tuple):
                 stack += [(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item)]
@@ -309,6 +315,8 @@ class OutputLimits:
 
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+# Not encodable as UTF-8: no database, log or client could store or show it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def card_fields(

@@ -93,14 +93,17 @@ def test_demo_human_output_labels_the_scripted_model(cli: Cli) -> None:
     assert "Acme Logistics Ltd." in result.output
 
 
-def test_demo_without_answers_and_without_a_tty_asks_for_answers(cli: Cli) -> None:
+def test_demo_without_answers_and_without_a_tty_waits_and_resume_answers(cli: Cli) -> None:
     result = cli("demo")
+    assert result.exit_code == 0, result.output
+    assert "interrupted" in result.stdout
+    assert "answer with: skilldeck resume" in result.stdout
+    thread = result.stdout.split("answer with: skilldeck resume ", 1)[1].split()[0]
 
-    assert result.exit_code == 2
-    assert "--answers" in result.stderr
-
-    error = cli.error("demo")
-    assert "--answers" in error["message"]
+    # As its hint says, with no --model: the thread resumes on the model it started on.
+    resumed = cli.json("resume", thread[:8], "--answers", json.dumps(DEMO_ANSWERS))
+    assert resumed["status"] == "finished"
+    assert resumed["state"]["profile"]["defendant"]["name"] == "Acme Logistics Ltd."
 
 
 # -- run, resume, threads, show, graph ----------------------------------------------------

@@ -237,7 +237,7 @@ def test_registry_binds_the_matter_and_jails_it(workspace: Path) -> None:
         escaped = registry.invoke(name, args, {"matter_id": "../elsewhere"})
         assert not escaped.ok and "not one folder name" in escaped.content, name
     unknown_arg = registry.invoke("pkm__read", {"path": SLEEP, "mode": "x"}, {"matter_id": "m1"})
-    assert not unknown_arg.ok and "invalid arguments" in unknown_arg.content
+    assert not unknown_arg.ok and "unknown argument(s) 'mode'" in unknown_arg.content
 
 
 # -- the bundle, fixtures, cases and cassettes ------------------------------------------------

@@ -258,6 +258,12 @@ def read_card(workspace: Path, fact_id: str) -> dict[str, Any] | None:
         ) from None
     if not isinstance(value, dict):
         raise ToolError(f"{card_relpath(fact_id)} does not hold a card (a YAML mapping)")
+    if value.get("fact_id") not in (None, fact_id):
+        # Slugs are not one-to-one ("a/b" and "a_b" share one): never overwrite another's card.
+        raise ToolError(
+            f"{card_relpath(fact_id)} holds the card of fact_id {value['fact_id']!r}, which "
+            f"maps to the same file as {fact_id!r}; this card cannot be saved beside it"
+        )
     return value
 
 
@@ -276,8 +282,9 @@ def save_card(workspace: Path, card: Any) -> dict[str, Any]:
     checked = _check_card(card)
     relpath = card_relpath(checked["fact_id"])
     path = jailed_path(workspace, relpath)
-    if checked["insight"] is None and path.is_file():
-        checked["insight"] = (read_card(workspace, checked["fact_id"]) or {}).get("insight")
+    on_file = read_card(workspace, checked["fact_id"])  # refuses another fact_id's file
+    if checked["insight"] is None and on_file is not None:
+        checked["insight"] = on_file.get("insight")
     saved = {key: checked.get(key) for key in CARD_KEYS}
     saved["status"] = "completed"
     _write_card(path, saved)

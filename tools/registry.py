@@ -36,6 +36,7 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[BaseTool] = ()) -> None:
         self._tools: dict[str, BaseTool] = {}
         self._aliases: dict[str, str] = {}
+        self._known: dict[str, set[str] | None] = {}  # each tool's arguments, once computed
         for tool in tools:
             self.register(tool)
 
@@ -66,6 +67,18 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
+    def _arguments(self, name: str) -> set[str] | None:
+        """The arguments the model may pass to ``name`` (``None``: the tool does not say)."""
+        canonical = self.resolve(name) or name
+        if canonical not in self._known:
+            schema: Any = self.get(name).tool_call_schema
+            if isinstance(schema, dict):
+                props = schema.get("properties")
+            else:
+                props = schema.model_json_schema().get("properties")
+            self._known[canonical] = set(props) if isinstance(props, dict) else None
+        return self._known[canonical]
+
     def identity_params(self, name: str) -> set[str]:
         """The identity arguments ``name`` takes, bound by the runtime."""
         tool = self.get(name)
@@ -89,6 +102,14 @@ class ToolRegistry:
                 "config; call the tool without them",
             )
         tool = self.get(name)
+        known = self._arguments(name)
+        unknown = sorted(set(args) - known) if known is not None else []
+        if unknown:  # a misspelt argument must not pass for a missing one (User_Id, Query)
+            return ToolResult(
+                False,
+                f"Error: unknown argument(s) {', '.join(map(repr, unknown))} for {name}; its "
+                f"arguments are: {', '.join(sorted(known or ())) or 'none'}",
+            )
         bound = {k: identity[k] for k in self.identity_params(name) if identity.get(k) is not None}
         payload: dict[str, Any] = {**args, **bound}
         try:

@@ -27,6 +27,7 @@ from langgraph.types import StateSnapshot
 
 from skilldeck._internal.events import EventTranslator, terminal_event
 from skilldeck._internal.postgres import connection_errors
+from skilldeck._internal.redact import log_error
 from skilldeck.checkpoints.claims import RUN_LEASE, InterruptClaims
 from skilldeck.checkpoints.inspect import pending_card, thread_status
 from skilldeck.checkpoints.threads import ThreadIndex
@@ -74,6 +75,13 @@ class Request(NamedTuple):
         if self.claim is not None:
             takes.append((self.claim, AlreadyResumedError(*self.claim)))
         return [*takes, (self.lease, ThreadBusyError(self.thread_id))]
+
+    def overtaken(self) -> SkillDeckError:
+        """The error of a request whose thread moved on after it was checked: a resume's card
+        was answered by another request (whose claim is gone by now), else a run went on."""
+        if self.claim is not None:
+            return AlreadyResumedError(*self.claim)
+        return ThreadBusyError(self.thread_id)
 
     def moved(self, latest: CheckpointTuple | None) -> bool:
         """Whether the thread's ``latest`` checkpoint is not the one the request was checked
@@ -243,7 +251,7 @@ class Driver(_Base):
                 undo.callback(self.claims.release, *claim)
             latest = self._latest(request.thread_id)
             if request.moved(latest):
-                raise ThreadBusyError(request.thread_id)
+                raise request.overtaken()
             self._check_fields(request.thread_id, latest)
             self._started(request)
             undo.pop_all()
@@ -253,11 +261,12 @@ class Driver(_Base):
         lease = _Lease(request, self.claims.lease_s)
         try:
             yield lease
-        except BaseException:  # also GeneratorExit: an abandoned stream gives its card back
+        finally:
+            # The card's claim goes either way: a failed or abandoned resume (GeneratorExit
+            # too) gives the card back; a resume that ran has checkpointed the answers, and a
+            # later one finds the card no longer pending. So claims never pile up.
             if request.claim is not None:
                 self.claims.release(*request.claim)
-            raise
-        finally:
             if not lease.lost:
                 self.claims.release(*request.lease)
 
@@ -333,7 +342,7 @@ class AsyncDriver(_Base):
                 undo.push_async_callback(self.claims.arelease, *claim)
             latest = await self._latest(request.thread_id)
             if request.moved(latest):
-                raise ThreadBusyError(request.thread_id)
+                raise request.overtaken()
             await asyncio.to_thread(self._check_fields, request.thread_id, latest)
             await asyncio.to_thread(self._started, request)
             undo.pop_all()
@@ -343,11 +352,9 @@ class AsyncDriver(_Base):
         lease = _Lease(request, self.claims.lease_s)
         try:
             yield lease
-        except BaseException:  # also GeneratorExit: an abandoned stream gives its card back
+        finally:  # see Driver._holding
             if request.claim is not None:
                 await self.claims.arelease(*request.claim)
-            raise
-        finally:
             if not lease.lost:
                 await self.claims.arelease(*request.lease)
 
@@ -390,7 +397,7 @@ def _broken(request: Request, exc: Exception) -> dict[str, Any]:
     if isinstance(exc, GraphRecursionError):
         code, message = "STEP_LIMIT", "the run took more steps than SKILLDECK_MAX_STEPS allows"
     else:
-        log.error("run of thread %s broke", request.thread_id, exc_info=exc)
+        log_error(log, f"run of thread {request.thread_id} broke", exc)
         code = "INTERNAL_ERROR"
         message = f"the run stopped on an internal error ({type(exc).__name__}); see the log"
     return {"status": "failed", "error": {"code": code, "message": message}, "turn": None}

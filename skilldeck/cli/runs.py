@@ -306,7 +306,10 @@ def demo(
     checkpoint: CheckpointOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The litigation-intake example end to end, on the scripted model: run, card, resume."""
+    """The litigation-intake example end to end, on the scripted model: run, card, resume.
+
+    Without --answers and without a terminal to ask at, it stops at the card, which
+    `skilldeck resume THREAD --answers '{...}'` answers later."""
     import uuid
 
     from skilldeck import demo as demo_data
@@ -336,7 +339,7 @@ def demo(
             elif sys.stdin.isatty() and not as_json:
                 given = _ask(result.card)
             else:
-                raise SkillDeckError("the demo paused on a card: pass --answers '{...}'")
+                break  # no one to ask here: the card waits, and the hint says how to answer
             if not as_json:
                 out.print(f"[bold]resume[/] with answers {json.dumps(given, ensure_ascii=False)}")
             try:
@@ -350,6 +353,7 @@ def demo(
     if as_json:
         print(json.dumps({**steps[-1], "steps": steps}, ensure_ascii=False, default=str))
     else:
-        print_result(result, False)
+        if len(steps) > 1:  # the first result (a card) is printed already
+            print_result(result, False)
         out.print(f"inspect it: skilldeck show {result.thread_id}")
     exit_for(result)

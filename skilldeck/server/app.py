@@ -30,6 +30,7 @@ from fastapi.types import DecoratedCallable
 from langchain_core.runnables import RunnableConfig
 from starlette.concurrency import run_in_threadpool
 
+from skilldeck._internal.redact import log_error
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import (
     NoPendingCardError,
@@ -161,8 +162,8 @@ class Threads:
         except SkillDeckError as exc:
             post(queue.put_nowait, ErrorEvent(thread_id, exc.code.value, str(exc)))
         except Exception as exc:
-            log.exception("run of thread %s failed", thread_id)
-            message = f"{type(exc).__name__}: {exc}"
+            log_error(log, f"run of thread {thread_id} failed", exc)
+            message = f"internal error ({type(exc).__name__}); the details are in the server log"
             post(queue.put_nowait, ErrorEvent(thread_id, "INTERNAL_ERROR", message))
         finally:
             post(queue.put_nowait, None)

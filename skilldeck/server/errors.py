@@ -6,6 +6,7 @@ carry the card with its ``errors``); request errors of the HTTP layer get their 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,11 +16,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from skilldeck._internal.postgres import connection_errors
+from skilldeck._internal.redact import log_error
 from skilldeck.errors import ErrorCode, SkillDeckError
 from skilldeck.server.auth import Unauthorized
 from skilldeck.server.schemas import ErrorBody
 
 __all__ = ["NotFound", "error_response", "install_error_handlers", "responses", "status_of"]
+
+log = logging.getLogger("skilldeck.server")
 
 _STATUS = {
     ErrorCode.THREAD_NOT_FOUND: 404,
@@ -42,7 +46,8 @@ _DESCRIPTIONS = {
     409: "No pending card, a stale interrupt_id, a card already being answered, a card "
     "waiting for answers, or a run of the thread in progress.",
     413: "The request body is too large.",
-    422: "Invalid request body or card answers; nothing was changed.",
+    422: "Invalid request body or card answers, or a run that needs a matter; nothing was changed.",
+    500: "An internal error; the server log has the details.",
     503: "The checkpoint database or the model is unavailable.",
 }
 
@@ -138,8 +143,17 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
 
+async def _internal(request: Request, exc: Exception) -> JSONResponse:
+    # A corrupt checkpoint row, a bug: the client gets the shape every error has, and no text
+    # that could carry what the server must keep (the log has it, redacted).
+    log_error(log, f"{request.method} {request.url.path} failed", exc)
+    message = f"internal error ({type(exc).__name__}); the details are in the server log"
+    return error_response(500, "INTERNAL_ERROR", message)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Answer every error with the JSON error body."""
+    app.add_exception_handler(Exception, _internal)
     app.add_exception_handler(SkillDeckError, _engine_error)
     app.add_exception_handler(Unauthorized, _unauthorized)
     app.add_exception_handler(NotFound, _not_found)

@@ -1,0 +1,545 @@
+"""Regression tests of the security review (issue 14): each finding, tried as the attacker or
+the careless operator who found it. Nothing a user, a model or a bundle sends reaches another
+matter, leaves a thread stuck, or writes what the skill's schema forbids."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from skilldeck import InvalidAnswersError, Settings, SkillDeck, SkillDeckError
+from skilldeck.cli import app as cli
+from skilldeck.errors import BundleError, MatterRequiredError, ModelConfigError
+from skilldeck.scripted import load_script
+from skilldeck.server import create_app, hash_key
+from skilldeck.skills import builtin_skills_dir, load_skills
+from skilldeck.tools import default_registry
+from skilldeck.tools.cards import save_card
+
+pytestmark = pytest.mark.L2
+
+KEYS = {"alice": "sdk_alice_hardening_key_000", "bob": "sdk_bob_hardening_key_1111"}
+HASHES = {hash_key(k): u for u, k in KEYS.items()}
+
+
+def auth(user: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[user]}"}
+
+
+# -- 1. matters ------------------------------------------------------------------------------
+@pytest.fixture
+def matters(tmp_path: Path) -> Path:
+    """Two matters, each with a confidential file of its own."""
+    root = tmp_path / "matters"
+    for matter, secret in (
+        ("matter-a", "Contract price: 100 euros"),
+        ("matter-b", "Contract price: B-SECRET-77 euros"),
+    ):
+        (root / matter).mkdir(parents=True)
+        (root / matter / "contract.txt").write_text(secret, "utf-8")
+    return root
+
+
+@pytest.fixture
+def rag_client(tmp_path: Path, matters: Path) -> Iterator[tuple[TestClient, SkillDeck]]:
+    deck = SkillDeck(
+        builtin_skills_dir() / "rag-retrieve",
+        checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}",
+        settings=Settings(
+            model="", files_root=str(matters), knowledge_path=str(tmp_path / "kb"),
+            chroma_path=str(tmp_path / "chroma"),
+        ),
+    )  # fmt: skip
+    with TestClient(create_app(deck, api_keys=HASHES)) as client:
+        yield client, deck
+    deck.close()
+
+
+def _run(client: TestClient, user: str, body: dict[str, Any]) -> Any:
+    thread = client.post("/threads", headers=auth(user)).json()["thread_id"]
+    return thread, client.post(f"/threads/{thread}/runs", headers=auth(user), json=body)
+
+
+def test_a_run_without_a_matter_never_reaches_the_files_root(
+    rag_client: tuple[TestClient, SkillDeck],
+) -> None:
+    client, deck = rag_client
+    question = {"input": {"question": "What is in B's contract?"}, "context": "knowledge"}
+    thread, answer = _run(client, "alice", question)
+    assert answer.status_code == 422
+    assert answer.json()["error"]["code"] == "MATTER_REQUIRED"
+    assert client.get(f"/threads/{thread}", headers=auth("alice")).json()["status"] == "new"
+    with pytest.raises(MatterRequiredError, match="rag-retrieve"):
+        deck.run({"question": "x"}, context="knowledge", user_id="alice")
+
+
+def test_a_matter_belongs_to_its_first_user_and_others_get_404(
+    rag_client: tuple[TestClient, SkillDeck],
+) -> None:
+    client, deck = rag_client
+    ask = {"input": {"question": "What is the contract price?"}, "context": "knowledge"}
+    _, bobs = _run(client, "bob", {**ask, "matter_id": "matter-b"})
+    assert bobs.status_code == 200 and "B-SECRET-77" in bobs.text  # his own matter
+    thread, alices = _run(client, "alice", {**ask, "matter_id": "matter-b"})
+    assert alices.status_code == 404
+    assert alices.json()["error"]["code"] == "MATTER_NOT_FOUND"
+    assert "B-SECRET-77" not in alices.text
+    assert client.get(f"/threads/{thread}", headers=auth("alice")).json()["status"] == "new"
+    # An operator grants it; then alice may.
+    deck.index.grant("matter-b", "alice")
+    _, granted = _run(client, "alice", {**ask, "matter_id": "matter-b"})
+    assert granted.status_code == 200
+
+
+@pytest.mark.parametrize("matter", ["matter-a/../matter-b", "..", "a/b"])
+def test_a_matter_id_names_one_folder(
+    rag_client: tuple[TestClient, SkillDeck], matter: str
+) -> None:
+    client, deck = rag_client
+    body = {"input": {"question": "x"}, "context": "knowledge", "matter_id": matter}
+    _, answer = _run(client, "alice", body)
+    assert answer.status_code == 422
+    with pytest.raises(SkillDeckError, match="one folder name"):
+        deck.run({"question": "x"}, context="knowledge", matter_id=matter)
+
+
+def test_ownership_is_stored_with_the_threads(database_url: str) -> None:
+    with SkillDeck(checkpointer=database_url) as deck:
+        assert deck.index.may_use_matter("ann", "m1")  # claimed
+        assert not deck.index.may_use_matter("bob", "m1")
+        assert not deck.index.may_use_matter("bob", "m2", claim=False)
+        assert deck.index.add_matter("m2", "carol") and not deck.index.add_matter("m2", "dan")
+        deck.index.grant("m2", "bob")
+    with SkillDeck(checkpointer=database_url) as again:  # another process, later
+        assert again.index.matter("m1") == ("ann", ())
+        assert again.index.may_use_matter("bob", "m2", claim=False)
+        again.index.revoke("m2", "bob")
+        assert not again.index.may_use_matter("bob", "m2", claim=False)
+        assert [m for m, _, _ in again.index.matters()] == ["m1", "m2"]
+
+
+def test_granted_policy_serves_only_matters_made_for_the_user(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    settings = Settings(
+        model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES), matter_policy="granted"
+    )
+    with SkillDeck(checkpointer=url, settings=settings) as deck:
+        with TestClient(create_app(deck, api_keys=HASHES)) as client:
+            body = {"input": {"documents": ["complaint.txt"]}, "context": "matter"}
+            _, refused = _run(client, "alice", {**body, "matter_id": "demo-matter"})
+            assert refused.status_code == 404
+        result = CliRunner().invoke(
+            cli, ["matters", "add", "demo-matter", "--owner", "alice", "--checkpoint", url]
+        )
+        assert result.exit_code == 0, result.output
+        with TestClient(create_app(deck, api_keys=HASHES)) as client:
+            _, served = _run(client, "alice", {**body, "matter_id": "demo-matter"})
+            assert served.status_code == 200 and "event: card" in served.text
+
+
+def test_serve_has_no_silent_files_root(tmp_path: Path) -> None:
+    (tmp_path / "keys.json").write_text(json.dumps(HASHES))
+    env = {k: v for k, v in os.environ.items() if k != "SKILLDECK_FILES_ROOT"}
+    result = CliRunner(env={**env, "SKILLDECK_FILES_ROOT": ""}).invoke(
+        cli, ["serve", "--keys", str(tmp_path / "keys.json"), "--checkpoint", "memory://"]
+    )
+    assert result.exit_code == 2
+    assert "--files-root" in result.stderr and "litigation-intake" in result.stderr
+
+
+# -- 2. model output that used to crash the run --------------------------------------------------
+def deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"x": 1}
+    for _ in range(levels):
+        value = {"x": value}
+    return value
+
+
+CRASHERS = {
+    "brackets": {"text": "[" * 100_000},
+    "huge integer": {
+        "text": '{"response": "x", "profile": {}, "data": {"n": 1' + "0" * 5000 + "}}"
+    },
+    "int past 64 bits": {"output": {**output()["output"], "data": {"n": 2**70}}},
+    # 300 levels as the model's text (a cassette refuses such nesting itself), 60 as a call.
+    "deep data": {"text": json.dumps({**output()["output"], "data": {"blob": deep(300)}})},
+    "nan": {
+        "text": '{"response": NaN, "profile": {}, "data": {}, "control": {"action": "finish"}}'
+    },
+    "lone surrogate": {"output": {**output()["output"], "response": "x\ud800"}},
+    "deep tool arguments": {
+        "tool_calls": [{"name": "element__extract", "args": {"text": deep(60)}}]
+    },
+}
+
+
+@pytest.mark.parametrize("turn", list(CRASHERS.values()), ids=list(CRASHERS))
+def test_no_model_output_leaves_a_thread_stuck(
+    turn: dict[str, Any], skills_dir: Path, tmp_path: Path
+) -> None:
+    write_bundle(
+        skills_dir,
+        "intake",
+        meta={"tools": ["element__extract"]},
+        data={"n": {"type": "integer"}, "blob": {"type": "object"}},
+    )
+    script = tmp_path / "turns.yaml"
+    retry = {**turn, "invalid": True}
+    # Twice the same bad reply (a model repeats itself), then a good one: re-asked each time.
+    script.write_text(json.dumps({"skills": {"intake": [retry, retry, output(data={"n": 3})]}}))
+    with SkillDeck(
+        skills_dir,
+        checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}",
+        settings=Settings(model=f"scripted:{script}", max_retries=2),
+    ) as deck:
+        result = deck.run(context="ctx")
+        assert result.status == "finished", result.error
+        assert result.state["n"] == 3
+        rejected = [r for r in deck.history(result.thread_id) if r["action"] == "rejected"]
+        assert len(rejected) == 2
+        # With no good reply left: failed, cleanly, and the thread is not running.
+    script.write_text(json.dumps({"skills": {"intake": [retry] * 3}}))
+    with SkillDeck(
+        skills_dir,
+        checkpointer=f"sqlite:///{tmp_path / 'd.sqlite'}",
+        settings=Settings(model=f"scripted:{script}", max_retries=2),
+    ) as deck:
+        failed = deck.run(context="ctx")
+        assert failed.status == "failed"
+        assert failed.error is not None and failed.error["code"] == "CONTRACT_VIOLATION"
+        assert deck.get_thread(failed.thread_id).status == "failed"
+
+
+def test_a_run_broken_by_the_unforeseen_ends_failed(
+    skills_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_bundle(skills_dir, "intake")
+    script = tmp_path / "turns.yaml"
+    script.write_text(json.dumps({"skills": {"intake": [output()]}}))
+    import skilldeck.nodes.skill as skill_node
+
+    def broken(*args: Any) -> int:
+        raise RuntimeError("disk full; token=sk-verysecretvalue1234567890")
+
+    monkeypatch.setattr(skill_node, "append_messages", broken)
+    with SkillDeck(
+        skills_dir,
+        checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}",
+        settings=Settings(model=f"scripted:{script}"),
+    ) as deck:
+        result = deck.run(context="ctx")
+        assert result.status == "failed"
+        assert result.error is not None and result.error["code"] == "INTERNAL_ERROR"
+        assert "sk-verysecret" not in json.dumps(result.error)
+        assert deck.get_thread(result.thread_id).status == "failed"
+
+
+# -- 3. card answers are checked against the field they write ----------------------------------
+def _asker(skills_dir: Path, question: dict[str, Any], data: dict[str, Any]) -> Path:
+    return write_bundle(
+        skills_dir,
+        "asker",
+        meta={"outputs": {"provides": ["profile.status"]}},
+        data=data,
+    )
+
+
+def _card(question: dict[str, Any]) -> dict[str, Any]:
+    return output(action="ask_user", review_type="clarify", questions=[question])
+
+
+@pytest.mark.parametrize(
+    ("question", "message"),
+    [
+        (
+            {"question": "How many?", "field_key": "count", "input_type": "text", "required": True},
+            "a text answer cannot be integer",
+        ),
+        (
+            {
+                "question": "First?",
+                "field_key": "items.first",
+                "input_type": "text",
+                "required": True,
+            },
+            "'items' holds array, not an object with 'first'",
+        ),
+    ],
+)
+def test_a_card_whose_field_cannot_hold_its_answer_is_a_contract_error(
+    question: dict[str, Any], message: str, skills_dir: Path, tmp_path: Path
+) -> None:
+    folder = _asker(
+        skills_dir, question, {"count": {"type": "integer"}, "items": {"type": "array"}}
+    )
+    (folder / "assets" / "output_schema.json").write_text(json.dumps({"properties": {
+        "profile": {"properties": {"status": {"enum": ["open", "closed"]}}},
+        "data": {"properties": {"count": {"type": "integer"}, "items": {"type": "array"}}},
+    }}))  # fmt: skip
+    script = tmp_path / "t.yaml"
+    script.write_text(json.dumps({"skills": {"asker": [_card(question)]}}))
+    with SkillDeck(
+        skills_dir, checkpointer="memory://", settings=Settings(model=f"scripted:{script}")
+    ) as deck:
+        result = deck.run(context="ctx")
+    assert result.status == "failed"
+    assert any(message in e["message"] for e in result.error["errors"]), result.error  # type: ignore[index]
+
+
+def test_answers_that_the_fields_schema_forbids_are_refused(
+    skills_dir: Path, tmp_path: Path
+) -> None:
+    question = {
+        "question": "Status?",
+        "field_key": "profile.status",
+        "input_type": "text",
+        "required": True,
+    }
+    folder = _asker(skills_dir, question, {"count": {"type": "integer"}})
+    (folder / "assets" / "output_schema.json").write_text(json.dumps({"properties": {
+        "profile": {"properties": {"status": {"enum": ["open", "closed"]}}},
+        "data": {"properties": {"count": {"type": "integer"}}},
+    }}))  # fmt: skip
+    script = tmp_path / "t.yaml"
+    script.write_text(json.dumps({"skills": {"asker": [_card(question), output()]}}))
+    with SkillDeck(
+        skills_dir, checkpointer="memory://", settings=Settings(model=f"scripted:{script}")
+    ) as deck:
+        paused = deck.run(context="ctx")
+        assert paused.card is not None
+        assert paused.card["answers_schema"]["properties"]["profile.status"]["allOf"][1] == {
+            "enum": ["open", "closed"]
+        }
+        with pytest.raises(InvalidAnswersError) as refused:
+            deck.resume(paused.thread_id, {"profile.status": "hacked"})
+        assert refused.value.errors[0]["field_key"] == "profile.status"
+        assert deck.get_thread(paused.thread_id).status == "interrupted"
+        assert deck.get_thread(paused.thread_id).state.get("profile") in (None, {})
+        done = deck.resume(paused.thread_id, {"profile.status": "open"})
+        assert done.state["profile"] == {"status": "open"}
+
+
+# -- 4. upstream error text ----------------------------------------------------------------------
+SECRET = "sk-upstream-secret-0123456789abcdef"
+
+
+@pytest.fixture
+def echoing_provider() -> Iterator[str]:
+    """An OpenAI-compatible endpoint that answers 401 echoing the request's Authorization."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            body = json.dumps({"error": {"message": f"bad key: {self.headers['Authorization']}"}})
+            self.send_response(401)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_a_providers_error_text_never_reaches_an_api_client(
+    echoing_provider: str, skills_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_bundle(skills_dir, "intake")
+    settings = Settings(model="compatible:some-model", base_url=echoing_provider, api_key=SECRET)  # type: ignore[arg-type]
+    with (
+        SkillDeck(
+            skills_dir, checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings
+        ) as deck,
+        TestClient(create_app(deck, api_keys=HASHES)) as client,
+    ):
+        thread, answer = _run(client, "alice", {"context": "ctx"})
+        view = client.get(f"/threads/{thread}", headers=auth("alice")).text
+    assert "event: error" in answer.text and "MODEL_ERROR" in answer.text
+    assert "HTTP 401" in view
+    assert SECRET not in answer.text and SECRET not in view
+    logged = caplog.text
+    assert "bad key" in logged and SECRET not in logged  # the log has it, redacted
+
+
+# -- 5. bundle resources ----------------------------------------------------------------------
+def test_a_reference_that_links_out_of_the_bundle_is_refused(skills_dir: Path) -> None:
+    folder = write_bundle(skills_dir, "alpha", references={"a.md": "fine"})
+    (folder / "references" / "passwd.md").symlink_to("/etc/passwd")
+    with pytest.raises(BundleError) as refused:
+        load_skills(skills_dir)
+    assert "passwd.md" in refused.value.file
+    assert "outside the bundle" in refused.value.reason
+
+
+def test_a_huge_reference_is_refused_without_being_read(skills_dir: Path) -> None:
+    folder = write_bundle(skills_dir, "alpha", references={"a.md": "fine"})
+    with (folder / "references" / "huge.md").open("wb") as big:
+        big.truncate(200 * 1024 * 1024)  # sparse: 200 MB that take no disk
+    with pytest.raises(BundleError, match=r"209,715,200 bytes"):
+        load_skills(skills_dir)
+
+
+BOMB = "\n".join(
+    ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    + [
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    ]
+)
+
+
+def test_alias_bombs_and_repeated_keys_are_refused(skills_dir: Path, tmp_path: Path) -> None:
+    folder = write_bundle(skills_dir, "alpha")
+    (folder / "SKILL.md").write_text(f"---\nname: alpha\ndescription: d\n{BOMB}\n---\nbody\n")
+    with pytest.raises(BundleError, match="aliases are not allowed"):
+        load_skills(skills_dir)
+    (folder / "SKILL.md").write_text("---\nname: alpha\ndescription: d\n---\nbody\n")
+    (folder / "skill.meta.json").write_text(
+        '{"name": "alpha", "description": "d", "priority": 1, "priority": 9}'
+    )
+    with pytest.raises(BundleError, match="duplicate key 'priority'"):
+        load_skills(skills_dir)
+    (tmp_path / "tape.yaml").write_text(BOMB)
+    with pytest.raises(ModelConfigError, match="alias bomb"):
+        load_script(tmp_path / "tape.yaml")
+
+
+# -- 6. HTTP bodies ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"context": "matter", "input": ' + '{"a": ' * 300 + "1" + "}" * 300 + "}",
+        '{"context": "matter", "input": {"n": NaN}}',
+        '{"context": "matter", "input": {"n": Infinity}}',
+        '{"context": "matter", "input": {"t": "\\ud800"}}',
+    ],
+    ids=["300 levels", "NaN", "Infinity", "lone surrogate"],
+)
+def test_bodies_only_python_would_parse_are_422_before_the_stream(
+    demo_deck: SkillDeck, raw: str
+) -> None:
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+        answer = client.post(
+            f"/threads/{thread}/runs",
+            content=raw,
+            headers={**auth("alice"), "content-type": "application/json"},
+        )
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["code"] == "INVALID_REQUEST"
+        assert client.get(f"/threads/{thread}", headers=auth("alice")).json()["status"] == "new"
+
+
+# -- 7. resume claims do not pile up -------------------------------------------------------------
+def test_claims_stay_bounded_over_a_thousand_flows(skills_dir: Path, tmp_path: Path) -> None:
+    question = {"question": "?", "field_key": "note", "input_type": "text", "required": True}
+    write_bundle(skills_dir, "asker")
+    script = tmp_path / "t.yaml"
+    script.write_text(
+        json.dumps({"skills": {"asker": [_card(question), output(data={"note": "x"})]}})
+    )
+    db = tmp_path / "c.sqlite"
+    with SkillDeck(
+        skills_dir, checkpointer=f"sqlite:///{db}", settings=Settings(model=f"scripted:{script}")
+    ) as deck:
+        for i in range(1000):
+            paused = deck.run(context="ctx", thread_id=f"t{i}")
+            assert deck.resume(paused.thread_id, {"note": "hi"}).status == "finished"
+            if i % 250 == 0:
+                with sqlite3.connect(db) as conn:
+                    rows = conn.execute("SELECT count(*) FROM skilldeck_interrupt_claims")
+                    assert rows.fetchone()[0] == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM skilldeck_interrupt_claims").fetchone()[0] == 0
+
+
+# -- 8. card files ------------------------------------------------------------------------------
+def test_two_fact_ids_never_share_a_card_file(tmp_path: Path) -> None:
+    card = {"title": "t", "template_ids": ["note"], "tags": [], "ui_config": {}, "content": "c"}
+    save_card(tmp_path, {**card, "fact_id": "2026/05/25.md#ts_1", "content": "first"})
+    with pytest.raises(Exception, match=r"holds the card of fact_id '2026/05/25\.md#ts_1'"):
+        save_card(tmp_path, {**card, "fact_id": "2026_05_25_md_ts_1", "content": "second"})
+    saved = yaml.safe_load((tmp_path / "Cards" / "2026_05_25_md_ts_1.yaml").read_text())
+    assert saved["fact_id"] == "2026/05/25.md#ts_1" and saved["content"] == "first"
+
+
+# -- 10. smaller items ----------------------------------------------------------------------------
+def test_misspelt_tool_arguments_are_errors_not_ignored(tmp_path: Path) -> None:
+    registry = default_registry(tmp_path)
+    result = registry.invoke("file__parse", {"file_id": "x", "User_Id": "bob"}, {"matter_id": "m"})
+    assert not result.ok and "unknown argument(s) 'User_Id'" in result.content
+
+
+def test_a_corrupt_checkpoint_answers_json_500(tmp_path: Path) -> None:
+    db = tmp_path / "c.sqlite"
+    deck = SkillDeck(
+        checkpointer=f"sqlite:///{db}",
+        settings=Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES)),
+    )
+    with TestClient(create_app(deck, api_keys=HASHES), raise_server_exceptions=False) as client:
+        thread, _ = _run(
+            client,
+            "alice",
+            {
+                "input": {"documents": ["complaint.txt"]},
+                "context": "matter",
+                "matter_id": "demo-matter",
+            },
+        )
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE checkpoints SET checkpoint = X'c1c1c1c1'")
+        broken = client.get(f"/threads/{thread}", headers=auth("alice"))
+    deck.close()
+    assert broken.status_code == 500
+    assert broken.headers["content-type"] == "application/json"
+    assert broken.json()["error"]["code"] == "INTERNAL_ERROR"
+
+
+def test_concurrent_first_requests_build_one_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    import skilldeck.deck as deck_module
+
+    built: list[str] = []
+    real = deck_module.build_model
+
+    def slow(*args: Any) -> Any:
+        built.append("model")
+        time.sleep(0.05)
+        return real(*args)
+
+    monkeypatch.setattr(deck_module, "build_model", slow)
+    with SkillDeck(
+        checkpointer="memory://", settings=Settings(model=f"scripted:{DEMO_SCRIPT}")
+    ) as deck:
+        threads = [
+            threading.Thread(target=deck._model_for, args=("litigation-intake",)) for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert built == ["model"]
+
+
+def test_docs_pages_load_nothing_from_a_cdn_unless_asked(demo_deck: SkillDeck) -> None:
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        assert client.get("/docs").status_code == 404
+        assert client.get("/openapi.json").status_code == 200
+    with TestClient(create_app(demo_deck, api_keys=HASHES, docs=True)) as client:
+        assert client.get("/docs").status_code == 200
