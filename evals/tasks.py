@@ -34,6 +34,7 @@ __all__ = ["HARNESS_KEYS", "GraderSpec", "Task", "load_tasks", "task_from_dict"]
 HARNESS_KEYS = ("base_fixture", "context", "answers", "user_id", "matter_id")
 # A fixture is a folder of the skill's fixtures/ (or beside a suite): a name, never a path.
 _FIXTURE_NAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9_.][A-Za-z0-9_.-]*")
+_TASK_ID = re.compile(r"(?!\.\.?$)[\w.:-]{1,200}")
 _TASK_KEYS = ("id", "bucket", "input", "graders", "base_fixture", "skill", "description")
 
 
@@ -74,6 +75,11 @@ def task_from_dict(
     task_id = raw.get("id")
     if not isinstance(task_id, str) or not task_id.strip():
         raise EvalConfigError(f"{where}: id must be a non-empty string")
+    if not _TASK_ID.fullmatch(task_id):
+        # Ids name trial folders and key cassettes: never a path.
+        raise EvalConfigError(
+            f"{where}: id {task_id!r} must be letters, digits and . _ : - (no '/', no '..')"
+        )
     where = f"{where} ({task_id})"
     unknown = sorted(set(raw) - set(_TASK_KEYS))
     if unknown:

@@ -101,6 +101,8 @@ GOOD = {"id": "t", "input": {}, "graders": [{"name": "card_completion"}]}
         ({**GOOD, "input": {"base_fixture": "/etc"}}, "must name a folder beside the cases"),
         ({**GOOD, "base_fixture": "a/../b"}, "not a path"),
         ({**GOOD, "base_fixture": ".."}, "not a path"),
+        ({**GOOD, "id": "../../victim"}, "no '/', no '..'"),
+        ({**GOOD, "id": ".."}, "no '/', no '..'"),
     ],
 )  # fmt: skip
 def test_bad_tasks_are_clear_errors(raw: object, message: str) -> None:
