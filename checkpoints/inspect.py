@@ -42,6 +42,7 @@ __all__ = [
     "step_rows",
     "steps",
     "thread_status",
+    "transcript",
 ]
 
 # Graph nodes that are not skills; any other node a step ran is a skill's node.
@@ -112,9 +113,9 @@ def step_rows(snapshots: Iterable[StateSnapshot]) -> list[dict[str, Any]]:
     - ``ran`` (the nodes that ran to make this checkpoint) and ``node`` (the same, joined, or the
       source for a checkpoint no node made);
     - ``in_skill``: the skill the step worked for (its own node, its tool calls or its card);
-    - ``skill``, ``attempt``, ``action``, ``validation_errors``, ``model``, ``tokens``,
-      ``attempt_ms``: from the attempt record, only on the step that ended the attempt
-      (``action`` ``rejected`` is a retry);
+    - ``skill``, ``turn`` (its transcript's id), ``attempt``, ``action``,
+      ``validation_errors``, ``model``, ``tokens``, ``attempt_ms``: from the attempt record,
+      only on the step that ended the attempt (``action`` ``rejected`` is a retry);
     - ``tool_calls``: the calls a skill step asked for (``status`` requested) or a tools step ran
       (``status`` ok, error or refused, with ``ms``);
     - ``elapsed_ms``: wall time since the parent checkpoint (a card's step includes the wait for
@@ -147,6 +148,7 @@ def step_rows(snapshots: Iterable[StateSnapshot]) -> list[dict[str, Any]]:
                 "status": thread_status(snap),
                 "in_skill": _in_skill(ran, before, fresh),
                 "skill": fresh.get("skill"),
+                "turn": fresh.get("turn"),
                 "attempt": fresh.get("attempt"),
                 "action": fresh.get("action"),
                 "validation_errors": fresh.get("validation_errors", []),
@@ -274,6 +276,37 @@ def steps(deck: SkillDeck, thread_id: str, *, frame: bool = False) -> Any:
         ThreadNotFoundError: the thread is unknown.
     """
     return _out(deck.history(thread_id), frame)
+
+
+def transcript(deck: SkillDeck, thread_id: str) -> list[dict[str, Any]]:
+    """What each turn of a thread said, oldest first: ``{"turn", "skill", "attempts",
+    "messages"}``, each message ``{"role", "content"}`` with ``tool_calls`` (a model's calls)
+    or ``name`` (the tool a result came from). Turns are those whose attempts ended; a turn
+    holds every attempt of its skill, re-asks included.
+
+    Raises:
+        ThreadNotFoundError: the thread is unknown.
+    """
+    from skilldeck.nodes.transcript import read_messages
+
+    turns: dict[str, dict[str, Any]] = {}
+    for row in deck.history(thread_id):
+        if row["turn"] is not None:
+            entry = turns.setdefault(row["turn"], {"skill": row["skill"], "attempts": 0})
+            entry["attempts"] += 1
+    out = []
+    for turn_id, entry in turns.items():
+        messages = []
+        for message in read_messages(deck.store, thread_id, turn_id):
+            said: dict[str, Any] = {"role": message.type, "content": message.content}
+            calls = getattr(message, "tool_calls", None)
+            if calls:
+                said["tool_calls"] = [{"name": c["name"], "args": c["args"]} for c in calls]
+            if message.type == "tool":
+                said["name"] = message.name
+            messages.append(said)
+        out.append({"turn": turn_id, **entry, "messages": messages})
+    return out
 
 
 def _values_at(deck: SkillDeck, thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:

@@ -29,6 +29,8 @@ class NodeContext:
     model_for: Callable[[str], BaseChatModel]
     model_label: Callable[[str], str]
     has_model: Callable[[str], bool]
+    #: The output mode of a skill's model calls (``auto`` resolved: see ``skilldeck.models``).
+    output_mode: Callable[[str], str]
 
     @cached_property
     def ranked(self) -> tuple[SkillBundle, ...]:

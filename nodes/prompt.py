@@ -1,18 +1,26 @@
-"""Context building: ``state + SKILL.md + references`` into the messages a skill's model sees."""
+"""Context building: ``state + SKILL.md + references`` into the messages a skill's model sees.
+
+The system message comes first and depends only on the skill and the output mode, so it is
+byte-identical across turns, threads and users and an endpoint's prefix cache holds it. The
+contract's schema is sent once: as the grammar in ``schema`` mode, as ``submit_output``'s
+parameters in ``tool`` mode, and (compact) in the prompt only in ``json`` mode.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from skilldeck.nodes.replies import SUBMIT_TOOL
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import REVIEW_TYPES
 
 __all__ = [
     "SUBMIT_TOOL",
+    "ToolInfo",
     "render_feedback",
     "render_prompt",
     "render_system",
@@ -20,50 +28,81 @@ __all__ = [
     "state_view",
 ]
 
-SUBMIT_TOOL = "submit_output"
+#: What the prompt says of a tool: its name, description and arguments schema.
+ToolInfo = tuple[str, str, Mapping[str, Any]]
 
 _CONTRACT = """\
-## Output contract
-Finish with exactly one JSON object with exactly four keys: "response", "profile", "data" and
-"control". {how}
+## Output
+Your final answer is one JSON object with exactly four keys. {how}
 - "response": the reply for the user, in natural language.
 - "profile": profile increments; only these fields are allowed: {provides}.
-- "data": business data increments; they must follow the schema below.
-- "control": {{"action": "continue" | "retry" | "ask_user" | "finish", ...}}. With "ask_user"
-  add "review_type" ({review_types}) and "questions", each {{"question", "field_key" (a dot path
+- "data": business data increments.{data}
+- "control": {{"action": "continue" | "retry" | "ask_user" | "finish"}}. With "ask_user" add
+  "review_type" ({review_types}) and "questions", each {{"question", "field_key" (a dot path
   such as profile.plaintiff.name), "input_type" (text | select | multi_select | boolean |
   file_ids), "required", and "options" [{{"label", "value"}}] for select types}}.
-Output that does not follow the contract is rejected; it is never repaired.
+Output that does not follow the contract is rejected; it is never repaired."""
 
-JSON Schema of the whole output:
-{schema}"""
-
+_ENVELOPE = (
+    'Each reply is one JSON object: {"tool": NAME, "arguments": {...}} calls a tool (its '
+    'result comes back to you), and {"final": OUTPUT} ends your turn with the output.'
+)
 _HOW = {
-    "json": "Reply with the JSON object only, no prose and no code fence.",
-    "tool": f'Return it by calling the "{SUBMIT_TOOL}" tool with the object as its arguments, '
-    "or reply with the JSON object only.",
+    "schema": _ENVELOPE,
+    "json": _ENVELOPE.replace('{"final": OUTPUT}', "the output object itself")
+    + " No prose and no code fence.",
+    "tool": f'Return it by calling the "{SUBMIT_TOOL}" tool with the object as its arguments.',
 }
 
 
-def state_view(state: Mapping[str, Any], data_keys: tuple[str, ...]) -> dict[str, Any]:
-    """The part of the state a skill may read: context, input, identity, profile and data."""
+def state_view(state: Mapping[str, Any], data_keys: Sequence[str]) -> dict[str, Any]:
+    """The part of the state a skill may read: context, input, matter, profile and its own
+    data fields (``data_keys``)."""
     view = {k: state.get(k) for k in ("context", "input", "matter_id", "profile")}
     view["data"] = {k: state[k] for k in data_keys if state.get(k) is not None}
     return {k: v for k, v in view.items() if v not in (None, {}, [])}
 
 
-def render_system(bundle: SkillBundle, *, output_mode: str) -> SystemMessage:
-    """The system message of a skill: the same for every turn, so runners render it once."""
+def _arguments(schema: Mapping[str, Any]) -> str:
+    """A tool's arguments in one line: ``name (type): description``, required ones marked."""
+    props = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    parts = []
+    for name, prop in props.items():
+        kind = prop.get("type") or ("object" if "$ref" in prop else "any")
+        mark = "" if name in required else ", optional"
+        about = f": {prop['description']}" if prop.get("description") else ""
+        parts.append(f"{name} ({kind}{mark}){about}")
+    return "; ".join(parts) or "none"
+
+
+def _tools_section(tools: Sequence[ToolInfo]) -> str:
+    lines = ["## Tools"]
+    lines += [f"- {name}: {about} Arguments: {_arguments(args)}." for name, about, args in tools]
+    return "\n".join(lines)
+
+
+def render_system(
+    bundle: SkillBundle, *, output_mode: str, tools: Sequence[ToolInfo] = ()
+) -> SystemMessage:
+    """The system message of a skill in ``output_mode`` (``tools`` are described in the text
+    where the mode has no native tools): the same for every turn, so runners render it once."""
+    how = _HOW[output_mode]
     parts = [f"# Skill: {bundle.name}\n{bundle.description}", bundle.instructions]
     if bundle.references:
         refs = "\n\n".join(f"### {r.name}\n{r.text.strip()}" for r in bundle.references)
         parts.append(f"## References\n{refs}")
+    if tools and output_mode != "tool":
+        parts.append(_tools_section(tools))
+    data = ""
+    if output_mode == "json":
+        data = f" JSON Schema of the whole output: {_compact(bundle.output_schema)}"
     parts.append(
         _CONTRACT.format(
-            how=_HOW[output_mode],
+            how=how,
             provides=", ".join(bundle.provides) or "none",
+            data=data,
             review_types=" | ".join(REVIEW_TYPES),
-            schema=json.dumps(bundle.output_schema, ensure_ascii=False, indent=1),
         )
     )
     return SystemMessage("\n\n".join(parts))
@@ -71,7 +110,7 @@ def render_system(bundle: SkillBundle, *, output_mode: str) -> SystemMessage:
 
 def render_user(
     state: Mapping[str, Any],
-    data_keys: tuple[str, ...],
+    data_keys: Sequence[str],
     prepared: Mapping[str, Any] | None = None,
 ) -> HumanMessage:
     """The user message that opens a turn: the state view and any prepared context."""
@@ -84,21 +123,49 @@ def render_user(
 def render_prompt(
     bundle: SkillBundle,
     state: Mapping[str, Any],
-    data_keys: tuple[str, ...],
+    data_keys: Sequence[str],
     *,
     output_mode: str,
+    tools: Sequence[ToolInfo] = (),
     prepared: Mapping[str, Any] | None = None,
 ) -> list[BaseMessage]:
     """The system and user messages that open a skill's turn."""
-    return [render_system(bundle, output_mode=output_mode), render_user(state, data_keys, prepared)]
+    return [
+        render_system(bundle, output_mode=output_mode, tools=tools),
+        render_user(state, data_keys, prepared),
+    ]
 
 
-def render_feedback(errors: list[dict[str, str]], retry_prompt: str | None) -> HumanMessage:
-    """The message that re-asks the model after a rejected output."""
+def render_feedback(
+    errors: list[dict[str, str]],
+    retry_prompt: str | None,
+    *,
+    example: Any = None,
+    repeated: bool = False,
+    undone: Sequence[str] = (),
+) -> HumanMessage:
+    """The message that re-asks the model after a rejected output: the errors, a minimal valid
+    ``example`` of the output to copy the shape of, and, when the reply repeated the one
+    rejected before (``repeated``), a plain request for a different one. ``undone``: the files
+    the rejected attempt changed, restored to what they were."""
     lines = ["Your output was rejected:"]
     lines += [f"- {e['path']}: {e['message']}" for e in errors]
     if retry_prompt:
         lines.append(retry_prompt)
+    if repeated:
+        lines.append(
+            "Your reply was the same as the one rejected before: change what the errors "
+            "point at; do not send it again."
+        )
+    if undone:
+        lines.append(
+            f"The files your calls changed were restored ({', '.join(undone)}): call the "
+            "tools again if you still need those changes."
+        )
+    if example is not None:
+        lines.append(
+            f"A minimal output of the right shape (fill in real values): {_compact(example)}"
+        )
     lines.append("Reply again with one JSON object that follows the output contract.")
     return HumanMessage("\n".join(lines))
 
@@ -106,3 +173,7 @@ def render_feedback(errors: list[dict[str, str]], retry_prompt: str | None) -> H
 def _dump(value: Any) -> str:
     # Compact separators keep json on its C encoder: this runs on every turn.
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)

@@ -10,6 +10,7 @@ with nothing merged. Output is never repaired.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -18,10 +19,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END
 from langgraph.store.base import BaseStore
@@ -31,10 +32,12 @@ from skilldeck._internal.paths import deep_merge
 from skilldeck._internal.redact import redact, safe_reason
 from skilldeck.errors import SkillDeckError
 from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
-from skilldeck.nodes.prompt import SUBMIT_TOOL, render_feedback, render_system, render_user
+from skilldeck.nodes.model_call import DEADLINE_KEY, DeadlineError, ModelCaller, RetryableModelError
+from skilldeck.nodes.prompt import render_feedback, render_system, render_user
+from skilldeck.nodes.replies import SUBMIT_TOOL, read_reply
 from skilldeck.nodes.router import route
 from skilldeck.nodes.transcript import append_messages, read_messages
-from skilldeck.scripted import CALL_INDEX_KEY, INVALID_KEY, SKILL_KEY, TURN_KEY
+from skilldeck.scripted import INVALID_KEY, TURN_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import (
     CARD_SCHEMA,
@@ -43,7 +46,9 @@ from skilldeck.skills.contract import (
     check_field_keys,
     compile_schema,
     format_errors,
+    skeleton,
 )
+from skilldeck.tools.workspace import commit, rollback
 
 __all__ = ["SkillNode", "Visit", "parse_output"]
 
@@ -139,9 +144,9 @@ class SkillNode:
         self.ctx = ctx
         self.bundle = bundle
         self.name = bundle.name
-        self.system = render_system(bundle, output_mode=ctx.settings.output_mode)
+        self.caller = ModelCaller(ctx, bundle)
         self.limits = OutputLimits(ctx.settings.max_output_bytes, ctx.settings.max_output_depth)
-        self._binds: dict[str, tuple[BaseChatModel, Any]] = {}
+        self._systems: dict[str, SystemMessage] = {}
 
     # -- the node -------------------------------------------------------------------------
     def __call__(
@@ -157,16 +162,31 @@ class SkillNode:
             try:
                 turn, opening = self.open_turn(state)
             except Exception as exc:
-                return self._fail(state, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
+                return self._fail(visit, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
             conversation = list(opening)
         calls = visit.calls
         index = calls.get(self.name, 0)
         rounds_left = self._max_rounds() - turn["round"]
+        # The output only: no tools, no rounds left, or the model repeated a call that worked.
+        final_only = rounds_left <= 0 or not self.bundle.tools or bool(turn.get("narrow"))
+        deadline = config["configurable"].get(DEADLINE_KEY)
         try:
-            message = self._call_model(conversation, index, tools=rounds_left > 0)
+            message = self.caller.call(
+                conversation, index, final_only=final_only, deadline=deadline
+            )
+        except RetryableModelError as exc:
+            calls[self.name] = index + 1
+            if opening:
+                turn = {**turn, "pos": visit.save(turn, opening)}
+            return self._reject(visit, turn, [{"path": "$", "message": exc.reason}], None)
+        except DeadlineError as exc:
+            return self._fail(visit, "RUN_TIMEOUT", str(exc), turn)
         except Exception as exc:
-            return self._model_error(state, exc, turn)
+            return self._model_error(visit, exc, turn)
         calls[self.name] = index + 1
+        allowed = () if final_only else self.bundle.tools
+        reply = read_reply(message, self.caller.mode, allowed, f"call_{self.name}_{index}")
+        message = reply.message
         # The turn's new messages go to the store in one transaction.
         new = [*opening, message]
         turn = {
@@ -174,32 +194,56 @@ class SkillNode:
             "pos": visit.save(turn, new),
             "tokens": _add_tokens(turn.get("tokens"), message),
         }
-        pending = [c for c in message.tool_calls if c["name"] != SUBMIT_TOOL]
+        if reply.calls and final_only:  # a model that calls tools when it may only answer
+            why = (
+                f"tool round limit ({self._max_rounds()}) reached"
+                if rounds_left <= 0 or not self.bundle.tools
+                else "the results of those calls are above already"
+            )
+            errors = [{"path": "$", "message": f"{why}; reply with the final JSON output now"}]
+            return self._reject(visit, turn, errors, None, message)
+        if reply.calls:
+            return self._tool_calls(visit, turn, reply.calls, message)
+        if reply.errors:
+            return self._reject(visit, turn, reply.errors, None, message)
+        if reply.output is not None:
+            return self.accept_output(visit, turn, reply.output, message)
+        return self._finish_attempt(visit, turn, message)
+
+    def _tool_calls(
+        self,
+        visit: Visit,
+        turn: dict[str, Any],
+        pending: list[dict[str, Any]],
+        message: AIMessage,
+    ) -> Command[str]:
+        """Send the calls to the tools node; or narrow the turn to the output when they
+        repeat calls that worked (the model gets their results again, not a second run)."""
         too_big = [e for c in pending for e in self.limits.problems(c["args"], f"$.{c['name']}")]
         if too_big:  # the arguments would be checkpointed with the turn: refuse them here
             return self._reject(visit, turn, too_big, None, message)
-        if pending and len(pending) == len(message.tool_calls):
-            if rounds_left > 0:
-                turn["round"] += 1
-                turn["pending"] = [
-                    {"id": c["id"], "name": c["name"], "args": c["args"]} for c in pending
-                ]
-                return _command(state, TOOLS_NODE, {"turn": turn, "calls": calls})
-            errors = [
-                {
-                    "path": "$",
-                    "message": f"tool round limit ({self._max_rounds()}) reached; reply with "
-                    "the final JSON output now",
-                }
-            ]
-            return self._reject(visit, turn, errors, None)
-        return self._finish_attempt(visit, turn, message)
+        done = {
+            (c["name"], _canonical(c.get("args")))
+            for c in turn["tool_calls"]
+            if c["status"] == "ok"
+        }
+        if all((c["name"], _canonical(c["args"])) in done for c in pending):
+            names = ", ".join(sorted({c["name"] for c in pending}))
+            note = HumanMessage(
+                f"You already called {names} with these arguments, and the results are above. "
+                "Give the final output now."
+            )
+            repeat = {**turn, "narrow": True, "pos": visit.save(turn, [note])}
+            return Command(goto=self.name, update={"turn": repeat, "calls": visit.calls})
+        turn["round"] += 1
+        turn["pending"] = [{"id": c["id"], "name": c["name"], "args": c["args"]} for c in pending]
+        return _command(visit.state, TOOLS_NODE, {"turn": turn, "calls": visit.calls})
 
     # -- steps ----------------------------------------------------------------------------
     def open_turn(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], list[BaseMessage]]:
         """A new turn and its opening messages (not yet stored)."""
         prepared = self.bundle.preprocess(dict(state)) if self.bundle.preprocess else None
-        messages = [self.system, render_user(state, self.ctx.data_keys, prepared)]
+        messages = [self.system(), render_user(state, self.bundle.data_keys, prepared)]
         turn = {
             "id": uuid.uuid4().hex,
             "skill": self.name,
@@ -212,64 +256,36 @@ class SkillNode:
         }
         return turn, messages
 
+    def system(self) -> SystemMessage:
+        """The skill's system message in its output mode (rendered once per mode)."""
+        mode = self.caller.mode
+        if mode not in self._systems:
+            tools = [
+                (name, self.ctx.registry.get(name).description, schema)
+                for name, schema in self.caller.tool_schemas().items()
+            ]
+            self._systems[mode] = render_system(self.bundle, output_mode=mode, tools=tools)
+        return self._systems[mode]
+
     def _max_rounds(self) -> int:
         own = self.bundle.execution.max_tool_rounds
         return int(self.ctx.settings.max_tool_rounds if own is None else own)
 
-    def _call_model(self, conversation: list[BaseMessage], index: int, *, tools: bool) -> AIMessage:
-        return self._invoke(self._bound("tools" if tools else "final"), conversation, index)
-
-    def _bound(self, use: str) -> Any:
-        """The skill's model bound for ``use``: ``"tools"`` (its tools, and the submit tool in
-        tool output mode), ``"final"`` (no tools of its own) or ``"json"`` (JSON mode only).
-
-        Bound once per model: binding converts every tool's schema (about 15 µs a tool), which
-        a skill step would otherwise pay on each call.
-        """
-        model: Any = self.ctx.model_for(self.name)
-        cached = self._binds.get(use)
-        if cached is not None and cached[0] is model:
-            return cached[1]
-        tools = use == "tools"
-        specs: list[Any] = [self.ctx.registry.get(t) for t in self.bundle.tools] if tools else []
-        if use != "json" and self.ctx.settings.output_mode == "tool":
-            specs.append(self._submit_spec())
-        if specs:
-            bound = model.bind_tools(specs)
-        else:
-            bound = model.bind(response_format={"type": "json_object"})
-        self._binds[use] = (model, bound)
-        return bound
-
-    def _invoke(self, model: Any, conversation: list[BaseMessage], index: int) -> AIMessage:
-        # The call index lets the scripted provider replay the same turn after a resume.
-        meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index}
-        result = model.invoke(conversation, config={"metadata": meta})
-        if not isinstance(result, AIMessage):
-            raise TypeError(f"model returned {type(result).__name__}, not an AIMessage")
-        return result
-
     def ask_json(
-        self, conversation: list[BaseMessage], calls: dict[str, int], turn: dict[str, Any]
+        self,
+        conversation: list[BaseMessage],
+        calls: dict[str, int],
+        turn: dict[str, Any],
+        name: str,
+        schema: Mapping[str, Any],
     ) -> AIMessage:
-        """One model call in JSON mode (for modes whose steps are JSON objects); counts the
-        call in ``calls`` and its tokens in ``turn``."""
+        """One model call of a JSON step (a plan, a rewrite, a view; held to ``schema`` in
+        schema mode); counts the call in ``calls`` and its tokens in ``turn``."""
         index = calls.get(self.name, 0)
-        message = self._invoke(self._bound("json"), conversation, index)
         calls[self.name] = index + 1
+        message = self.caller.ask_json(conversation, index, name, schema)
         turn["tokens"] = _add_tokens(turn.get("tokens"), message)
         return message
-
-    def _submit_spec(self) -> dict[str, Any]:
-        """The function that carries the final output, for endpoints without json_schema."""
-        return {
-            "type": "function",
-            "function": {
-                "name": SUBMIT_TOOL,
-                "description": "Submit the final output of the skill (the four-part contract).",
-                "parameters": self.bundle.output_schema,
-            },
-        }
 
     def _finish_attempt(
         self, visit: Visit, turn: dict[str, Any], message: AIMessage
@@ -314,12 +330,13 @@ class SkillNode:
             **output["data"],
             "profile": deep_merge(state.get("profile") or {}, output["profile"]),
         }
-        verdict = self._run_validate(output, merged)
+        verdict = self._run_validate(output, merged, turn)
         if verdict["action"] == "error":
-            return self._fail(state, "SCRIPT_ERROR", verdict["message"], turn)
+            return self._fail(visit, "SCRIPT_ERROR", verdict["message"], turn)
         if verdict["action"] == "retry":
             return self._reject(visit, turn, verdict["errors"], verdict.get("retry_prompt"), source)
         action = "ask_user" if verdict["action"] == "ask_user" else control["action"]
+        commit(visit.store, visit.thread_id, turn["id"])  # the attempt's file changes stand
         update: dict[str, Any] = {
             **output["data"],
             "profile": output["profile"],
@@ -344,12 +361,20 @@ class SkillNode:
         goto, routed = route(self.ctx, merged)
         return _command(state, goto, {**update, **routed})
 
-    def _run_validate(self, output: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
+    def _run_validate(
+        self, output: dict[str, Any], merged: dict[str, Any], turn: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """Normalise ``scripts/validate.py``'s verdict: continue, retry, ask_user or error."""
         if self.bundle.validate is None:
             return {"action": "continue"}
+        current = [
+            {"name": c["name"], "args": c.get("args", {})}
+            for c in turn.get("tool_calls", [])
+            if c["status"] == "ok"
+        ]
+        calls = [*turn.get("earlier", []), *current]
         try:
-            raw = self.bundle.validate(output, merged)
+            raw = self.bundle.validate(output, merged, {"tool_calls": calls})
         except Exception as exc:
             return {"action": "error", "message": _describe("validate.py", exc)}
         verdict: dict[str, Any] = (
@@ -396,6 +421,8 @@ class SkillNode:
         broken cassette must not be papered over by the turn after it.
         """
         record = self._record(turn, "rejected", errors)
+        # Nothing of a rejected attempt stands: its file changes are undone too.
+        undone = rollback(visit.store, visit.thread_id, turn["id"])
         said = source.response_metadata if source is not None else {}
         scripted = said.get(TURN_KEY)
         mistake = scripted is not None and not said.get(INVALID_KEY)
@@ -422,14 +449,26 @@ class SkillNode:
                     "calls": visit.calls,
                 },
             )
-        feedback = render_feedback(errors, retry_prompt)
+        digest = _digest(source) if source is not None else None
+        feedback = render_feedback(
+            errors,
+            retry_prompt,
+            example=skeleton(self.bundle.output_schema),
+            repeated=digest is not None and digest == turn.get("rejected"),
+            undone=[self._shown_path(p) for p in undone],
+        )
         next_turn = {
             **turn,
             "attempt": turn["attempt"] + 1,
             "round": 0,
             "pending": [],
             "tool_calls": [],
+            # Calls of earlier attempts whose results still stand (they changed no file): the
+            # model has their results above, and validate.py may count them.
+            "earlier": [*turn.get("earlier", []), *_standing(turn["tool_calls"])],
             "tokens": None,
+            "narrow": False,
+            "rejected": digest,
             "pos": visit.save(turn, [feedback]),
             "t0": time.time(),
         }
@@ -437,20 +476,30 @@ class SkillNode:
             goto=self.name, update={"turn": next_turn, "attempt": record, "calls": visit.calls}
         )
 
+    def _shown_path(self, path: str) -> str:
+        """A restored file as the model and the state name it: relative to the files root."""
+        root = self.ctx.settings.files_root
+        if root and Path(path).is_relative_to(Path(root).resolve()):
+            return Path(path).relative_to(Path(root).resolve()).as_posix()
+        return Path(path).name
+
     def _fail(
-        self, state: Mapping[str, Any], code: str, message: str, turn: dict[str, Any] | None
+        self, visit: Visit, code: str, message: str, turn: dict[str, Any] | None
     ) -> Command[str]:
+        """End the run failed; the turn's file changes are undone, as its output never
+        merges."""
         update: dict[str, Any] = {
             "status": "failed",
             "error": {"code": code, "skill": self.name, "message": message},
             "turn": None,
         }
         if turn is not None:
+            rollback(visit.store, visit.thread_id, turn["id"])
             update["attempt"] = self._record(turn, "failed", [])
-        return _command(state, END, update)
+        return _command(visit.state, END, update)
 
     def _model_error(
-        self, state: Mapping[str, Any], exc: Exception, turn: dict[str, Any] | None
+        self, visit: Visit, exc: Exception, turn: dict[str, Any] | None
     ) -> Command[str]:
         """Fail the run on a model call that raised (endpoint down, bad key, timeout).
 
@@ -459,10 +508,10 @@ class SkillNode:
         scripted cassette out of turns) are safe to show whole.
         """
         if isinstance(exc, SkillDeckError):
-            return self._fail(state, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
+            return self._fail(visit, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
         log.warning("model call of skill %s failed: %s", self.name, redact(f"{exc!r}"))
         message = f"the model call failed: {safe_reason(exc)}; the details are in the log"
-        return self._fail(state, "MODEL_ERROR", message, turn)
+        return self._fail(visit, "MODEL_ERROR", message, turn)
 
     def _record(self, turn: Mapping[str, Any], action: str, errors: Errors) -> dict[str, Any]:
         """The attempt record kept in the state (the checkpoint history keeps them all)."""
@@ -471,6 +520,7 @@ class SkillNode:
             "turn": turn["id"],
             "attempt": turn["attempt"],
             "model": self.ctx.model_label(self.name),
+            "output_mode": self.caller.mode if self.ctx.has_model(self.name) else None,
             "tool_calls": turn.get("tool_calls", []),
             "validation_errors": errors,
             "action": action,
@@ -489,6 +539,28 @@ def _add_tokens(total: Mapping[str, int] | None, message: AIMessage) -> dict[str
     for key in ("input_tokens", "output_tokens", "total_tokens"):
         out[key] = out.get(key, 0) + int(usage.get(key, 0))  # type: ignore[call-overload]
     return out
+
+
+def _standing(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The successful calls of a rejected attempt whose results stand after its rollback:
+    those that wrote no file."""
+    return [
+        {"name": c["name"], "args": c.get("args", {})}
+        for c in calls
+        if c["status"] == "ok" and not c.get("wrote")
+    ]
+
+
+def _digest(message: AIMessage) -> str:
+    """What a reply said, as a short digest: two equal replies have equal digests."""
+    said = [message.content, [(c["name"], c["args"]) for c in message.tool_calls]]
+    # A reply may hold lone surrogates (rejected as such): digest them rather than fail.
+    return hashlib.sha256(_canonical(said).encode(errors="surrogatepass")).hexdigest()[:16]
+
+
+def _canonical(args: Any) -> str:
+    """Arguments as one comparable string (key order does not matter)."""
+    return json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _describe(script: str, exc: Exception) -> str:

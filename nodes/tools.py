@@ -3,7 +3,9 @@
 Only tools the skill's meta lists run; any other call is refused and recorded, never executed.
 Identity (``user_id``, ``matter_id``, ``thread_id``) comes from the run's config, never from the
 model's arguments. Results go to the turn's transcript in the store; the state records only
-the call's name, status, time and a reference.
+the call's name, arguments, status, time, a reference and how many files it changed. Files a
+call writes are staged (:mod:`skilldeck.tools.workspace`): they stand only if the skill's output
+is accepted.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from langgraph.types import Command
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.transcript import append_messages
 from skilldeck.tools.registry import IDENTITY_KEYS, ToolResult
+from skilldeck.tools.workspace import staged, written_by
 
 __all__ = ["ToolsNode"]
 
@@ -38,6 +41,7 @@ class ToolsNode:
         allowed = {registry.resolve(name) for name in bundle.tools}
         configurable = config.get("configurable", {})
         identity = {k: configurable.get(k) for k in IDENTITY_KEYS}
+        thread_id = str(configurable["thread_id"])
         messages: list[ToolMessage] = []
         records: list[dict[str, Any]] = []
         for call in turn["pending"]:
@@ -51,7 +55,8 @@ class ToolsNode:
                     f"allowed tools: {', '.join(bundle.tools) or 'none'}",
                 )
             else:
-                result = registry.invoke(canonical, call["args"], identity)
+                with staged(store, thread_id, turn["id"], call["id"]):
+                    result = registry.invoke(canonical, call["args"], identity)
                 status = "ok" if result.ok else "error"
             messages.append(
                 ToolMessage(
@@ -65,13 +70,19 @@ class ToolsNode:
                 {
                     "id": call["id"],
                     "name": call["name"],
+                    # What a validate.py checks (which file was read) and what a repeated
+                    # call is told apart by.
+                    "args": call["args"],
                     "status": status,
                     "ms": round((time.perf_counter() - started) * 1000, 2),
                     "ref": f"{turn['id']}/{turn['pos'] + len(records):06d}",
                 }
             )
-        pos = append_messages(
-            store, str(configurable["thread_id"]), turn["id"], turn["pos"], messages
-        )
+        # Which calls changed files: their results do not outlast a rejected attempt.
+        wrote = written_by(store, thread_id, turn["id"])
+        for record in records:
+            if record["id"] in wrote:
+                record["wrote"] = len(wrote[record["id"]])
+        pos = append_messages(store, thread_id, turn["id"], turn["pos"], messages)
         update = {**turn, "pending": [], "pos": pos, "tool_calls": turn["tool_calls"] + records}
         return Command(goto=turn["skill"], update={"turn": update})

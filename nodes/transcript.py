@@ -17,6 +17,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 from langgraph.store.base import BaseStore, PutOp
 
+from skilldeck._internal.store_keys import thread_namespace
 from skilldeck.errors import CheckpointError
 
 __all__ = ["PROMPTS", "append_messages", "namespace", "read_messages"]
@@ -30,9 +31,7 @@ _stored: weakref.WeakKeyDictionary[BaseStore, set[str]] = weakref.WeakKeyDiction
 
 
 def namespace(thread_id: str, turn_id: str) -> tuple[str, ...]:
-    # Store namespace labels may not contain periods; thread ids (chosen by apps) may.
-    label = thread_id.replace("%", "%25").replace(".", "%2E")
-    return ("skilldeck", "transcript", label, turn_id)
+    return thread_namespace("transcript", thread_id, turn_id)
 
 
 def read_messages(store: BaseStore, thread_id: str, turn_id: str) -> list[BaseMessage]:

@@ -40,7 +40,7 @@ from skilldeck.errors import (
     ThreadNotFoundError,
 )
 from skilldeck.graph import build_graph
-from skilldeck.models import ModelSpec, build_model, resolve_model
+from skilldeck.models import ModelSpec, build_model, output_mode, resolve_model
 from skilldeck.nodes import (
     MODES,
     ROUTER_NODE,
@@ -112,6 +112,7 @@ class SkillDeck:
             model_for=self._model_for,
             model_label=self._model_label,
             has_model=self._has_model,
+            output_mode=self._output_mode,
         )
         builder = build_graph(self.bundles, self._ctx)
         if checkpointer is None or isinstance(checkpointer, str | Persistence):
@@ -241,6 +242,10 @@ class SkillDeck:
                     model = build_model(self.model_spec(skill), self.settings)
                     self._models[skill] = model
         return model
+
+    def _output_mode(self, skill: str) -> str:
+        execution = self._ctx.bundles[skill].execution
+        return output_mode(execution, self.settings, self.model_spec(skill), self._model_for(skill))
 
     def _has_model(self, skill: str) -> bool:
         try:

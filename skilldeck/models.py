@@ -6,7 +6,9 @@ OpenRouter, or any OpenAI-compatible ``base_url`` (vLLM, Ollama, a llama.cpp ser
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from skilldeck.scripted import ScriptedChatModel
 from skilldeck.settings import Settings
 from skilldeck.skills.bundle import ExecutionConfig
 
-__all__ = ["PROVIDERS", "ModelSpec", "build_model", "resolve_model"]
+__all__ = ["PROVIDERS", "ModelSpec", "build_model", "output_mode", "resolve_model"]
 
 PROVIDERS: dict[str, tuple[str | None, str]] = {
     # provider: (default base_url, API key environment variable)
@@ -108,7 +110,53 @@ def build_model(spec: ModelSpec, settings: Settings) -> BaseChatModel:
         base_url=spec.base_url,
         api_key=key,  # type: ignore[arg-type]
         temperature=spec.temperature,
-        max_tokens=spec.max_tokens,  # type: ignore[call-arg]
-        timeout=settings.request_timeout_s,
-        max_retries=2,
+        max_tokens=spec.max_tokens or settings.max_output_tokens,  # type: ignore[call-arg]
+        timeout=settings.model_timeout_s,
+        # A timeout or a transient error is the skill's to re-ask (an attempt it records):
+        # the client's own retries would make one call last several timeouts.
+        max_retries=0,
     )
+
+
+_PROBE_SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}},
+    "required": ["ok"],
+    "additionalProperties": False,
+}
+_probed: dict[tuple[str | None, str], bool] = {}
+_probe_lock = threading.Lock()
+
+
+def output_mode(
+    execution: ExecutionConfig, settings: Settings, spec: ModelSpec, model: BaseChatModel
+) -> str:
+    """The output mode of a skill's calls: its ``execution_config.output_mode``, else the
+    host's; ``auto`` is ``schema`` where the endpoint enforces JSON Schemas (probed once per
+    endpoint and model, with one tiny call), else ``tool``. Scripted models are ``tool`` in
+    ``auto`` (their cassettes hold native tool calls)."""
+    wanted = execution.output_mode or settings.output_mode
+    if wanted != "auto":
+        return wanted
+    if spec.provider == "scripted":
+        return "tool"
+    key = (spec.base_url, spec.model)
+    with _probe_lock:
+        if key not in _probed:
+            _probed[key] = _enforces_schemas(model)
+        return "schema" if _probed[key] else "tool"
+
+
+def _enforces_schemas(model: BaseChatModel) -> bool:
+    """Whether the endpoint holds replies to a ``json_schema``: the prompt asks for prose, so
+    only an endpoint that enforces the schema answers with JSON of it."""
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "probe", "strict": True, "schema": _PROBE_SCHEMA},
+    }
+    try:
+        reply = model.bind(response_format=fmt, max_tokens=16).invoke("Say hello in one word.")
+        value = json.loads(str(reply.content))
+    except Exception:  # refused (400), not JSON: the endpoint does not enforce schemas
+        return False
+    return isinstance(value, dict) and set(value) == {"ok"} and isinstance(value["ok"], bool)

@@ -19,6 +19,12 @@ Script format::
 
 A run whose ``skilldeck_case`` names a case uses that case's turns; other runs use ``skills``.
 
+Turns are written once, as native tool calls and outputs, and replayed in whatever output mode
+the skill asks in: bound with a ``response_format`` (``schema`` and ``json`` modes), a turn's
+tool call comes back as the text ``{"tool": NAME, "arguments": {...}}`` and, where the format's
+schema is the reply envelope, its output as ``{"final": OUTPUT}``; so one cassette exercises
+every mode's reading of replies.
+
 A script never hides a contract error: a turn that the skill's contract rejects fails the run at
 once as ``CONTRACT_VIOLATION``, naming the turn, unless the turn says ``invalid: true`` (a test
 of the re-ask). So a broken cassette is never papered over by the turn after it.
@@ -186,7 +192,7 @@ class ScriptedChatModel(BaseChatModel):
                 f"{self.model_name}: no turn {index} for skill {skill!r} (the script has "
                 f"{len(turns)}); add turns under {where}"
             )
-        message = _message(turns[index], skill, index)
+        message = _message(turns[index], skill, index, kwargs.get("response_format"))
         message.response_metadata = {
             "model_name": self.model_name,
             "scripted": True,
@@ -196,13 +202,32 @@ class ScriptedChatModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
-def _message(turn: Mapping[str, Any], skill: str, index: int) -> AIMessage:
-    if "output" in turn:
-        return AIMessage(content=json.dumps(turn["output"], ensure_ascii=False))
+def _message(
+    turn: Mapping[str, Any], skill: str, index: int, response_format: Any = None
+) -> AIMessage:
+    """The turn as a reply; with a ``response_format``, in the text form that format asks for."""
     if "text" in turn:
         return AIMessage(content=str(turn["text"]))
+    if "output" in turn:
+        output = turn["output"]
+        if _asks_envelope(response_format):
+            output = {"final": output}
+        return AIMessage(content=json.dumps(output, ensure_ascii=False))
     calls = [
         {"name": call["name"], "args": call.get("args", {}), "id": f"call_{skill}_{index}_{i}"}
         for i, call in enumerate(turn["tool_calls"])
     ]
-    return AIMessage(content="", tool_calls=calls)
+    if response_format is None:
+        return AIMessage(content="", tool_calls=calls)
+    written = [{"tool": c["name"], "arguments": c["args"]} for c in calls]
+    return AIMessage(content=json.dumps(written[0] if len(written) == 1 else written))
+
+
+def _asks_envelope(response_format: Any) -> bool:
+    """Whether ``response_format`` holds a reply envelope's schema (the final output under
+    ``final``, alone or as one branch of an ``anyOf``)."""
+    if not isinstance(response_format, Mapping):
+        return False
+    schema = (response_format.get("json_schema") or {}).get("schema") or {}
+    branches = [schema, *(schema.get("anyOf") or [])]
+    return any("final" in (b.get("properties") or {}) for b in branches)

@@ -37,11 +37,28 @@ class Settings(BaseSettings):
     base_url: str | None = None
     api_key: SecretStr | None = None
     temperature: float = 0.2
-    output_mode: Literal["tool", "json"] = Field(
-        default="tool",
-        description="How real models return the final contract: a function call or JSON mode.",
+    output_mode: Literal["auto", "schema", "tool", "json"] = Field(
+        default="auto",
+        description="How a model's turn is constrained: 'schema' (each reply is forced by a "
+        "strict JSON Schema to one allowed tool call or the exact output contract), 'tool' "
+        "(native tool calls; the output through a submit_output call), 'json' (JSON mode); "
+        "'auto' picks schema where the endpoint supports it, else tool (scripted: tool).",
     )
-    request_timeout_s: float = 120.0
+    max_output_tokens: int = Field(
+        default=1024, ge=16, description="Tokens a model may generate per call (sent each call)."
+    )
+    model_timeout_s: float = Field(
+        default=120.0, gt=0, description="Seconds one model call may take; then it is re-asked."
+    )
+    run_timeout_s: float | None = Field(
+        default=None, gt=0, description="Seconds a whole run (one request) may take."
+    )
+    model_context_tokens: int | None = Field(
+        default=None,
+        ge=256,
+        description="The endpoint's context window: longer prompts are trimmed (references "
+        "first) or refused before the call.",
+    )
 
     max_retries: int = Field(default=2, ge=0, description="Re-asks after an invalid output.")
     max_output_bytes: int = Field(

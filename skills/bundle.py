@@ -13,7 +13,11 @@ from skilldeck.skills.contract import Validator
 __all__ = ["ExecutionConfig", "Reference", "SkillBundle"]
 
 PreprocessFn = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
-ValidateFn = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any] | str | None]
+#: ``validate(output, state, turn)``; ``turn["tool_calls"]``: the turn's successful calls
+#: (``name``, ``args``) whose results stand.
+ValidateFn = Callable[
+    [Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any] | str | None
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +31,7 @@ class ExecutionConfig:
     base_url: str | None = None
     max_tool_rounds: int | None = None
     mode: str = "single"
+    output_mode: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

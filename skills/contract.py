@@ -39,6 +39,8 @@ __all__ = [
     "format_errors",
     "input_fits",
     "json_path",
+    "skeleton",
+    "turn_schema",
 ]
 
 #: A compiled Draft 2020-12 validator (see :func:`compile_schema`).
@@ -317,6 +319,96 @@ class OutputLimits:
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 # Not encodable as UTF-8: no database, log or client could store or show it.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# Keywords for people, not for a grammar: a constrained decoder needs none of them, and some
+# (a default of null on a string) contradict the types.
+_PROSE = frozenset(("title", "description", "default", "examples", "$schema", "$id", "$comment"))
+
+
+def _grammar(schema: Any, prefix: str) -> Any:
+    """``schema`` without prose, its ``$defs`` references renamed under ``prefix``."""
+    if isinstance(schema, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in schema.items():
+            if key in _PROSE or key == "$defs":
+                continue
+            if key == "$ref" and isinstance(value, str) and value.startswith("#/$defs/"):
+                out[key] = f"#/$defs/{prefix}{value.removeprefix('#/$defs/')}"
+            elif key == "properties" and isinstance(value, Mapping):
+                out[key] = {k: _grammar(v, prefix) for k, v in value.items()}  # names as they are
+            else:
+                out[key] = _grammar(value, prefix)
+        return out
+    if isinstance(schema, list):
+        return [_grammar(item, prefix) for item in schema]
+    return schema
+
+
+def _defs(schema: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    return {f"{prefix}{k}": _grammar(v, prefix) for k, v in (schema.get("$defs") or {}).items()}
+
+
+def turn_schema(
+    output_schema: Mapping[str, Any], tools: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The strict JSON Schema of one model reply in ``schema`` output mode: one call of one of
+    ``tools`` (``{name: arguments schema}``), ``{"tool": NAME, "arguments": {...}}``, or the
+    final output, ``{"final": {response, profile, data, control}}``. No ``tools``: the final
+    output only. The one place this envelope is derived; what it cannot say (an ``if``/``then``,
+    a card's field keys) is checked after the reply as before."""
+    final = {
+        "type": "object",
+        "properties": {"final": _grammar(output_schema, "out_")},
+        "required": ["final"],
+        "additionalProperties": False,
+    }
+    branches: list[dict[str, Any]] = []
+    defs = _defs(output_schema, "out_")
+    for i, (name, arguments) in enumerate((tools or {}).items()):
+        prefix = f"t{i}_"
+        defs.update(_defs(arguments, prefix))
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"tool": {"const": name}, "arguments": _grammar(arguments, prefix)},
+                "required": ["tool", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    schema: dict[str, Any] = {"anyOf": [*branches, final]} if branches else final
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def skeleton(schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -> Any:
+    """A minimal value valid for ``schema`` as far as its shape goes: required keys with
+    placeholders by type (the re-ask shows it next to the errors: something to copy)."""
+    root = root if root is not None else schema
+    node = _deref(root, schema)
+    if not isinstance(node, Mapping):
+        return None
+    if "const" in node:
+        return node["const"]
+    if node.get("enum"):
+        return node["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if node.get(key):
+            return skeleton(node[key][0], root)
+    kind = node.get("type")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    if kind == "object" or "properties" in node:
+        props = node.get("properties") or {}
+        return {k: skeleton(props.get(k) or {}, root) for k in node.get("required") or []}
+    return {
+        "array": [],
+        "string": "...",
+        "integer": 0,
+        "number": 0,
+        "boolean": False,
+        "null": None,
+    }.get(str(kind), "...")
 
 
 def card_fields(

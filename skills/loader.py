@@ -12,8 +12,10 @@ is a file over :data:`MAX_FILE_BYTES`. JSON and YAML go through
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
+import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -45,7 +47,10 @@ __all__ = [
 MAX_FILE_BYTES = 1 << 20
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
-_SCRIPTS = {"preprocess": "preprocess(state)", "validate": "validate(output, state)"}
+_SCRIPTS = {
+    "preprocess": "preprocess(state)",
+    "validate": "validate(output, state) or validate(output, state, turn)",
+}
 # The spec's name; lowercase skill.md is accepted too, as the Agent Skills clients do.
 _SKILL_FILES = ("SKILL.md", "skill.md")
 
@@ -333,7 +338,27 @@ def _scripts(problems: Problems, folder: Path) -> dict[str, Callable[..., Any]]:
                 scripts[func] = load_script(folder.name, file, func)
             except BundleError as exc:
                 problems.extend(exc.problems)
+    if "validate" in scripts:
+        scripts["validate"] = _with_turn(scripts["validate"], folder / "scripts" / "validate.py")
     return scripts
+
+
+def _with_turn(fn: Callable[..., Any], file: Path) -> Callable[..., Any]:
+    """``validate`` as the runner calls it, ``(output, state, turn)``: a
+    ``validate(output, state)`` that does not read the turn is called without it."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return fn
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params) or len(positional) >= 3:
+        return fn
+
+    @functools.wraps(fn)
+    def two(output: Any, state: Any, turn: Any) -> Any:
+        return fn(output, state)
+
+    return two
 
 
 def load_bundle(

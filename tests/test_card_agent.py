@@ -305,25 +305,20 @@ def test_validate_checks_the_card_against_the_run() -> None:
     bundle = load_bundle(BUNDLE)
     assert bundle.validate is not None
     card = {"fact_id": "f/1", "path": "Cards/f_1.yaml"}
-    state = {
-        "input": {"fact_id": "f/1", "content": "x"},
-        "turn": {"tool_calls": [{"name": "card__save", "status": "ok"}]},
-    }
-    assert bundle.validate({"data": {"timeline_card": card}}, state) == {"action": "continue"}
+    state = {"input": {"fact_id": "f/1", "content": "x"}}
+    saved = {"tool_calls": [{"name": "card__save", "args": {}}]}
+    verdict = bundle.validate({"data": {"timeline_card": card}}, state, saved)
+    assert verdict == {"action": "continue"}
 
-    def errors(card: dict[str, Any], calls: list[dict[str, Any]]) -> str:
-        verdict = bundle.validate(
-            {"data": {"timeline_card": card}}, {**state, "turn": {"tool_calls": calls}}
-        )
+    def errors(card: dict[str, Any], turn: dict[str, Any]) -> str:
+        verdict = bundle.validate({"data": {"timeline_card": card}}, state, turn)
         assert isinstance(verdict, dict) and verdict["action"] == "retry"
         return " ".join(verdict["errors"])
 
-    ok_call = [{"name": "card__save", "status": "ok"}]
-    assert "must be input.fact_id 'f/1'" in errors({**card, "fact_id": "f1"}, ok_call)
-    assert "returned 'Cards/f_1.yaml'" in errors({**card, "path": "Cards/x.yaml"}, ok_call)
-    failed = [{"name": "card__save", "status": "error"}]
-    assert "no successful card__save call" in errors(card, failed)
-    assert "no successful card__save call" in errors(card, [])
+    assert "must be input.fact_id 'f/1'" in errors({**card, "fact_id": "f1"}, saved)
+    assert "returned 'Cards/f_1.yaml'" in errors({**card, "path": "Cards/x.yaml"}, saved)
+    # The turn lists only the calls that stand: a failed or undone save is not there.
+    assert "no successful card__save call" in errors(card, {"tool_calls": []})
 
 
 # -- cases, fixtures and cassettes -----------------------------------------------------------

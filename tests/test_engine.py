@@ -96,8 +96,8 @@ def test_the_model_is_not_called_again_for_one_card(
         demo_deck.resume(result.thread_id, {"profile.defendant.name": "X"})
     assert len(calls) == 3
     demo_deck.resume(result.thread_id, DEMO_ANSWERS)
-    assert len(calls) == 4  # one call after the card, none repeated before it
-    assert demo_deck.get_thread(result.thread_id).state["calls"] == {"litigation-intake": 4}
+    assert len(calls) == 5  # after the card: read the complaint, then the output; none repeated
+    assert demo_deck.get_thread(result.thread_id).state["calls"] == {"litigation-intake": 5}
 
 
 def test_resume_from_a_new_process_and_a_new_deck(tmp_path: Path) -> None:
@@ -270,10 +270,13 @@ def test_retry_action_reasks_with_the_retry_prompt(skills_dir: Path, make_deck: 
 
 
 def test_tool_rounds_are_bounded(skills_dir: Path, make_deck: Any) -> None:
-    call = {"tool_calls": [{"name": "element__extract", "args": {"text": "Plaintiff: A"}}]}
+    calls = [
+        {"tool_calls": [{"name": "element__extract", "args": {"text": f"Plaintiff: A{i}"}}]}
+        for i in range(10)
+    ]
     deck = make_deck(
         _skill(skills_dir, meta={"tools": ["element__extract"]}),
-        {"intake": [call] * 10},
+        {"intake": calls},
         max_tool_rounds=2,
         max_retries=0,
     )
@@ -281,6 +284,22 @@ def test_tool_rounds_are_bounded(skills_dir: Path, make_deck: Any) -> None:
     assert result.status == "failed"
     assert "tool round limit (2)" in result.error["errors"][0]["message"]  # type: ignore[index]
     assert len(result.state["attempt"]["tool_calls"]) == 2
+
+
+def test_a_call_that_repeats_one_that_worked_narrows_the_turn_to_the_output(
+    skills_dir: Path, make_deck: Any
+) -> None:
+    """The model gets the results it has, and the output only: the call is not run twice."""
+    call = {"tool_calls": [{"name": "element__extract", "args": {"text": "Plaintiff: A"}}]}
+    deck = make_deck(
+        _skill(skills_dir, meta={"tools": ["element__extract"]}),
+        {"intake": [call, call, output(profile={"name": "A"})]},
+    )
+    result = deck.run({}, context="ctx")
+    assert result.status == "finished", result.error
+    assert [c["status"] for c in result.state["attempt"]["tool_calls"]] == ["ok"]
+    messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    assert "You already called element__extract" in messages[-2].content
 
 
 def test_the_model_is_offered_only_the_meta_tools_and_bound_once(
@@ -556,7 +575,7 @@ def test_a_system_prompt_is_stored_once_for_every_turn(skills_dir: Path, make_de
     prompts = deck.store.search(PROMPTS)
     assert len(prompts) == 1
     system = prompts[0].value["message"]["data"]["content"]
-    assert system.startswith("# Skill: intake") and "Output contract" in system
+    assert system.startswith("# Skill: intake") and "## Output" in system
     for run in runs:
         turn = run.state["attempt"]["turn"]
         (row,) = deck.store.search(namespace(run.thread_id, turn))

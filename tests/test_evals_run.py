@@ -185,7 +185,8 @@ def test_litigation_cases_run_with_card_answers(tmp_path: Path) -> None:
     assert asks["passed"] is True and asks["status"] == "interrupted"
     done = by_id["intake_complete_after_answers"]
     assert done["passed"] is True and done["status"] == "finished"
-    assert [c["name"] for c in done["tool_calls"]] == ["file__parse", "element__extract"]
+    names = [c["name"] for c in done["tool_calls"]]
+    assert names == ["file__parse", "element__extract", "file__parse"]  # read again after the card
     assert done["tool_calls"][0]["ok"] is True  # complaint.txt was copied from the demo matter
     assert by_id["intake_other_context_does_not_run"]["passed"] is True
 

@@ -60,9 +60,9 @@ def test_steps_tell_what_each_super_step_did(deck: SkillDeck) -> None:
     assert [r["node"] for r in rows] == [
         "input", "__start__",
         "litigation-intake", "tools", "litigation-intake", "tools", "litigation-intake",
-        "card", "litigation-intake",
+        "card", "litigation-intake", "tools", "litigation-intake",
     ]  # fmt: skip
-    assert [r["step"] for r in rows] == list(range(-1, 8))
+    assert [r["step"] for r in rows] == list(range(-1, 10))
     assert rows[0]["parent_id"] is None
     assert all(r["parent_id"] == p["checkpoint_id"] for p, r in pairwise(rows))
     asked, ran = rows[2]["tool_calls"], rows[3]["tool_calls"]
@@ -76,10 +76,10 @@ def test_steps_tell_what_each_super_step_did(deck: SkillDeck) -> None:
     ]
     assert ran[0]["name"] == "file__parse" and ran[0]["status"] == "ok" and ran[0]["ms"] >= 0
     assert ran[0]["args"] == {"file_id": "complaint.txt"}
-    assert [r["in_skill"] for r in rows[2:]] == ["litigation-intake"] * 7
+    assert [r["in_skill"] for r in rows[2:]] == ["litigation-intake"] * 9
     assert rows[0]["in_skill"] is None and rows[1]["in_skill"] is None
     # The attempt that asked the card, the card answered, the attempt that finished.
-    paused, answered, last = rows[6], rows[7], rows[8]
+    paused, answered, last = rows[6], rows[7], rows[10]
     assert (paused["skill"], paused["attempt"], paused["action"]) == (
         "litigation-intake",
         1,
@@ -134,7 +134,7 @@ def test_list_threads_filters_by_user_and_status(deck: SkillDeck) -> None:
         "finished",
         "litigation-intake",
     )
-    assert ann["steps"] == 8
+    assert ann["steps"] == 10
     assert [r["thread_id"] for r in list_threads(deck, status="interrupted")] == [paused]
     assert list_threads(deck, user="bob", status="finished") == []
     assert list_threads(deck, user="nobody") == []
@@ -255,7 +255,7 @@ def test_fork_with_edited_skills_tries_a_prompt_change(tmp_path: Path) -> None:
 def test_frames_need_pandas(deck: SkillDeck, monkeypatch: pytest.MonkeyPatch) -> None:
     thread = _finished(deck)
     frame = steps(deck, thread, frame=True)
-    assert isinstance(frame, pd.DataFrame) and len(frame) == 9
+    assert isinstance(frame, pd.DataFrame) and len(frame) == 11
     assert {"node", "skill", "tool_calls", "elapsed_ms"} <= set(frame.columns)
     assert list(list_threads(deck, frame=True)["status"]) == ["finished"]
     assert isinstance(diff(deck, thread, frame["checkpoint_id"][0], frame=True), pd.DataFrame)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import DEMO_FILES
+from endpoint import call, serve
 
 from skilldeck import ModelConfigError, Settings, SkillDeck
 from skilldeck.models import build_model, resolve_model
@@ -91,26 +90,6 @@ def test_a_deck_without_credentials_fails_before_running(
         assert deck.threads() == []
 
 
-# -- an OpenAI-compatible endpoint on 127.0.0.1 that replays chat completions ------------------
-def _completion(message: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-local",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "local-model",
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
-    }
-
-
-def _call(name: str, args: dict[str, Any], call_id: str) -> dict[str, Any]:
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(args)},
-    }
-
-
 FINAL = {
     "response": "Both parties are named.",
     "profile": {
@@ -125,35 +104,12 @@ FINAL = {
 
 @pytest.fixture
 def endpoint() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    requests: list[dict[str, Any]] = []
-    replies = [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [_call("file__parse", {"file_id": "complaint.txt"}, "c1")],
-        },
-        {"role": "assistant", "content": None, "tool_calls": [_call("submit_output", FINAL, "c2")]},
+    steps: list[Any] = [
+        call("file__parse", {"file_id": "complaint.txt"}, "c1"),
+        call("submit_output", FINAL, "c2"),
     ]
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            requests.append(body)
-            reply = json.dumps(_completion(replies[len(requests) - 1])).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", requests
-    server.shutdown()
+    with serve(steps) as server:
+        yield server.url, server.requests
 
 
 def test_openai_compatible_endpoint_with_function_calling(
@@ -161,7 +117,7 @@ def test_openai_compatible_endpoint_with_function_calling(
 ) -> None:
     url, requests = endpoint
     monkeypatch.delenv("SKILLDECK_MODEL", raising=False)
-    settings = _settings(base_url=url, files_root=str(DEMO_FILES))
+    settings = _settings(base_url=url, files_root=str(DEMO_FILES), output_mode="tool")
     with SkillDeck(checkpointer="memory://", settings=settings) as deck:
         result = deck.run(
             {"documents": ["complaint.txt"]}, context="matter", matter_id="demo-matter"
@@ -169,6 +125,8 @@ def test_openai_compatible_endpoint_with_function_calling(
     assert result.status == "finished", result.error
     assert result.state["profile"]["defendant"]["name"] == "Acme"
     first, second = requests
+    # max_output_tokens on every call, in the field current OpenAI endpoints read
+    assert first["max_completion_tokens"] == second["max_completion_tokens"] == 1024
     assert first["model"] == "qwen/qwen3-32b" and first["temperature"] == 0.2
     names = [t["function"]["name"] for t in first["tools"]]
     assert names == ["file__get_info", "file__parse", "element__extract", "submit_output"]

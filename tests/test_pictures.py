@@ -144,7 +144,8 @@ def test_cli_show_prints_the_steps_and_draws_the_timeline(tmp_path: Path) -> Non
     assert f"timeline: {tmp_path / 't.png'}" in result.stdout
     assert_picture(tmp_path / "t.png")
     body = json.loads(_cli(tmp_path, "show", thread, "--json").stdout)
-    assert [r["node"] for r in body["history"]][-2:] == ["card", "litigation-intake"]
+    nodes = [r["node"] for r in body["history"]]
+    assert nodes[-4:] == ["card", "litigation-intake", "tools", "litigation-intake"]
     assert "timeline" not in body
 
 

@@ -72,8 +72,9 @@ def test_system_message(bundle: SkillBundle) -> None:
     assert text.index(BODY) < refs < text.index("### a-checklist.md\nChecklist A.")
     assert text.index("### a-checklist.md") < text.index("### b-rules.md\nRule B: 诉讼时效.")
     assert "only these fields are allowed: profile.a, profile.b.c." in text
-    assert json.dumps(bundle.output_schema, ensure_ascii=False, indent=1) in text
-    assert '"response", "profile", "data" and\n"control"' in text
+    compact = json.dumps(bundle.output_schema, ensure_ascii=False, separators=(",", ":"))
+    assert f"JSON Schema of the whole output: {compact}" in text
+    assert "one JSON object with exactly four keys" in text
     for secret in SECRETS:
         assert secret not in text
 
@@ -128,13 +129,28 @@ def test_prepared_context(bundle: SkillBundle) -> None:
     assert "Prepared context" not in empty.content
 
 
+TOOLS = [("kb__search", "Search the knowledge base.", {"properties": {"q": {"type": "string"}}})]
+
+
 def test_output_mode_wording(bundle: SkillBundle) -> None:
-    (json_system, _) = render_prompt(bundle, STATE, DATA_KEYS, output_mode="json")
-    (tool_system, _) = render_prompt(bundle, STATE, DATA_KEYS, output_mode="tool")
-    assert "Reply with the JSON object only, no prose and no code fence." in json_system.content
-    assert SUBMIT_TOOL not in json_system.content
-    assert f'calling the "{SUBMIT_TOOL}" tool' in tool_system.content
-    assert "no code fence" not in tool_system.content
+    def system(mode: str) -> str:
+        (message, _) = render_prompt(bundle, STATE, DATA_KEYS, output_mode=mode, tools=TOOLS)
+        assert isinstance(message.content, str)
+        return message.content
+
+    json_text, tool_text, schema_text = system("json"), system("tool"), system("schema")
+    assert "No prose and no code fence." in json_text
+    assert '{"tool": NAME, "arguments": {...}}' in json_text
+    assert SUBMIT_TOOL not in json_text
+    assert f'calling the "{SUBMIT_TOOL}" tool' in tool_text
+    assert "no code fence" not in tool_text
+    assert '{"final": OUTPUT} ends your turn' in schema_text
+    # The schema is sent once: in the prompt only where no grammar or tool carries it.
+    assert "JSON Schema of the whole output" in json_text
+    assert "JSON Schema of the whole output" not in tool_text + schema_text
+    # Native tools in tool mode; described in the text where the mode has none.
+    assert "- kb__search: Search the knowledge base. Arguments: q (string, optional)." in json_text
+    assert "## Tools" in schema_text and "## Tools" not in tool_text
     with pytest.raises(KeyError):
         render_prompt(bundle, STATE, DATA_KEYS, output_mode="xml")
 

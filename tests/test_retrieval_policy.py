@@ -560,11 +560,13 @@ def test_model_rewrite_round_trips() -> None:
         "intent": "value",
         "variants": ["Widget Pro price 2024", "Widget Pro cost 2024", "Widget Pro price 2024"],
     }
-    rewrite = Rewrite.from_model(value)
-    assert rewrite.by == "model" and len(rewrite.variants) == 2
+    question = "How much was Widget Pro in 2024?"
+    rewrite = Rewrite.from_model(value, question)
+    assert rewrite.by == "model" and len(rewrite.variants) == 3
     assert Rewrite.from_dict(json.loads(json.dumps(rewrite.to_dict()))) == rewrite
-    plan = make_plan("How much was Widget Pro in 2024?", rewrite)
-    assert plan.variants[0] == "Widget Pro price 2024" and plan.years == ("2024",)
+    plan = make_plan(question, rewrite)
+    # The model's queries add to the question: it is never dropped.
+    assert plan.variants[:2] == (question, "Widget Pro price 2024") and plan.years == ("2024",)
 
 
 def test_evidence_round_trips_through_json() -> None:

@@ -43,6 +43,7 @@ def _ctx(bundles: tuple[SkillBundle, ...], **settings: Any) -> NodeContext:
         model_for=no_model,
         model_label=lambda name: "none",
         has_model=lambda name: False,
+        output_mode=no_model,
     )
 
 

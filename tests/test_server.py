@@ -128,8 +128,10 @@ def test_card_flow_run_streams_to_a_card_and_resume_streams_to_done(client: Test
 
     body = {"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]}
     response = client.post(f"/threads/{thread}/resume", headers=auth(), json=body)
-    assert names(sse(response.text)) == ["step", "step", "skill_result", "done"]
-    done = sse(response.text)[-1][1]
+    resumed = sse(response.text)
+    assert names(resumed) == ["step", "step", "step", "tool_call", "step", "skill_result", "done"]
+    assert [d["name"] for n, d in resumed if n == "tool_call"] == ["file__parse"]  # reads again
+    done = resumed[-1][1]
     assert done["status"] == "finished"
 
     view = client.get(f"/threads/{thread}", headers={"X-API-Key": KEYS["alice"]}).json()
@@ -382,7 +384,7 @@ def test_double_resume_on_two_servers_has_exactly_one_winner(database_url: str) 
         assert error_of(lost, 409)["code"] in ("ALREADY_RESUMED", "NO_PENDING_CARD")
         state = two.get(f"/threads/{thread}", headers=auth()).json()["state"]
     # The scripted model has four turns: applying the answers twice would need a fifth.
-    assert state["calls"] == {"litigation-intake": 4}
+    assert state["calls"] == {"litigation-intake": 5}
     first.close()
     second.close()
 

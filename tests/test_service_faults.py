@@ -194,7 +194,7 @@ def test_kill_9_after_a_card_then_a_new_server_resumes_it_exactly_once(
         assert done.status_code == 200 and sse(done.text)[-1][0] == "done"
         again = resume(http, thread, DEMO_ANSWERS, card["interrupt_id"])
         assert again.status_code == 409 and again.json()["error"]["code"] == "NO_PENDING_CARD"
-        assert http.get(f"/threads/{thread}").json()["state"]["calls"] == {"litigation-intake": 4}
+        assert http.get(f"/threads/{thread}").json()["state"]["calls"] == {"litigation-intake": 5}
         assert answered_cards(http, thread) == [DEMO_ANSWERS]
 
 
@@ -346,7 +346,7 @@ def test_answers_saved_before_the_process_died_are_kept_by_the_same_run_request(
         done = deck.run(DEMO_INPUT, thread_id="t2", **DEMO)
         assert done.status == "finished", done.error
         assert done.state["profile"]["defendant"]["name"] == DEMO_ANSWERS["profile.defendant.name"]
-        assert done.state["calls"] == {"litigation-intake": 4}
+        assert done.state["calls"] == {"litigation-intake": 5}
         assert [row["answers"] for row in deck.history("t2") if row["answers"]] == [DEMO_ANSWERS]
     saver.conn.close()
 

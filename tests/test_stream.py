@@ -55,8 +55,12 @@ RUN_EVENTS = [
     ("skill_result", "ask_user"),
     ("card", "litigation-intake"),
 ]
+#: After the card the skill reads the complaint again (each turn reads what it rests on).
 RESUME_EVENTS = [
     ("step", "card"),
+    ("step", "litigation-intake"),
+    ("step", "tools"),
+    ("tool_call", "file__parse"),
     ("step", "litigation-intake"),
     ("skill_result", "continue"),
     ("done", "finished"),
@@ -232,7 +236,7 @@ def test_concurrent_resumes_from_two_decks_apply_the_answers_once(database_url: 
     )
     # The scripted model has exactly four turns: a second application would need a fifth.
     final = first.get_thread(thread)
-    assert final.status == "finished" and final.state["calls"] == {"litigation-intake": 4}
+    assert final.status == "finished" and final.state["calls"] == {"litigation-intake": 5}
     first.close()
     second.close()
 
@@ -256,7 +260,7 @@ def test_a_thread_being_run_is_busy_for_another_deck(database_url: str) -> None:
         for event in events:
             if event.event == "card":
                 assert second.resume("t", DEMO_ANSWERS).status == "finished"
-        assert first.get_thread("t").state["calls"] == {"litigation-intake": 4}
+        assert first.get_thread("t").state["calls"] == {"litigation-intake": 5}
     finally:
         first.close()
         second.close()
@@ -330,7 +334,7 @@ def test_async_runs_hold_the_run_lease_too(database_url: str) -> None:
     try:
         paused, rest = asyncio.run(main())
         assert paused.status == "interrupted" and rest[-1] == "done"
-        assert other.get_thread("t").state["calls"] == {"litigation-intake": 4}
+        assert other.get_thread("t").state["calls"] == {"litigation-intake": 5}
         assert other.claims.claim("t", RUN_LEASE)  # the async run gave it back
     finally:
         other.close()
@@ -401,7 +405,7 @@ def test_concurrent_aresumes_apply_the_answers_once(database_url: str) -> None:
         ["AlreadyResumedError", "RunResult"],
         ["NoPendingCardError", "RunResult"],
     )
-    assert final.state["calls"] == {"litigation-intake": 4}
+    assert final.state["calls"] == {"litigation-intake": 5}
 
 
 def test_async_api_on_a_saver_object(tmp_path: Path) -> None:

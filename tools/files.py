@@ -20,6 +20,7 @@ from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel, Field
 
 from skilldeck.errors import ToolError
+from skilldeck.tools.workspace import record_write
 
 __all__ = ["MATTER_ID", "file_tools", "jailed_path", "matter_folder", "write_text_atomic"]
 
@@ -32,7 +33,9 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` all at once: a crash leaves the old file or the new one.
 
     The file keeps its mode; a new file gets 0644 (``mkstemp`` alone would make it 0600).
+    Inside a skill's turn the write is staged (:func:`~skilldeck.tools.workspace.record_write`).
     """
+    record_write(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Same folder as the target, so the rename is atomic and never crosses file systems.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

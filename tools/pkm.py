@@ -187,7 +187,6 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
                 f"{path!r} already exists; read it with pkm__read and add to it with pkm__append"
             )
         content = checked_text(text)
-        target.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(target, content)
         return {"ok": True, "path": path, "action": "created", "chars": len(content)}
 

@@ -11,7 +11,16 @@ from skilldeck.errors import ToolError
 from skilldeck.tools.messages import parse_ts
 from skilldeck.tools.registry import IDENTITY_KEYS
 
-__all__ = ["PLANNER_TOOLS", "VIEW_KEYS", "Errors", "check_plan", "check_view", "error"]
+__all__ = [
+    "PLANNER_TOOLS",
+    "VIEW_KEYS",
+    "Errors",
+    "check_plan",
+    "check_view",
+    "error",
+    "plan_schema",
+    "view_schema",
+]
 
 PLANNER_TOOLS = ("messages_list", "lexical_search", "semantic_search", "neighbors")
 VIEW_KEYS = ("preferences", "profile", "constraints")
@@ -83,10 +92,7 @@ def check_plan(plan: Any, allowed: Collection[str]) -> Errors:
     if not isinstance(stop, bool):
         errors.append(error("$.stop", "stop is required: true or false"))
     elif stop:
-        for key in ("tool", "args"):
-            if plan.get(key) not in (None, {}):
-                errors.append(error(f"$.{key}", "a stop plan runs no tool: omit tool and args"))
-        return errors
+        return errors  # a stop is a stop: a tool that came with it is not run (and recorded)
     tool = plan.get("tool")
     if tool not in PLANNER_TOOLS:
         errors.append(error("$.tool", f"tool must be one of {', '.join(PLANNER_TOOLS)}"))
@@ -147,3 +153,95 @@ def check_view(view: Any, evidence: Sequence[str], retrieved: Collection[str]) -
                         )
                     )
     return errors
+
+
+_FILTER = {
+    "type": "object",
+    "properties": {
+        "role": {"type": "string"},
+        "time_range": {
+            "type": "object",
+            "properties": {"since": {"type": "string"}, "until": {"type": "string"}},
+        },
+    },
+    "required": ["role", "time_range"],
+}
+_ARGS: dict[str, dict[str, Any]] = {
+    "messages_list": {
+        "type": "object",
+        "properties": {
+            "role": {"type": "string"},
+            "since": {"type": "string"},
+            "until": {"type": "string"},
+            "page_size": {"type": "integer"},
+        },
+        "required": ["role"],
+    },
+    "lexical_search": {
+        "type": "object",
+        "properties": {"query_text": {"type": "string"}, "filter": _FILTER},
+        "required": ["query_text", "filter"],
+    },
+    "semantic_search": {
+        "type": "object",
+        "properties": {"query_text": {"type": "string"}, "filter": _FILTER},
+        "required": ["query_text", "filter"],
+    },
+    "neighbors": {
+        "type": "object",
+        "properties": {
+            "message_id": {"type": "string"},
+            "before": {"type": "integer"},
+            "after": {"type": "integer"},
+        },
+        "required": ["message_id"],
+    },
+}
+
+
+def plan_schema(allowed: Sequence[str]) -> dict[str, Any]:
+    """The JSON Schema of one plan, for ``schema`` output mode: a stop, or a call of one of
+    the ``allowed`` tools with its arguments' shape (the contract's rules, explicit filters
+    and ISO times among them, are checked after, as in every mode)."""
+    branches: list[dict[str, Any]] = [
+        {
+            "type": "object",
+            "properties": {"stop": {"const": True}},
+            "required": ["stop"],
+            "additionalProperties": False,
+        }
+    ]
+    for tool in allowed:
+        branches.append(
+            {
+                "type": "object",
+                "properties": {
+                    "stop": {"const": False},
+                    "tool": {"const": tool},
+                    "args": _ARGS.get(tool, {"type": "object"}),
+                },
+                "required": ["stop", "tool", "args"],
+                "additionalProperties": False,
+            }
+        )
+    return {"anyOf": branches}
+
+
+def view_schema(evidence: Sequence[str]) -> dict[str, Any]:
+    """The JSON Schema of ``memory_view``: items cite only the ``evidence`` message ids."""
+    cited: dict[str, Any] = {"type": "array", "items": {"enum": list(evidence)}, "minItems": 1}
+    if not evidence:
+        cited = {"type": "array", "maxItems": 0}
+    item = {
+        "type": "object",
+        "properties": {"text": {"type": "string", "minLength": 1}, "evidence": cited},
+        "required": ["text", "evidence"],
+        "additionalProperties": False,
+    }
+    items = {"type": "array", "items": item} if evidence else {"type": "array", "maxItems": 0}
+    return {
+        "type": "object",
+        "properties": dict.fromkeys(VIEW_KEYS, items),
+        "required": list(VIEW_KEYS),
+        "additionalProperties": False,
+    }

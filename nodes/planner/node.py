@@ -28,6 +28,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
 from skilldeck.nodes.context import NodeContext
+from skilldeck.nodes.model_call import RetryableModelError
 from skilldeck.nodes.planner.contract import (
     PLANNER_TOOLS,
     VIEW_KEYS,
@@ -35,6 +36,8 @@ from skilldeck.nodes.planner.contract import (
     check_plan,
     check_view,
     error,
+    plan_schema,
+    view_schema,
 )
 from skilldeck.nodes.planner.loop import ANCHORS, SESSION_GAP_S, SHOWN, Loop
 from skilldeck.nodes.planner_rules import (
@@ -112,7 +115,12 @@ class PlannerSkillNode(SkillNode):
         super().__init__(ctx, bundle)
         listed = {ctx.registry.resolve(name) for name in bundle.tools}
         self.allowed = tuple(t for t in PLANNER_TOOLS if (ctx.registry.resolve(t) or "") in listed)
-        self.system = self._system(bundle, ctx)
+        self._message = self._system(bundle, ctx)
+        self.plan_schema = plan_schema(self.allowed)
+
+    def system(self) -> SystemMessage:
+        """The planner mode's own system message (its JSON steps are its output)."""
+        return self._message
 
     @staticmethod
     def _system(bundle: SkillBundle, ctx: NodeContext) -> SystemMessage:
@@ -146,11 +154,11 @@ class PlannerSkillNode(SkillNode):
             return self._synthesize(visit, dict(turn), conversation, [])
         if not identity.get("user_id"):
             message = f"skill {self.name!r} needs a user: start the run with user_id (--user)"
-            return self._fail(state, "NO_USER", message, None)
+            return self._fail(visit, "NO_USER", message, None)
         try:
             turn, opening = self.open_turn(state)
         except Exception as exc:
-            return self._fail(state, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
+            return self._fail(visit, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
         question = (state.get("input") or {}).get("question")
         question = question if isinstance(question, str) else ""
         latest, empty = self._latest(identity)
@@ -205,10 +213,23 @@ class PlannerSkillNode(SkillNode):
             plan: Any
             if rules is None:
                 try:
-                    message = self.ask_json(conversation, visit.calls, turn)
+                    message = self.ask_json(
+                        conversation, visit.calls, turn, "plan", self.plan_schema
+                    )
+                except RetryableModelError as exc:  # the rules plan the rest of the loop
+                    turn["model_error"] = exc.reason
+                    rules = RulesPlanner(
+                        str(visit.state.get("input", {}).get("question") or ""),
+                        None,
+                        empty=False,
+                        config=self.rules,
+                    )
+                    plan, errors = rules.plan(loop.view()), list[dict[str, str]]()
+                    message = AIMessage(_dumps(plan), name="rules")
                 except Exception as exc:
-                    return self._model_error(visit.state, exc, turn)
-                plan, errors = _read_json(message, "plan", self.limits)
+                    return self._model_error(visit, exc, turn)
+                else:
+                    plan, errors = _read_json(message, "plan", self.limits)
             else:
                 plan, errors = rules.plan(loop.view()), []
                 message = AIMessage(_dumps(plan), name="rules")
@@ -230,6 +251,9 @@ class PlannerSkillNode(SkillNode):
             if pending and not errors:
                 step["neighbors_preferred"] = plan.get("tool") == "neighbors"
             if not errors and plan["stop"]:
+                ignored = {k: plan[k] for k in ("tool", "args") if plan.get(k) not in (None, {})}
+                if ignored:  # a stop is a stop; what came with it is recorded, not run
+                    step["ignored"] = ignored
                 stopped = f"the planner stopped after {number} round(s)"
                 conversation.append(message)
                 unsaved.append(message)
@@ -325,11 +349,17 @@ class PlannerSkillNode(SkillNode):
         """Ask for ``memory_view`` (or extract it by rules), check its citations, accept it."""
         evidence: list[dict[str, Any]] = turn["planner"]["evidence"]
         if self.ctx.has_model(self.name):
+            schema = view_schema([e["message_id"] for e in evidence])
             try:
-                message = self.ask_json(conversation, visit.calls, turn)
+                message = self.ask_json(conversation, visit.calls, turn, "memory_view", schema)
+            except RetryableModelError as exc:  # the rules extract the view instead
+                turn["model_error"] = exc.reason
+                view, errors = extract_view(evidence), list[dict[str, str]]()
+                message = AIMessage(_dumps(view), name="rules")
             except Exception as exc:
-                return self._model_error(visit.state, exc, turn)
-            view, errors = _read_json(message, "memory_view", self.limits)
+                return self._model_error(visit, exc, turn)
+            else:
+                view, errors = _read_json(message, "memory_view", self.limits)
         else:
             view, errors = extract_view(evidence), []
             message = AIMessage(_dumps(view), name="rules")

@@ -29,7 +29,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
+from skilldeck._internal.store_keys import thread_namespace
 from skilldeck.nodes.context import NodeContext
+from skilldeck.nodes.model_call import RetryableModelError
 from skilldeck.nodes.retrieval.answer import check_answer, compose_answer, select_evidence
 from skilldeck.nodes.retrieval.evidence import Evidence, citations_in
 from skilldeck.nodes.retrieval.plan import LOCAL, RAG, TABLE, Plan, make_plan
@@ -44,6 +46,13 @@ from skilldeck.tools.registry import IDENTITY_KEYS, ToolResult
 __all__ = ["RetrievalSkillNode"]
 
 _REWRITE_VALIDATOR = compile_schema(REWRITE_SCHEMA)
+# What the model writes after the evidence: the answer text (citations in it).
+_ANSWER: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "minLength": 1}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
 _ALIASES = {RAG: "rag_retrieve", TABLE: "table_rag_retrieve", LOCAL: "local_file_search"}
 _MODE_NOTE = """\
 ## How this skill runs
@@ -110,7 +119,7 @@ def _evidence_block(index: int, item: Evidence) -> str:
 
 
 def _store_key(thread_id: str, turn_id: str) -> tuple[str, ...]:
-    return ("skilldeck", "retrieval", thread_id, turn_id)
+    return thread_namespace("retrieval", thread_id, turn_id)
 
 
 def _save(visit: Visit, turn: dict[str, Any], new: list[BaseMessage]) -> None:
@@ -133,7 +142,12 @@ class RetrievalSkillNode(SkillNode):
     def __init__(self, ctx: NodeContext, bundle: SkillBundle) -> None:
         super().__init__(ctx, bundle)
         parts = [f"# Skill: {bundle.name}\n{bundle.description}", bundle.instructions, _MODE_NOTE]
-        self.system = SystemMessage("\n\n".join(p for p in parts if p))
+        self._message = SystemMessage("\n\n".join(p for p in parts if p))
+
+    def system(self) -> SystemMessage:
+        """The mode's own system message: the policy runs the tools, the model only writes JSON
+        steps."""
+        return self._message
 
     def __call__(
         self, state: dict[str, Any], config: RunnableConfig, store: BaseStore
@@ -147,12 +161,12 @@ class RetrievalSkillNode(SkillNode):
         question = _question(state)
         if question is None:
             message = "input.question is missing: pass the question to answer"
-            return self._fail(state, "INVALID_INPUT", message, None)
+            return self._fail(visit, "INVALID_INPUT", message, None)
         turn, new = self.open_turn(state)
         try:
             rewrite, note = self._rewrite(question, new, visit.calls, turn)
         except Exception as exc:
-            return self._model_error(state, exc, turn)
+            return self._model_error(visit, exc, turn)
         # The model sees the rewrite exchange again when it answers; tool calls it does not.
         conversation = list(new)
         plan = make_plan(question, rewrite)
@@ -179,10 +193,17 @@ class RetrievalSkillNode(SkillNode):
         if turn["trajectory"]["answer_by"] == "model":
             ask = HumanMessage(self._answer_ask(plan, run.steps, shown, run.answered_by))
             try:
-                reply = self.ask_json([*conversation, ask], visit.calls, turn)
+                reply = self.ask_json([*conversation, ask], visit.calls, turn, "answer", _ANSWER)
+            except RetryableModelError as exc:  # the rules write the answer instead
+                turn["trajectory"]["answer_by"] = "rules"
+                turn["trajectory"]["model_error"] = exc.reason
+                answer = self._rules_answer(plan, turn["trajectory"], shown)
+                new.append(AIMessage(json.dumps({"answer": answer}, ensure_ascii=False)))
+                _save(visit, turn, new)
+                return self._finish(visit, turn, answer, shown, known)
             except Exception as exc:
                 _save(visit, turn, new)
-                return self._model_error(state, exc, turn)
+                return self._model_error(visit, exc, turn)
             new += [ask, reply]
             _save(visit, turn, new)
             return self._finish(visit, turn, reply, shown, known)
@@ -204,12 +225,15 @@ class RetrievalSkillNode(SkillNode):
             return rewrite_question(question), None
         intents = ", ".join(map(repr, INTENTS))
         ask = HumanMessage(_REWRITE_ASK.format(question=question, intents=intents))
-        reply = self.ask_json([*new, ask], calls, turn)
+        try:
+            reply = self.ask_json([*new, ask], calls, turn, "rewrite", REWRITE_SCHEMA)
+        except RetryableModelError as exc:  # the rules stand in for the model
+            return rewrite_question(question), exc.reason
         new += [ask, reply]
         value, errors = parse_output(reply, self.limits)
         errors = errors or format_errors(_REWRITE_VALIDATOR, value)
         if value is not None and not errors:
-            return Rewrite.from_model(value), None
+            return Rewrite.from_model(value, question), None
         return rewrite_question(question), "; ".join(f"{e['path']}: {e['message']}" for e in errors)
 
     def _allowed(self) -> set[str]:
@@ -282,7 +306,7 @@ class RetrievalSkillNode(SkillNode):
         question = _question(visit.state)
         if item is None or question is None or not trajectory:
             message = "the retrieval turn's evidence is gone from the store; start a new run"
-            return self._fail(visit.state, "SCRIPT_ERROR", message, turn)
+            return self._fail(visit, "SCRIPT_ERROR", message, turn)
         shown = [Evidence.from_dict(e) for e in item.value["shown"]]
         known = {k: (tuple(v) if v else None) for k, v in item.value["known"].items()}
         plan = make_plan(question, Rewrite.from_dict(trajectory["rewrite"]))
@@ -295,9 +319,11 @@ class RetrievalSkillNode(SkillNode):
             if not isinstance(m, ToolMessage) and not (isinstance(m, AIMessage) and m.tool_calls)
         ]
         try:
-            reply = self.ask_json(conversation, visit.calls, turn)
+            reply = self.ask_json(conversation, visit.calls, turn, "answer", _ANSWER)
+        except RetryableModelError as exc:
+            return self._reject(visit, turn, [{"path": "$", "message": exc.reason}], _RETRY)
         except Exception as exc:
-            return self._model_error(visit.state, exc, turn)
+            return self._model_error(visit, exc, turn)
         _save(visit, turn, [reply])
         return self._finish(visit, turn, reply, shown, known)
 

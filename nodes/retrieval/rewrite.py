@@ -185,9 +185,12 @@ class Rewrite:
         )
 
     @classmethod
-    def from_model(cls, value: Mapping[str, Any]) -> Rewrite:
-        """A rewrite from model output already checked against :data:`REWRITE_SCHEMA`."""
-        variants = [" ".join(v.split()) for v in value["variants"] if v.strip()]
+    def from_model(cls, value: Mapping[str, Any], question: str) -> Rewrite:
+        """A rewrite from model output already checked against :data:`REWRITE_SCHEMA`. The
+        model's variants add to the question; they never replace it (seed 002: preserve
+        meaning), so the question itself is always the first query."""
+        variants = [" ".join(question.split())]
+        variants += [" ".join(v.split()) for v in value["variants"] if v.strip()]
         return cls(
             entity=tuple(value["entity"]),
             time_scope=tuple(value["time_scope"]),

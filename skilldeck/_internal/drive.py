@@ -40,6 +40,7 @@ from skilldeck.errors import (
     ThreadNotFoundError,
 )
 from skilldeck.nodes.context import ROUTER_NODE
+from skilldeck.nodes.model_call import DEADLINE_KEY
 from skilldeck.settings import Settings
 from skilldeck.types import Event, RunResult
 
@@ -113,6 +114,8 @@ class _Base:
         configurable = {"thread_id": thread_id, **(identity or {})}
         if checkpoint_id is not None:
             configurable["checkpoint_id"] = checkpoint_id
+        if self.settings.run_timeout_s is not None:  # the run's deadline, for every model call
+            configurable[DEADLINE_KEY] = time.time() + self.settings.run_timeout_s
         config: RunnableConfig = {
             "configurable": configurable,
             "recursion_limit": self.settings.max_steps,

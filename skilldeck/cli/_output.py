@@ -15,7 +15,7 @@ from skilldeck.cli._shared import EXIT_FAILED, err, out
 if TYPE_CHECKING:
     from skilldeck.types import Card, RunResult
 
-__all__ = ["exit_for", "print_card", "print_result", "steps_table", "summary"]
+__all__ = ["exit_for", "print_card", "print_result", "print_transcript", "steps_table", "summary"]
 
 # State keys that are the engine's bookkeeping, not a skill's result.
 _BOOKKEEPING = {
@@ -126,6 +126,24 @@ def steps_table(rows: list[dict[str, Any]]) -> Table:
             card,
         )
     return table
+
+
+def print_transcript(turns: list[dict[str, Any]]) -> None:
+    """Each turn's messages (``inspect.transcript``); a system prompt, the same every turn,
+    as its first line and size."""
+    for turn in turns:
+        out.rule(f"turn {turn['turn'][:12]} · {turn['skill']} · {turn['attempts']} attempt(s)")
+        for message in turn["messages"]:
+            content = message["content"]
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+            if message["role"] == "system":
+                text = f"{text.splitlines()[0] if text else ''} … ({len(text):,} characters)"
+            for called in message.get("tool_calls", []):
+                args = json.dumps(called["args"], ensure_ascii=False)
+                text += f"{chr(10) if text else ''}→ {called['name']}({args})"
+            label = message["role"] + (f" {message['name']}" if message.get("name") else "")
+            out.print(f"[bold]{label}[/]", highlight=False)
+            out.print(text, markup=False, highlight=False)
 
 
 def _short_model(label: str | None) -> str:

@@ -18,7 +18,13 @@ import typer
 from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
-from skilldeck.cli._output import exit_for, print_result, steps_table, summary
+from skilldeck.cli._output import (
+    exit_for,
+    print_result,
+    print_transcript,
+    steps_table,
+    summary,
+)
 from skilldeck.cli._shared import (
     EXIT_INTERRUPTED,
     CheckpointOpt,
@@ -229,17 +235,26 @@ def show(
     timeline: Annotated[
         Path | None, typer.Option("--timeline", help="Also draw the steps into this PNG/SVG.")
     ] = None,
+    with_transcript: Annotated[
+        bool,
+        typer.Option(
+            "--transcript",
+            help="Also print what each turn said: prompts, replies, tool results, re-asks.",
+        ),
+    ] = False,
     checkpoint: CheckpointOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show a thread: its state, a table of its steps and its cards (--timeline: a plot)."""
-    from skilldeck.checkpoints.inspect import steps
+    """Show a thread: its state, a table of its steps and its cards (--timeline: a plot,
+    --transcript: the conversations)."""
+    from skilldeck.checkpoints.inspect import steps, transcript
 
     say_where(checkpoint, as_json)
     with _refused(as_json), open_deck(None, checkpoint, None, existing=True) as deck:
         thread_id = deck.resolve_thread(thread)
         result = deck.get_thread(thread_id)
         rows = steps(deck, thread_id)
+        turns = transcript(deck, thread_id) if with_transcript else None
         if timeline is not None:
             from skilldeck.pictures import timeline as draw_timeline
 
@@ -248,9 +263,13 @@ def show(
         body = {**summary(result), "history": rows}
         if timeline is not None:
             body["timeline"] = str(timeline)
+        if turns is not None:
+            body["transcript"] = turns
         print(json.dumps(body, ensure_ascii=False, default=str))
         return
     out.print(steps_table(rows))
+    if turns is not None:
+        print_transcript(turns)
     print_result(result, False)
     if timeline is not None:
         out.print(f"timeline: {timeline}", highlight=False)
@@ -304,9 +323,17 @@ def demo(
         str | None, typer.Option(help="Answers JSON for the card (default: ask interactively).")
     ] = None,
     checkpoint: CheckpointOpt = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Run it on this model instead of the scripted one: MODEL or PROVIDER:MODEL "
+            "(e.g. with SKILLDECK_BASE_URL for a local server)."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The litigation-intake example end to end, on the scripted model: run, card, resume.
+    """The litigation-intake example end to end: run, card, resume. On the scripted model
+    unless --model names a real one.
 
     Without --answers and without a terminal to ask at, it stops at the card, which
     `skilldeck resume THREAD --answers '{...}'` answers later."""
@@ -315,7 +342,8 @@ def demo(
     from skilldeck import demo as demo_data
     from skilldeck.errors import InvalidAnswersError
 
-    model, thread_id = f"scripted:{demo_data.SCRIPT}", uuid.uuid4().hex
+    model = model or f"scripted:{demo_data.SCRIPT}"
+    thread_id = uuid.uuid4().hex
     say_where(checkpoint, as_json)
     steps: list[dict[str, Any]] = []
     with (

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from typing_extensions import TypeAliasType
 
 __all__ = [
     "Card",
@@ -26,6 +27,29 @@ __all__ = [
 ThreadState = Literal["new", "running", "interrupted", "finished", "failed", "no_skill"]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+#: A JSON value a run can store: 64-bit integers (what a checkpoint holds) and finite numbers.
+#: Integers are documented within ±2**62 and accepted from -2**63 to 2**64-1: a client that
+#: checks bounds in floating point may round a value a little past the documented one.
+JsonValue = TypeAliasType(  # type: ignore[misc]
+    "JsonValue",
+    Union[  # noqa: UP007 - a recursive alias needs the Union form
+        StrictBool,
+        Annotated[
+            int,
+            Field(
+                ge=-(2**63),
+                le=2**64 - 1,
+                strict=True,
+                json_schema_extra={"minimum": -(2**62), "maximum": 2**62},
+            ),
+        ],
+        Annotated[float, Field(ge=-9e18, le=9e18)],
+        StrictStr,
+        list["JsonValue"],  # type: ignore[misc]
+        dict[str, "JsonValue"],  # type: ignore[misc]
+        None,
+    ],
+)
 
 
 class ErrorDetail(BaseModel):
@@ -83,7 +107,7 @@ class RunRequest(BaseModel):
     """Start a run, or a new turn of a thread that is not waiting for a card."""
 
     model_config = ConfigDict(extra="forbid")
-    input: dict[str, Any] = Field(
+    input: dict[str, JsonValue] = Field(
         default_factory=dict,
         description="The skills' input. It must not carry user_id/matter_id: the user comes "
         "from the API key, the matter from matter_id.",
@@ -97,7 +121,7 @@ class ResumeRequest(BaseModel):
     """Answers to the pending card: ``{field_key: value}`` for the questions it asked."""
 
     model_config = ConfigDict(extra="forbid")
-    answers: dict[str, Any]
+    answers: dict[str, JsonValue]
     interrupt_id: str | None = Field(
         default=None,
         max_length=200,

@@ -1,0 +1,177 @@
+"""One skill's calls of its model: bound for the output mode, shown the conversation the mode
+shows (see :mod:`skilldeck.nodes.replies`), limited in time and length.
+
+A call that times out, is cut off at ``max_output_tokens``, or meets a transient endpoint error
+(connection, 5xx, rate limit) raises :class:`RetryableModelError`: the skill records it as a
+rejected attempt and asks again (or, in modes that have them, falls back to its rules). Other
+errors (a bad key, an unknown model) end the run as ``MODEL_ERROR``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from skilldeck.nodes.context import NodeContext
+from skilldeck.nodes.replies import SUBMIT_TOOL, to_wire
+from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
+from skilldeck.skills.bundle import SkillBundle
+from skilldeck.skills.contract import turn_schema
+
+__all__ = ["DEADLINE_KEY", "ModelCaller", "RetryableModelError"]
+
+#: Config key of a run's deadline (epoch seconds), set by the deck from ``run_timeout_s``.
+DEADLINE_KEY = "skilldeck_deadline"
+
+
+class RetryableModelError(Exception):
+    """A model call that may succeed if asked again: ``reason`` says what happened."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class DeadlineError(Exception):
+    """The run's deadline passed before the call."""
+
+
+def _retryable(exc: Exception, timeout: float) -> str | None:
+    """Why ``exc`` is worth another try, or ``None``."""
+    name = type(exc).__name__
+    if "Timeout" in name or isinstance(exc, TimeoutError):
+        return f"the model call timed out after {timeout:g} s"
+    if name == "LengthFinishReasonError":
+        return "the reply was cut off at the output token limit"
+    if name in ("APIConnectionError", "InternalServerError", "RateLimitError"):
+        return f"the endpoint failed for a moment ({name})"
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and status >= 500:
+        return f"the endpoint answered HTTP {status}"
+    return None
+
+
+class ModelCaller:
+    """Calls of ``bundle``'s model; bindings are made once per model, mode and use."""
+
+    def __init__(self, ctx: NodeContext, bundle: SkillBundle) -> None:
+        self.ctx = ctx
+        self.bundle = bundle
+        self.name = bundle.name
+        # Bindings by (mode, use); JSON steps' keys carry their schema's digest. A deck has a
+        # handful of skills, uses and schemas (a view's schema lists its evidence: one each).
+        self._binds: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    @property
+    def mode(self) -> str:
+        """The output mode of the skill's calls (``auto`` resolved)."""
+        return self.ctx.output_mode(self.name)
+
+    def tool_schemas(self) -> dict[str, dict[str, Any]]:
+        """The arguments schema of each tool the skill lists, by the name it lists."""
+        schemas = {}
+        for name in self.bundle.tools:
+            schema: Any = self.ctx.registry.get(name).tool_call_schema
+            schemas[name] = schema if isinstance(schema, dict) else schema.model_json_schema()
+        return schemas
+
+    def _bound(self, use: str, schema: Mapping[str, Any] | None = None) -> Any:
+        """The model bound for ``use``: ``tools`` (its tools, or their envelope), ``final``
+        (the output only) or ``json:NAME`` (a JSON step of its own ``schema``).
+
+        Bound once per model: binding converts every tool's schema (about 15 µs a tool), which
+        a step would otherwise pay on each call.
+        """
+        model: Any = self.ctx.model_for(self.name)
+        mode = self.mode
+        if schema is not None:  # a JSON step's schema may change per call (cited evidence)
+            use += ":" + hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()
+        cached = self._binds.get((mode, use))
+        if cached is not None and cached[0] is model:
+            return cached[1]
+        if use.startswith("json:"):
+            bound = model.bind(response_format=_format(mode, use.split(":")[1], schema))
+        elif mode == "tool":
+            specs: list[Any] = [self.ctx.registry.get(t) for t in self.bundle.tools]
+            bound = model.bind_tools([*(specs if use == "tools" else []), self._submit_spec()])
+        elif mode == "json":
+            bound = model.bind(response_format={"type": "json_object"})
+        else:
+            tools = self.tool_schemas() if use == "tools" else {}
+            envelope = turn_schema(self.bundle.output_schema, tools)
+            bound = model.bind(response_format=_format(mode, "reply", envelope))
+        self._binds[(mode, use)] = (model, bound)
+        return bound
+
+    def _submit_spec(self) -> dict[str, Any]:
+        """The function that carries the final output in ``tool`` mode."""
+        return {
+            "type": "function",
+            "function": {
+                "name": SUBMIT_TOOL,
+                "description": "Submit the final output of the skill (the four-part contract).",
+                "parameters": self.bundle.output_schema,
+            },
+        }
+
+    def call(
+        self,
+        conversation: Sequence[BaseMessage],
+        index: int,
+        *,
+        final_only: bool,
+        deadline: float | None = None,
+    ) -> AIMessage:
+        """One reply: a tool call or the output (``final_only``: the output only)."""
+        return self._invoke(
+            self._bound("final" if final_only else "tools"), conversation, index, deadline
+        )
+
+    def ask_json(
+        self,
+        conversation: Sequence[BaseMessage],
+        index: int,
+        name: str,
+        schema: Mapping[str, Any],
+        deadline: float | None = None,
+    ) -> AIMessage:
+        """One JSON step (a plan, a rewrite, a view): held to ``schema`` in ``schema`` mode,
+        JSON mode otherwise."""
+        return self._invoke(self._bound(f"json:{name}", schema), conversation, index, deadline)
+
+    def _invoke(
+        self, bound: Any, conversation: Sequence[BaseMessage], index: int, deadline: float | None
+    ) -> AIMessage:
+        timeout = self.ctx.settings.model_timeout_s
+        if deadline is not None:
+            left = deadline - time.time()
+            if left <= 0:
+                raise DeadlineError("the run's deadline (run_timeout_s) has passed")
+            if left < timeout:
+                timeout = left
+                bound = bound.bind(timeout=left)
+        # The call index lets the scripted provider replay the same turn after a resume.
+        meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index}
+        try:
+            result = bound.invoke(to_wire(conversation, self.mode), config={"metadata": meta})
+        except Exception as exc:
+            reason = _retryable(exc, timeout)
+            if reason is None:
+                raise
+            raise RetryableModelError(reason) from exc
+        if not isinstance(result, AIMessage):
+            raise TypeError(f"model returned {type(result).__name__}, not an AIMessage")
+        if result.response_metadata.get("finish_reason") == "length" and not result.tool_calls:
+            raise RetryableModelError("the reply was cut off at the output token limit")
+        return result
+
+
+def _format(mode: str, name: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    if mode != "schema" or schema is None:
+        return {"type": "json_object"}
+    return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}

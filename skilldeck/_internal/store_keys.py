@@ -1,0 +1,15 @@
+"""Namespaces of a thread's items in the LangGraph store.
+
+Store namespace labels may not contain periods, and thread ids (chosen by apps) may: a thread's
+label escapes them, reversibly, so two threads never share a namespace.
+"""
+
+from __future__ import annotations
+
+__all__ = ["thread_namespace"]
+
+
+def thread_namespace(kind: str, thread_id: str, *rest: str) -> tuple[str, ...]:
+    """``("skilldeck", kind, <thread label>, *rest)``."""
+    label = thread_id.replace("%", "%25").replace(".", "%2E")
+    return ("skilldeck", kind, label, *rest)

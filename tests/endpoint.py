@@ -1,0 +1,105 @@
+"""An OpenAI-compatible chat endpoint on 127.0.0.1 that answers from a list: the model boundary
+of tests that check what skilldeck sends (requests are kept) and how it reads what comes back."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answer: ``message`` with ``finish_reason``, or an HTTP ``status`` with an error
+    body, after ``delay`` seconds."""
+
+    message: Mapping[str, Any] | None = None
+    finish_reason: str = "stop"
+    status: int = 200
+    delay: float = 0.0
+
+
+#: What the endpoint does for one request: a reply message (answered with HTTP 200), an
+#: ``Answer`` for anything else, or a function of the request body returning either.
+Step = Mapping[str, Any] | Answer | Callable[[dict[str, Any]], Any]
+
+
+@dataclass
+class Endpoint:
+    url: str
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+
+def text(content: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": content}
+
+
+def call(name: str, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+    function = {"name": name, "arguments": json.dumps(args)}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+    }
+
+
+def completion(message: Mapping[str, Any], finish_reason: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-local",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "local-model",
+        "choices": [{"index": 0, "message": dict(message), "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+    }
+
+
+@contextmanager
+def serve(steps: list[Step]) -> Iterator[Endpoint]:
+    """Serve ``steps`` in order, one per request; a request past the last is HTTP 500."""
+    endpoint = Endpoint("")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            endpoint.requests.append(body)
+            index = len(endpoint.requests) - 1
+            step: Any = steps[index] if index < len(steps) else Answer(status=500)
+            if callable(step):
+                step = step(body)
+            answer = step if isinstance(step, Answer) else Answer(message=step)
+            time.sleep(answer.delay)
+            if answer.status == 200 and answer.message is not None:
+                payload: Any = completion(answer.message, answer.finish_reason)
+            else:
+                payload = {"error": {"message": f"test endpoint: HTTP {answer.status}"}}
+            self._send(answer.status, payload)
+
+        def _send(self, status: int, payload: Any) -> None:
+            data = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout test)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        yield endpoint
+    finally:
+        server.shutdown()
+        server.server_close()

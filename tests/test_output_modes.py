@@ -1,0 +1,325 @@
+"""Output modes (schema, tool, json): what is sent, how replies are read, how the turn narrows,
+and what a timeout, a cut-off or a broken endpoint does to a run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from endpoint import Answer, call, serve, text
+from langchain_core.messages import AIMessage, HumanMessage
+
+from skilldeck import Settings, SkillDeck
+from skilldeck.models import build_model, output_mode, resolve_model
+from skilldeck.nodes.replies import read_reply, to_wire
+from skilldeck.nodes.transcript import read_messages
+from skilldeck.skills import builtin_skills_dir, load_bundle
+from skilldeck.skills.bundle import ExecutionConfig
+from skilldeck.skills.contract import skeleton, turn_schema
+
+pytestmark = pytest.mark.L2
+
+INTAKE = builtin_skills_dir() / "litigation-intake"
+FINAL = {
+    "response": "Both parties are named.",
+    "profile": {
+        "plaintiff": {"name": "Jane Doe", "type": "person"},
+        "defendant": {"name": "Acme", "type": "organisation"},
+        "intake_status": "completed",
+    },
+    "data": {"evidence_list": []},
+    "control": {"action": "continue"},
+}
+PARSE = {"tool": "file__parse", "arguments": {"file_id": "complaint.txt"}}
+
+
+def _settings(**kw: Any) -> Settings:
+    kw.setdefault("api_key", "local")
+    kw.setdefault("model", "compatible:local-model")
+    kw.setdefault("files_root", str(DEMO_FILES))
+    return Settings(_env_file=None, **kw)  # type: ignore[call-arg]
+
+
+def _intake(deck: SkillDeck) -> Any:
+    return deck.run({"documents": ["complaint.txt"]}, context="matter", matter_id="demo-matter")
+
+
+# -- every mode runs the demo's cassette ----------------------------------------------------
+@pytest.mark.parametrize("mode", ["schema", "tool", "json"])
+def test_the_demo_runs_in_every_mode(mode: str, tmp_path: Path) -> None:
+    settings = Settings(
+        model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES), output_mode=mode
+    )
+    with SkillDeck(checkpointer=f"sqlite:///{tmp_path / 'runs.sqlite'}", settings=settings) as deck:
+        result = _intake(deck)
+        assert result.status == "interrupted", result.error
+        result = deck.resume(result.thread_id, DEMO_ANSWERS)
+        assert result.status == "finished", result.error
+        assert (
+            result.state["profile"]["defendant"]["name"] == DEMO_ANSWERS["profile.defendant.name"]
+        )
+        attempt = result.state["attempt"]
+        assert attempt["output_mode"] == mode
+        # Whatever the mode, the transcript keeps tool calls in their native form.
+        first = deck.history(result.thread_id)
+        turn = next(r["turn"] for r in first if r["turn"])
+        said = read_messages(deck.store, result.thread_id, turn)
+        calls = [c["name"] for m in said if isinstance(m, AIMessage) for c in m.tool_calls]
+        assert "file__parse" in calls
+
+
+# -- schema mode against an OpenAI-compatible endpoint --------------------------------------
+def test_schema_mode_sends_one_strict_schema_of_the_next_step() -> None:
+    with serve([text(json.dumps(PARSE)), text(json.dumps({"final": FINAL}))]) as endpoint:
+        settings = _settings(base_url=endpoint.url, output_mode="schema")
+        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
+            result = _intake(deck)
+    assert result.status == "finished", result.error
+    assert result.state["attempt"]["output_mode"] == "schema"
+    first, second = endpoint.requests
+    assert "tools" not in first  # the envelope carries the calls: no native tools
+    fmt = first["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
+    schema = fmt["json_schema"]["schema"]
+    names = [b["properties"]["tool"]["const"] for b in schema["anyOf"][:-1]]
+    assert names == ["file__get_info", "file__parse", "element__extract"]
+    assert schema["anyOf"][-1]["required"] == ["final"]
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid(PARSE) and validator.is_valid({"final": FINAL})
+    assert not validator.is_valid({"tool": "file__delete", "arguments": {}})
+    assert not validator.is_valid({"final": {**FINAL, "profile": {"judge": "X"}}})
+    # The schema is sent once: as the grammar, not again in the prompt.
+    system = first["messages"][0]["content"]
+    assert "JSON Schema of the whole output" not in system
+    # The model sees its call as the envelope it wrote and the result as a user message.
+    roles = [m["role"] for m in second["messages"]]
+    assert roles == ["system", "user", "assistant", "user"]
+    assert json.loads(second["messages"][2]["content"]) == PARSE
+    assert second["messages"][3]["content"].startswith("Result of file__parse:\n")
+    assert "Jane Doe" in second["messages"][3]["content"]
+    # ... and the tool result reached the skill as a tool call the engine ran.
+    assert [c["name"] for c in result.state["attempt"]["tool_calls"]] == ["file__parse"]
+
+
+def test_a_repeated_call_narrows_the_turn_to_the_final_output() -> None:
+    steps: list[Any] = [
+        text(json.dumps(PARSE)),
+        text(json.dumps(PARSE)),
+        text(json.dumps({"final": FINAL})),
+    ]
+    with serve(steps) as endpoint:
+        settings = _settings(base_url=endpoint.url, output_mode="schema")
+        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
+            result = _intake(deck)
+    assert result.status == "finished", result.error
+    third = endpoint.requests[2]
+    narrowed = third["response_format"]["json_schema"]["schema"]
+    assert "anyOf" not in narrowed and narrowed["required"] == ["final"]
+    assert "You already called file__parse" in third["messages"][-1]["content"]
+    # The repeat ran nothing: one call of the tool in the attempt.
+    assert len(result.state["attempt"]["tool_calls"]) == 1
+
+
+def test_tool_mode_reads_a_call_written_as_text_but_only_of_an_allowed_tool() -> None:
+    fenced = "```json\n" + json.dumps(PARSE) + "\n```"
+    denied = json.dumps({"tool": "file__delete", "arguments": {"file_id": "complaint.txt"}})
+    steps: list[Any] = [text(fenced), text(denied), call("submit_output", FINAL, "c3")]
+    with serve(steps) as endpoint:
+        settings = _settings(base_url=endpoint.url, output_mode="tool")
+        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
+            result = _intake(deck)
+            history = deck.history(result.thread_id)
+    assert result.status == "finished", result.error
+    ran = [c["name"] for r in history if r["node"] == "tools" for c in r["tool_calls"]]
+    assert ran == ["file__parse"]
+    # The unknown tool was no call: its text was read as an output and rejected.
+    (rejected,) = [r for r in history if r["action"] == "rejected"]
+    assert "not JSON" not in json.dumps(rejected["validation_errors"])  # JSON, of no contract
+    assert "tools" in endpoint.requests[0]
+
+
+# -- choosing the mode ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("reply", "mode"), [(text('{"ok": true}'), "schema"), (text("Hello!"), "tool")]
+)
+def test_auto_probes_the_endpoint_once(reply: dict[str, Any], mode: str) -> None:
+    with serve([reply]) as endpoint:
+        settings = _settings(base_url=endpoint.url)
+        spec = resolve_model(ExecutionConfig(), settings, base=Path("."))
+        model = build_model(spec, settings)
+        chosen = [output_mode(ExecutionConfig(), settings, spec, model) for _ in range(3)]
+    assert chosen == [mode] * 3 and len(endpoint.requests) == 1
+    assert endpoint.requests[0]["response_format"]["type"] == "json_schema"
+    own = ExecutionConfig(output_mode="json")  # a skill's own mode wins, and is not probed
+    assert output_mode(own, settings, spec, model) == "json"
+
+
+# -- limits and endpoint failures -----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("trouble", "reason"),
+    [
+        (Answer(message=text('{"final": {"resp'), finish_reason="length"), "cut off"),
+        (Answer(message=text("{}"), delay=2.0), "timed out"),
+        (Answer(status=503), "HTTP 503"),
+    ],
+    ids=["length", "timeout", "5xx"],
+)
+def test_a_failed_call_is_a_rejected_attempt_that_is_asked_again(
+    trouble: Answer, reason: str
+) -> None:
+    steps: list[Any] = [trouble, text(json.dumps(PARSE)), text(json.dumps({"final": FINAL}))]
+    with serve(steps) as endpoint:
+        settings = _settings(base_url=endpoint.url, output_mode="schema", model_timeout_s=0.5)
+        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
+            result = _intake(deck)
+            history = deck.history(result.thread_id)
+    assert result.status == "finished", result.error
+    rejected = [r for r in history if r["action"] == "rejected"]
+    assert len(rejected) == 1
+    assert reason in rejected[0]["validation_errors"][0]["message"]
+    assert endpoint.requests[0]["max_completion_tokens"] == 1024
+
+
+def test_a_call_that_keeps_failing_ends_the_run_failed() -> None:
+    with serve([Answer(status=503)] * 5) as endpoint:
+        settings = _settings(base_url=endpoint.url, output_mode="schema", max_retries=2)
+        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
+            result = _intake(deck)
+    assert result.status == "failed" and result.error is not None
+    assert result.error["code"] == "CONTRACT_VIOLATION"
+    assert "HTTP 503" in result.error["errors"][0]["message"]
+    assert len(endpoint.requests) == 3  # the first call and two re-asks, no client retries
+
+
+def test_a_refused_key_is_a_model_error_at_once() -> None:
+    with serve([Answer(status=401)] * 3) as endpoint:
+        settings = _settings(base_url=endpoint.url, output_mode="schema")
+        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
+            result = _intake(deck)
+    assert result.status == "failed" and result.error is not None
+    assert result.error["code"] == "MODEL_ERROR"
+    assert len(endpoint.requests) == 1
+
+
+def test_the_run_deadline_ends_a_run_that_keeps_calling() -> None:
+    slow = Answer(message=text(json.dumps(PARSE)), delay=0.6)
+    with serve([slow] * 10) as endpoint:
+        settings = _settings(
+            base_url=endpoint.url, output_mode="schema", run_timeout_s=1.0, max_tool_rounds=10
+        )
+        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
+            result = _intake(deck)
+            assert deck.get_thread(result.thread_id).status == "failed"  # not stuck running
+    assert result.status == "failed" and result.error is not None
+    assert result.error["code"] == "RUN_TIMEOUT"
+    assert len(endpoint.requests) <= 3
+
+
+# -- re-asks --------------------------------------------------------------------------------
+def test_a_reask_shows_a_skeleton_and_names_a_repeated_reply(
+    make_deck: Callable[..., SkillDeck], skills_dir: Path
+) -> None:
+    write_bundle(skills_dir, "alpha")
+    wrong = {"text": '{"response": "x"}', "invalid": True}
+    deck = make_deck(skills_dir, {"alpha": [wrong, wrong, output(data={"note": "n"})]})
+    result = deck.run({}, context="ctx")
+    assert result.status == "finished", result.error
+    turn = result.state["attempt"]["turn"]
+    asks = [
+        m.content
+        for m in read_messages(deck.store, result.thread_id, turn)
+        if isinstance(m, HumanMessage) and str(m.content).startswith("Your output was rejected")
+    ]
+    assert len(asks) == 2
+    example = json.dumps(
+        skeleton(load_bundle(skills_dir / "alpha").output_schema), separators=(",", ":")
+    )
+    assert f"(fill in real values): {example}" in asks[0]
+    assert "same as the one rejected before" not in asks[0]
+    assert "same as the one rejected before" in asks[1]
+
+
+# -- reading replies ------------------------------------------------------------------------
+ALLOWED = ("file__parse", "file__get_info")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        json.dumps(PARSE),
+        "```json\n" + json.dumps(PARSE) + "\n```",
+        "<tool_call>\n" + json.dumps(PARSE) + "\n</tool_call>",
+        json.dumps({"name": "file__parse", "arguments": json.dumps({"file_id": "complaint.txt"})}),
+        json.dumps({"tool": "file__parse", "args": {"file_id": "complaint.txt"}}),
+    ],
+    ids=["plain", "fenced", "tagged", "string-arguments", "args-key"],
+)
+def test_calls_written_as_text_are_read(content: str) -> None:
+    reply = read_reply(AIMessage(content=content), "json", ALLOWED, "c")
+    assert reply.calls == [
+        {"id": "c_0", "name": "file__parse", "args": {"file_id": "complaint.txt"}}
+    ]
+    assert reply.message.tool_calls[0]["name"] == "file__parse" and reply.output is None
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        json.dumps({"tool": "file__delete", "arguments": {}}),  # not an allowed tool
+        json.dumps({"tool": "file__parse", "arguments": {}, "why": "x"}),  # not only a call
+        json.dumps({"tool": "file__parse", "arguments": "not json"}),
+        json.dumps([PARSE, {"tool": "file__delete", "arguments": {}}]),
+        "file__parse(complaint.txt)",
+    ],
+)
+def test_text_that_is_no_allowed_call_is_left_to_the_contract(content: str) -> None:
+    reply = read_reply(AIMessage(content=content), "json", ALLOWED, "c")
+    assert reply.calls == [] and reply.output is None and reply.errors == []
+
+
+def test_several_calls_and_the_final_envelope() -> None:
+    two = json.dumps([PARSE, {"tool": "file__get_info", "arguments": {"file_id": "a"}}])
+    assert [c["name"] for c in read_reply(AIMessage(content=two), "json", ALLOWED, "c").calls] == [
+        "file__parse",
+        "file__get_info",
+    ]
+    final = read_reply(AIMessage(content=json.dumps({"final": FINAL})), "schema", ALLOWED, "c")
+    assert final.output == FINAL
+    bad = read_reply(AIMessage(content='{"final": 3}'), "schema", ALLOWED, "c")
+    assert bad.errors == [{"path": "$.final", "message": "must be an object"}]
+    # In tool mode "final" is no envelope: the text goes to the contract as it is.
+    assert read_reply(AIMessage(content='{"final": 3}'), "tool", ALLOWED, "c").output is None
+
+
+def test_the_wire_shows_calls_as_envelopes_in_text_modes() -> None:
+    called = AIMessage(content="", tool_calls=[{"id": "1", "name": "file__parse", "args": {}}])
+    assert to_wire([called], "tool") == [called]
+    (wire,) = to_wire([called], "schema")
+    assert json.loads(str(wire.content)) == {"tool": "file__parse", "arguments": {}}
+
+
+def test_turn_schema_strips_prose_and_keeps_references_apart() -> None:
+    output_schema = {
+        "type": "object",
+        "description": "for people",
+        "properties": {"x": {"$ref": "#/$defs/Item", "default": None}},
+        "$defs": {"Item": {"type": "string", "title": "Item"}},
+    }
+    arguments = {
+        "type": "object",
+        "properties": {"y": {"$ref": "#/$defs/Item"}},
+        "$defs": {"Item": {"type": "integer"}},
+    }
+    schema = turn_schema(output_schema, {"t": arguments})
+    assert "description" not in json.dumps(schema) and "title" not in json.dumps(schema)
+    assert set(schema["$defs"]) == {"out_Item", "t0_Item"}
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid({"final": {"x": "s"}})
+    assert validator.is_valid({"tool": "t", "arguments": {"y": 1}})
+    assert not validator.is_valid({"tool": "t", "arguments": {"y": "s"}})
+    assert turn_schema(output_schema)["required"] == ["final"]
