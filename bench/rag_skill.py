@@ -2,7 +2,7 @@
 
 Usage::
 
-    python bench/rag_skill.py [--data PATH] [--json] [--limit N] [--raw-tables]
+    python bench/rag_skill.py [--data PATH] [--json] [--limit N] [--raw-tables] [--model SPEC]
 
 Method. Every TAT-QA dev item (a financial table and the paragraphs around it) becomes two files
 in a temporary knowledge folder: ``<table uid>.csv`` and ``<table uid>.md`` (one paragraph per
@@ -15,7 +15,7 @@ folder is indexed with :class:`KnowledgeBase` (embedded Chroma and SQLite in the
 directory, offline USE embeddings) and is also the files root of ``local_file_search``. Then
 every question (all of them, or the first ``--limit``) runs end to end through
 ``SkillDeck.run`` with the built-in ``rag-retrieve`` bundle and no model (the rules path: rule
-rewrite, rule answer), on a SQLite checkpointer, one thread per question.
+rewrite, rule answer) or ``--model``'s, on a SQLite checkpointer, one thread per question.
 
 Scoring reads the ``<CITATION .../>`` tags of the answer (``data.citations``): the gold table is
 cited when a citation names ``<uid>.csv``; a gold paragraph (``rel_paragraphs``) is cited when a
@@ -224,7 +224,9 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def bench(data: Path, limit: int | None, tmp: Path, *, raw_tables: bool) -> dict[str, Any]:
+def bench(
+    data: Path, limit: int | None, tmp: Path, *, raw_tables: bool, model: str | None = None
+) -> dict[str, Any]:
     items = json.loads(data.read_text("utf-8"))
     folder = tmp / "knowledge"
     questions = write_corpus(items, folder, raw_tables=raw_tables)
@@ -237,7 +239,9 @@ def bench(data: Path, limit: int | None, tmp: Path, *, raw_tables: bool) -> dict
     index_s = time.perf_counter() - started
     log(f"indexed in {index_s:.1f} s: {counts}")
     registry = default_registry(folder, knowledge=lambda: kb)
-    settings = Settings(model=None, base_url=None, files_root=str(folder))
+    settings = Settings(model=model, base_url=None, files_root=str(folder))
+    if model is not None:  # the endpoint comes from the environment (SKILLDECK_BASE_URL)
+        settings = Settings(model=model, files_root=str(folder))
     with SkillDeck(
         [builtin_skills_dir() / "rag-retrieve"],
         checkpointer=f"sqlite:///{tmp / 'runs.sqlite'}",
@@ -280,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--raw-tables", action="store_true", help="write tables as given (no header joining)"
     )
+    parser.add_argument(
+        "--model", default=None, help="answer with this model (SPEC; default: no model, rules)"
+    )
     args = parser.parse_args(argv)
     if not args.data.is_file():
         parser.error(f"no TAT-QA file at {args.data}; pass --data")
@@ -289,9 +296,12 @@ def main(argv: list[str] | None = None) -> int:
         data=str(args.data),
         tables="raw" if args.raw_tables else "one header row",
         limit=args.limit,
+        model=args.model or "rules",
     )
     with tempfile.TemporaryDirectory(prefix="skilldeck-rag-") as name:
-        report.update(bench(args.data, args.limit, Path(name), raw_tables=args.raw_tables))
+        tmp = Path(name)
+        tables = args.raw_tables
+        report.update(bench(args.data, args.limit, tmp, raw_tables=tables, model=args.model))
     return show_report(report, args.json, print_report)
 
 

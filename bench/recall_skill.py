@@ -3,14 +3,15 @@
 Usage::
 
     python bench/recall_skill.py --data ../shared/data/locomo/locomo-dev5.json [--json]
-                                 [--limit N] [--variant NAME ...]
+                                 [--limit N] [--variant NAME ...] [--model SPEC]
 
 Everything runs through the product: each LoCoMo conversation is imported as its own user into
 the message store and Chroma folder that :class:`Settings` point at (in a temporary directory,
 removed at the end), exactly as ``skilldeck messages import`` does; then every question is one
 ``SkillDeck.run(context="recall", input={"question": ...}, user_id=<conversation>)`` of the
 built-in bundle on the ``memory://`` checkpointer, with no model configured, so the attempt is
-``rules:planner`` and the deck opens its own memory from the settings.
+``rules:planner`` (or with ``--model``'s planner), and the deck opens its own memory from the
+settings.
 
 Score: the share of a question's gold evidence turns (``evidence`` dia ids ->
 ``conv-XX:D1:3``) among the <= 6 evidence messages the run returns in ``data.evidence``, as the
@@ -154,7 +155,7 @@ def run_variant(
             if len(returned) > settings.planner_max_evidence:
                 raise RuntimeError(f"{len(returned)} evidence messages returned for {q.text!r}")
             attempt = state.get("attempt") or {}
-            if attempt.get("model") != "rules:planner":
+            if settings.model is None and attempt.get("model") != "rules:planner":
                 raise RuntimeError(f"the run used {attempt.get('model')!r}, not rules:planner")
             tools.update(step["tool"] or "stop" for step in attempt.get("trajectory") or [])
             sizes.append(len(returned))
@@ -227,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo JSON file")
     parser.add_argument("--limit", type=int, default=None, help="first N questions only")
     parser.add_argument(
+        "--model", default=None, help="plan with this model (SPEC; default: no model, the rules)"
+    )
+    parser.add_argument(
         "--variant",
         action="append",
         choices=sorted(set(VARIANTS) - {"default"}),
@@ -236,12 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data.is_file():
         parser.error(f"no such file: {args.data}")
-    report = report_header(data=str(args.data))
+    report = report_header(data=str(args.data), model=args.model or "rules:planner")
     with tempfile.TemporaryDirectory(prefix="skilldeck-recall-") as name:
         tmp = Path(name)
-        # model=None overrides SKILLDECK_MODEL: this benchmark measures the no-model planner.
+        # model=None overrides SKILLDECK_MODEL: by default this measures the no-model planner.
         settings = Settings(
-            model=None,
+            model=args.model,
             messages_path=str(tmp / "messages.sqlite"),
             chroma_path=str(tmp / "chroma"),
             chroma_url=None,

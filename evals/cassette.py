@@ -15,6 +15,12 @@ SkillDeck carries ``skilldeck_case``/``skilldeck_skill``/``skilldeck_call`` meta
 the key. Replay is ``--model scripted:CASSETTE`` (and ``--judge-model scripted:CASSETTE``):
 no network, the same turns, the same scores. Only epoch 0 of each task is recorded, so a
 replay of several epochs repeats that one trajectory.
+
+Each turn keeps the digest of the request it answered (``request``) and the cassette a
+``recorded`` header (models, output modes, date, each task's verdict): a replay whose requests
+differ from the recorded ones fails as stale instead of replaying answers to questions no
+longer asked. A reply to a request with a ``response_format`` is kept as its raw text, as the
+model wrote it.
 """
 
 from __future__ import annotations
@@ -32,12 +38,14 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
 from skilldeck.nodes.prompt import SUBMIT_TOOL
-from skilldeck.scripted import CALL_INDEX_KEY, CASE_KEY, SKILL_KEY
+from skilldeck.scripted import CALL_INDEX_KEY, CASE_KEY, SKILL_KEY, request_digest
 
 __all__ = ["EPOCH_KEY", "CassetteRecorder", "to_turn"]
 
 EPOCH_KEY = "skilldeck_epoch"
 Key = tuple[str, str, int]
+#: What a call's start says of it: its digest, and whether it asked for a response format.
+Asked = tuple[str, bool]
 
 
 def to_turn(message: AIMessage) -> dict[str, Any]:
@@ -63,7 +71,7 @@ class CassetteRecorder(BaseCallbackHandler):
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
-        self._pending: dict[UUID, Key] = {}
+        self._pending: dict[UUID, tuple[Key, Asked]] = {}
         self._turns: dict[Key, dict[str, Any]] = {}
 
     def on_chat_model_start(
@@ -79,30 +87,39 @@ class CassetteRecorder(BaseCallbackHandler):
         case, skill, index = meta.get(CASE_KEY), meta.get(SKILL_KEY), meta.get(CALL_INDEX_KEY)
         if case is None or skill is None or not isinstance(index, int):
             return
-        if meta.get(EPOCH_KEY, 0) != 0:
+        if meta.get(EPOCH_KEY, 0) != 0 or not messages:
             return
+        params = kwargs.get("invocation_params") or {}
+        asked = (request_digest(messages[0], params), params.get("response_format") is not None)
         with self._lock:
-            self._pending[run_id] = (str(case), str(skill), index)
+            self._pending[run_id] = ((str(case), str(skill), index), asked)
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
-            key = self._pending.pop(run_id, None)
-        if key is None or not response.generations or not response.generations[0]:
+            pending = self._pending.pop(run_id, None)
+        if pending is None or not response.generations or not response.generations[0]:
             return
+        (key, (digest, formatted)) = pending
         generation = response.generations[0][0]
         if not isinstance(generation, ChatGeneration) or not isinstance(
             generation.message, AIMessage
         ):
             return
+        message = generation.message
+        if formatted and not message.tool_calls and isinstance(message.content, str):
+            turn: dict[str, Any] = {"text": message.content}
+        else:
+            turn = to_turn(message)
         with self._lock:
-            self._turns.setdefault(key, to_turn(generation.message))
+            self._turns.setdefault(key, {**turn, "request": digest})
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
             self._pending.pop(run_id, None)
 
-    def cassette(self) -> dict[str, Any]:
-        """The recorded turns in the scripted format, in call-index order."""
+    def cassette(self, recorded: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The recorded turns in the scripted format, in call-index order, under the
+        ``recorded`` header (model, output mode, date) when given."""
         cases: dict[str, dict[str, list[dict[str, Any]]]] = {}
         with self._lock:
             turns: Mapping[Key, dict[str, Any]] = dict(self._turns)
@@ -111,9 +128,12 @@ class CassetteRecorder(BaseCallbackHandler):
             while len(listed) < index:  # a call index no trial reached: replays never ask
                 listed.append({"text": f"(no call {len(listed)} was recorded)"})
             listed.append(turns[(case, skill, index)])
-        return {"skills": {}, "cases": {c: {"skills": s} for c, s in sorted(cases.items())}}
+        header = {"recorded": dict(recorded)} if recorded else {}
+        by_case = {c: {"skills": s} for c, s in sorted(cases.items())}
+        return {**header, "skills": {}, "cases": by_case}
 
-    def write(self, path: Path) -> None:
+    def write(self, path: Path, recorded: Mapping[str, Any] | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = yaml.safe_dump(self.cassette(), sort_keys=False, allow_unicode=True, width=100)
+        cassette = self.cassette(recorded)
+        text = yaml.safe_dump(cassette, sort_keys=False, allow_unicode=True, width=100)
         path.write_text(text, "utf-8")

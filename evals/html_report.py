@@ -91,7 +91,7 @@ def _entry(entry: Mapping[str, Any]) -> str:
     return f'<div class="entry role-{escape(role)}"><b>{escape(title)}</b><pre>{body}</pre></div>'
 
 
-def _trial(trial: Mapping[str, Any]) -> str:
+def _trial(task_id: str, trial: Mapping[str, Any]) -> str:
     grades = _table(
         ["grader", "score", "verdict", "rationale"],
         [
@@ -108,7 +108,7 @@ def _trial(trial: Mapping[str, Any]) -> str:
     env = escape(json.dumps(trial["environment"], ensure_ascii=False, indent=1, default=str))
     return (
         f'<div class="trial" id="trial-{escape(trial["trial_id"])}">'
-        f"<h3>{escape(trial['trial_id'])}: score {_fmt(trial['score'])}, "
+        f"<h3>{escape(task_id)} (epoch {trial['epoch']}): score {_fmt(trial['score'])}, "
         f"{_verdict(trial['passed'])}, status {escape(str(trial['status']))}</h3>{grades}"
         f'<details class="environment"><summary>environment state</summary><pre>{env}</pre>'
         "</details>"
@@ -147,7 +147,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     tasks = "".join(
         f'<section class="task" id="task-{escape(t["id"])}"><h2>{escape(t["id"])} '
         f"<small>({escape(t['bucket_key'])}, mean {_fmt(t['mean_score'])})</small></h2>"
-        + "".join(_trial(trial) for trial in t["trials"])
+        + "".join(_trial(t["id"], trial) for trial in t["trials"])
         + "</section>"
         for t in report["tasks"]
     )

@@ -211,7 +211,8 @@ def markdown(report: Mapping[str, Any]) -> str:
     lines += ["", f"## Trials that did not pass ({len(failing)})", ""]
     for task, trial in failing:
         lines.append(
-            f"- **{trial['trial_id']}** ({task['bucket_key']}), score {_pct(trial['score'])}"
+            f"- **{task['id']}** epoch {trial['epoch']} ({task['bucket_key']}), "
+            f"score {_pct(trial['score'])}"
         )
         for g in trial["grades"]:
             if g["passed"] is False:

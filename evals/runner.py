@@ -77,10 +77,12 @@ def run_suite(
     settings: Settings | None = None,
     checkpoint: str | None = None,
     on_trial: Callable[[TrialResult], None] | None = None,
+    callbacks: Sequence[BaseCallbackHandler] = (),
 ) -> dict[str, Any]:
     """Run ``suite`` and return its report (see :func:`build_report`); nothing is written
     except the trial workspaces, the run's stores and checkpoints under ``out`` and the
-    ``record`` cassette.
+    ``record`` cassette. ``callbacks`` (LangChain handlers, e.g. a tracer) see every run's
+    model and tool calls.
 
     The deck's message store, Chroma and knowledge base are fresh ones in ``out/stores/``
     (whatever ``settings`` say), so cases see only what their setup hooks put there and the
@@ -102,7 +104,7 @@ def run_suite(
         update["model"] = model
     deck_settings = (settings or Settings()).model_copy(update=update)
     recorder = CassetteRecorder() if record is not None else None
-    callbacks: Sequence[BaseCallbackHandler] = [recorder] if recorder else []
+    callbacks = [*callbacks, *([recorder] if recorder else [])]
     if judge is not None and recorder is not None:
         judge = judge.with_callbacks(callbacks)
     jobs = [(task, epoch) for task in suite.tasks for epoch in range(epochs)]
@@ -119,6 +121,7 @@ def run_suite(
     with SkillDeck(list(suite.bundles), checkpointer=url, settings=deck_settings) as deck:
         deck.check_models()
         models = {b.name: _label(deck, b.name) for b in suite.bundles}
+        modes = {b.name: _mode(deck, b.name) for b in suite.bundles}
 
         def trial(task: Task, epoch: int) -> TrialResult:
             outcome = run_trial(
@@ -146,7 +149,16 @@ def run_suite(
                 pool.shutdown(cancel_futures=True)
                 raise
     if recorder is not None and record is not None:
-        recorder.write(record)
+        verdicts = {r.task.id: r.passed for r in results if r.outcome.epoch == 0}
+        recorder.write(
+            record,
+            {
+                "models": models,
+                "output_modes": modes,
+                "date": started.date().isoformat(),
+                "passed": dict(sorted(verdicts.items())),
+            },
+        )
     meta = {
         "suite": suite.name,
         "run_id": run_id,
@@ -177,6 +189,14 @@ def _fresh_stores(folder: Path, run_id: str) -> dict[str, Any]:
 def _found(path: Path | None) -> Path:
     assert path is not None, "find_fixture raises when a fixture is missing"
     return path
+
+
+def _mode(deck: SkillDeck, skill: str) -> str | None:
+    """The output mode the skill's calls used (``auto`` resolved), or ``None`` for rules."""
+    try:
+        return deck.output_mode(skill)
+    except SkillDeckError:
+        return None
 
 
 def _label(deck: SkillDeck, skill: str) -> str:

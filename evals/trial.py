@@ -11,7 +11,7 @@ scripted cassette answers with that task's turns; card answers in the task resum
 from __future__ import annotations
 
 import contextlib
-import re
+import hashlib
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,9 +35,13 @@ __all__ = ["outcome_of", "run_trial", "trial_id"]
 
 
 def trial_id(task: Task, epoch: int) -> str:
-    """A folder-, thread- and store-safe id: ``<task id>-e<epoch>`` (store namespaces refuse
-    dots). Unique per (task, epoch): the id ends with the epoch's digits."""
-    return f"{re.sub(r'[^A-Za-z0-9_-]', '_', task.id)}-e{epoch}"
+    """An opaque, folder-, thread- and store-safe id: ``t<digest of the task id>-e<epoch>``.
+
+    The model sees it (it is the trial's ``matter_id`` and in its thread id), so it must not
+    carry the task id: a case named ``neg_webinar_not_event`` would tell the model the answer.
+    It is stable, so a recorded cassette's requests match on replay; reports name the task.
+    """
+    return f"t{hashlib.sha256(task.id.encode()).hexdigest()[:12]}-e{epoch}"
 
 
 def run_trial(

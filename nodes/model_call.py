@@ -5,6 +5,14 @@ A call that times out, is cut off at ``max_output_tokens``, or meets a transient
 (connection, 5xx, rate limit) raises :class:`RetryableModelError`: the skill records it as a
 rejected attempt and asks again (or, in modes that have them, falls back to its rules). Other
 errors (a bad key, an unknown model) end the run as ``MODEL_ERROR``.
+
+With ``model_context_tokens`` set, a prompt that would not fit the endpoint's context with
+``max_output_tokens`` to spare is trimmed before the call: the tool results and replies between
+the task and the latest message lose their text, oldest first (the model can call the tool
+again). If the system prompt, the task and the latest message alone do not fit, the call is not
+made: :class:`~skilldeck.errors.PromptTooLongError` ends the run as ``PROMPT_TOO_LONG``.
+Tokens are estimated without a tokenizer (none may be downloaded): one per three characters,
+an overestimate for English and code.
 """
 
 from __future__ import annotations
@@ -15,8 +23,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from skilldeck.errors import PromptTooLongError
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.replies import SUBMIT_TOOL, to_wire
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
@@ -157,8 +166,12 @@ class ModelCaller:
                 bound = bound.bind(timeout=left)
         # The call index lets the scripted provider replay the same turn after a resume.
         meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index}
+        wire = to_wire(conversation, self.mode)
+        window = self.ctx.settings.model_context_tokens
+        if window is not None:
+            wire = fit_context(wire, window - self.ctx.settings.max_output_tokens)
         try:
-            result = bound.invoke(to_wire(conversation, self.mode), config={"metadata": meta})
+            result = bound.invoke(wire, config={"metadata": meta})
         except Exception as exc:
             reason = _retryable(exc, timeout)
             if reason is None:
@@ -175,3 +188,37 @@ def _format(mode: str, name: str, schema: Mapping[str, Any] | None) -> dict[str,
     if mode != "schema" or schema is None:
         return {"type": "json_object"}
     return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
+
+
+def estimate_tokens(messages: Sequence[BaseMessage]) -> int:
+    """An upper estimate of the prompt tokens of ``messages`` (see the module docstring)."""
+    return sum(len(str(m.content)) // 3 + 8 for m in messages)
+
+
+def fit_context(messages: Sequence[BaseMessage], budget: int) -> list[BaseMessage]:
+    """``messages`` trimmed to ``budget`` estimated tokens, middle messages first.
+
+    Raises:
+        PromptTooLongError: the system prompt, the task and the latest message exceed it.
+    """
+    fitted = list(messages)
+    need = estimate_tokens(fitted)
+    middle = range(2, len(fitted) - 1)  # after the system prompt and the task, before the last
+    for i in middle:
+        if need <= budget:
+            break
+        text = str(fitted[i].content)
+        stub = f"(trimmed to fit the model's context: {len(text)} characters)"
+        if len(text) <= len(stub):
+            continue
+        need -= (len(text) - len(stub)) // 3
+        kind = AIMessage if isinstance(fitted[i], AIMessage) else HumanMessage
+        fitted[i] = kind(content=stub)
+    if need > budget:
+        raise PromptTooLongError(
+            f"the prompt needs about {need} tokens but {budget} are left for it "
+            "(model_context_tokens minus max_output_tokens); shorten the skill's SKILL.md or "
+            "its input, lower max_output_tokens, or raise model_context_tokens if the endpoint's "
+            "context is larger"
+        )
+    return fitted

@@ -30,7 +30,7 @@ from langgraph.types import Command
 
 from skilldeck._internal.paths import deep_merge
 from skilldeck._internal.redact import redact, safe_reason
-from skilldeck.errors import SkillDeckError
+from skilldeck.errors import PromptTooLongError, SkillDeckError
 from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
 from skilldeck.nodes.model_call import DEADLINE_KEY, DeadlineError, ModelCaller, RetryableModelError
 from skilldeck.nodes.prompt import render_feedback, render_system, render_user
@@ -507,6 +507,8 @@ class SkillNode:
         its type and status; the log gets the text, redacted. skilldeck's own errors (a
         scripted cassette out of turns) are safe to show whole.
         """
+        if isinstance(exc, PromptTooLongError):
+            return self._fail(visit, exc.code.value, str(exc), turn)
         if isinstance(exc, SkillDeckError):
             return self._fail(visit, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
         log.warning("model call of skill %s failed: %s", self.name, redact(f"{exc!r}"))

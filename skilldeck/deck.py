@@ -112,7 +112,7 @@ class SkillDeck:
             model_for=self._model_for,
             model_label=self._model_label,
             has_model=self._has_model,
-            output_mode=self._output_mode,
+            output_mode=self.output_mode,
         )
         builder = build_graph(self.bundles, self._ctx)
         if checkpointer is None or isinstance(checkpointer, str | Persistence):
@@ -243,7 +243,13 @@ class SkillDeck:
                     self._models[skill] = model
         return model
 
-    def _output_mode(self, skill: str) -> str:
+    def output_mode(self, skill: str) -> str:
+        """The output mode of ``skill``'s model calls: the setting, or what ``auto`` picked
+        for its endpoint (probed once per model).
+
+        Raises:
+            ModelConfigError: the skill has no usable model.
+        """
         execution = self._ctx.bundles[skill].execution
         return output_mode(execution, self.settings, self.model_spec(skill), self._model_for(skill))
 

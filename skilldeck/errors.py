@@ -27,9 +27,11 @@ __all__ = [
     "ModelConfigError",
     "NoModelConfiguredError",
     "NoPendingCardError",
+    "PromptTooLongError",
     "ScriptedModelError",
     "SkillDeckError",
     "SkillNotLoadedError",
+    "StaleCassetteError",
     "StaleInterruptError",
     "ThreadBusyError",
     "ThreadNotFoundError",
@@ -60,6 +62,7 @@ class ErrorCode(StrEnum):
     NO_SKILL = "NO_SKILL"
     SKILL_NOT_LOADED = "SKILL_NOT_LOADED"
     MATTER_REQUIRED = "MATTER_REQUIRED"
+    PROMPT_TOO_LONG = "PROMPT_TOO_LONG"
 
 
 class SkillDeckError(Exception):
@@ -171,6 +174,16 @@ class NoModelConfiguredError(ModelConfigError):
 
 class ScriptedModelError(SkillDeckError):
     code = ErrorCode.SCRIPTED_MODEL
+
+
+class PromptTooLongError(SkillDeckError):
+    """A prompt cannot fit the endpoint's context (``model_context_tokens``), even trimmed."""
+
+    code = ErrorCode.PROMPT_TOO_LONG
+
+
+class StaleCassetteError(ScriptedModelError):
+    """A recorded cassette's turn was asked by a request other than the one it answered."""
 
 
 class ThreadNotFoundError(SkillDeckError):

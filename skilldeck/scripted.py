@@ -28,10 +28,18 @@ every mode's reading of replies.
 A script never hides a contract error: a turn that the skill's contract rejects fails the run at
 once as ``CONTRACT_VIOLATION``, naming the turn, unless the turn says ``invalid: true`` (a test
 of the re-ask). So a broken cassette is never papered over by the turn after it.
+
+A cassette recorded from a real model (``eval run --record``) says so in a ``recorded`` header
+(model, output mode, date), and each of its turns holds ``request``: the digest of the request
+it answered (:func:`request_digest`). Its turns replay what the model said, rejected replies
+included; and a turn asked by a request that differs from the recorded one (a prompt or schema
+changed since) raises :class:`~skilldeck.errors.StaleCassetteError` naming the case, skill and
+call, so a stale recording is never silently reused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +55,7 @@ from langchain_core.tools import BaseTool
 from pydantic import Field
 
 from skilldeck._internal.documents import DocumentError, parse_yaml
-from skilldeck.errors import ModelConfigError, ScriptedModelError
+from skilldeck.errors import ModelConfigError, ScriptedModelError, StaleCassetteError
 
 __all__ = [
     "CALL_INDEX_KEY",
@@ -58,6 +66,7 @@ __all__ = [
     "Script",
     "ScriptedChatModel",
     "load_script",
+    "request_digest",
 ]
 
 SKILL_KEY = "skilldeck_skill"
@@ -67,7 +76,7 @@ CASE_KEY = "skilldeck_case"
 #: Turns by skill name.
 Turns = dict[str, list[dict[str, Any]]]
 _TURN_KINDS = ("output", "text", "tool_calls")
-_TURN_KEYS = frozenset((*_TURN_KINDS, "invalid"))
+_TURN_KEYS = frozenset((*_TURN_KINDS, "invalid", "request"))
 #: ``response_metadata`` of a scripted message: where its turn is, and if it is meant invalid.
 TURN_KEY = "scripted_turn"
 INVALID_KEY = "scripted_invalid"
@@ -91,8 +100,12 @@ def load_script(source: str | Path | Mapping[str, Any]) -> Script:
     cases = raw.get("cases") or {}
     if not isinstance(cases, Mapping):
         raise ModelConfigError(f"{label}: $.cases: must map case keys to {{skills: ...}}")
+    recorded = raw.get("recorded") or {}
+    if not isinstance(recorded, Mapping):
+        raise ModelConfigError(f"{label}: $.recorded: must map model, output_mode and date")
     return Script(
         label=label,
+        recorded=dict(recorded),
         skills=_turns(label, "$.skills", raw.get("skills") or {}),
         cases={
             str(key): _turns(
@@ -136,6 +149,7 @@ class Script:
     label: str
     skills: Turns
     cases: dict[str, Turns] = field(default_factory=dict)
+    recorded: dict[str, Any] = field(default_factory=dict)
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -144,11 +158,14 @@ class ScriptedChatModel(BaseChatModel):
     label: str
     turns: Turns
     cases: dict[str, Turns] = Field(default_factory=dict)
+    recorded: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
     def from_source(cls, source: str | Path | Mapping[str, Any]) -> ScriptedChatModel:
         script = load_script(source)
-        return cls(label=script.label, turns=script.skills, cases=script.cases)
+        return cls(
+            label=script.label, turns=script.skills, cases=script.cases, recorded=script.recorded
+        )
 
     @property
     def _llm_type(self) -> str:
@@ -192,14 +209,37 @@ class ScriptedChatModel(BaseChatModel):
                 f"{self.model_name}: no turn {index} for skill {skill!r} (the script has "
                 f"{len(turns)}); add turns under {where}"
             )
-        message = _message(turns[index], skill, index, kwargs.get("response_format"))
+        turn = turns[index]
+        recorded = turn.get("request")
+        if recorded is not None and recorded != request_digest(messages, kwargs):
+            raise StaleCassetteError(
+                f"{self.model_name}: stale recording: case {case!r}, skill {skill!r}, call "
+                f"{index} ({where}[{index}]) answered another request than this run sends (the "
+                "prompt, the state it shows or the output schema changed); record the suite "
+                "again with `skilldeck eval run ... --record`"
+            )
+        message = _message(turn, skill, index, kwargs.get("response_format"))
         message.response_metadata = {
             "model_name": self.model_name,
             "scripted": True,
             TURN_KEY: f"{self.label}: {where}[{index}]",
-            INVALID_KEY: bool(turns[index].get("invalid", False)),
+            # A recorded model's rejected replies are real: they take the re-ask path.
+            INVALID_KEY: bool(turn.get("invalid", False)) or bool(self.recorded),
         }
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def request_digest(messages: Sequence[BaseMessage], params: Mapping[str, Any]) -> str:
+    """A digest of one chat request: its messages and its ``response_format`` (the schema a
+    ``schema``-mode turn is held to). Tools bound natively are left out: providers rewrite
+    them differently, and the schema mode that recordings use carries them in the format."""
+    said = [
+        [m.type, m.content, [[c["name"], c["args"]] for c in getattr(m, "tool_calls", None) or []]]
+        for m in messages
+    ]
+    request = {"messages": said, "response_format": params.get("response_format")}
+    text = json.dumps(request, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _message(

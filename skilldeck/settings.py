@@ -56,8 +56,8 @@ class Settings(BaseSettings):
     model_context_tokens: int | None = Field(
         default=None,
         ge=256,
-        description="The endpoint's context window: longer prompts are trimmed (references "
-        "first) or refused before the call.",
+        description="The endpoint's context window in tokens: longer prompts are trimmed "
+        "(earlier tool results first) or refused before the call (PROMPT_TOO_LONG).",
     )
 
     max_retries: int = Field(default=2, ge=0, description="Re-asks after an invalid output.")

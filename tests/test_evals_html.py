@@ -62,7 +62,8 @@ def test_the_report_page_draws_buckets_and_expands_transcripts(
                 assert box is not None
                 assert box["width"] == pytest.approx(420 * bucket["mean_score"], abs=1)
 
-            trial = page.locator("#trial-intake_complete_after_answers-e0")
+            task = next(t for t in report["tasks"] if t["id"] == "intake_complete_after_answers")
+            trial = page.locator(f"#trial-{task['trials'][0]['trial_id']}")
             details = trial.locator("details.transcript")
             entries = details.locator(".entry")
             assert details.evaluate("d => d.open") is False

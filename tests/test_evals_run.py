@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,10 @@ def test_a_suite_run_collects_outcomes_on_the_real_graph(
     }  # fmt: skip
 
     trial = careful["trials"][1]
-    assert trial["trial_id"] == "append_sleep-e1" and trial["status"] == "finished"
+    assert trial["epoch"] == 1 and trial["status"] == "finished"
+    # Opaque (the model sees it), stable, one per epoch.
+    assert re.fullmatch(r"t[0-9a-f]{12}-e1", trial["trial_id"])
+    assert careful["trials"][0]["trial_id"] == trial["trial_id"][:-1] + "0"
     assert [e["role"] for e in trial["transcript"]] == [
         "user", "model", "tool", "model", "tool", "model",
     ]  # fmt: skip
@@ -130,7 +134,8 @@ def test_a_suite_run_collects_outcomes_on_the_real_graph(
     # Each trial had its own copy of the fixture; the fixture itself is untouched.
     workspaces = tmp_path / "out" / "workspaces"
     for epoch in (0, 1):
-        text = (workspaces / f"append_sleep-e{epoch}" / "PKM/Areas/Sleep.md").read_text("utf-8")
+        tid = careful["trials"][epoch]["trial_id"]
+        text = (workspaces / tid / "PKM/Areas/Sleep.md").read_text("utf-8")
         assert text == SLEEP + "- 5h\n"
     assert (skills / "notes/fixtures/_base/PKM/Areas/Sleep.md").read_text("utf-8") == SLEEP
 
@@ -145,7 +150,7 @@ def test_reports_are_written_as_json_markdown_and_html(
     assert json.loads(paths["json"].read_text("utf-8"))["summary"] == report["summary"]
     md = paths["markdown"].read_text("utf-8")
     assert "| notes/negative | capability | 1 | 1 | 0.70 | 0.00 | 0.00 |" in md
-    assert "- **blind_append-e0** (notes/negative), score 0.70" in md
+    assert "- **blind_append** epoch 0 (notes/negative), score 0.70" in md
     assert "pkm_read_before_write 0.00: edited without reading first" in md
     assert paths["html"].read_text("utf-8").startswith("<!DOCTYPE html>")
 
@@ -251,14 +256,20 @@ def test_record_then_replay_gives_the_same_scores(skills: Path, tmp_path: Path) 
     tape = yaml.safe_load((tmp_path / "tape.yaml").read_text("utf-8"))
     assert tape["skills"] == {}
     assert set(tape["cases"]) == {"append_sleep", "blind_append"}
-    assert tape["cases"]["append_sleep"]["skills"]["notes"][0] == read("Areas/Sleep.md")
-    assert tape["cases"]["append_sleep"]["skills"]["judge"] == [verdict]
+    assert tape["recorded"]["models"] == {"notes": f"scripted:{live}"}
+    assert set(tape["recorded"]) == {"models", "output_modes", "date", "passed"}
+    first_turn = tape["cases"]["append_sleep"]["skills"]["notes"][0]
+    assert len(first_turn.pop("request")) == 16  # the digest of the request it answered
+    assert first_turn == read("Areas/Sleep.md")
+    judged_turns = tape["cases"]["append_sleep"]["skills"]["judge"]
+    assert [json.loads(t["text"]) for t in judged_turns] == [verdict["output"]]  # as written
     replay = runner.invoke(app, [*base, "--model", f"scripted:{tmp_path / 'tape.yaml'}",
                                  "--judge-model", f"scripted:{tmp_path / 'tape.yaml'}",
                                  "--out", str(tmp_path / "b")])  # fmt: skip
     assert replay.exit_code == 0, replay.output
     a = json.loads((tmp_path / "a" / "report.json").read_text("utf-8"))
     b = json.loads((tmp_path / "b" / "report.json").read_text("utf-8"))
+    assert tape["recorded"]["passed"] == {t["id"]: t["trials"][0]["passed"] for t in a["tasks"]}
     assert scores(a) == scores(b)
     assert a["buckets"] == b["buckets"] and a["summary"] == b["summary"]
     judged = [g for g in a["tasks"][0]["trials"][0]["grades"] if g["name"] == "llm_judge"]
@@ -267,3 +278,16 @@ def test_record_then_replay_gives_the_same_scores(skills: Path, tmp_path: Path) 
     compared = runner.invoke(app, ["eval", "compare", str(tmp_path / "a" / "report.json"),
                                    str(tmp_path / "b" / "report.json")])  # fmt: skip
     assert compared.exit_code == 0, compared.output
+
+    # The prompt changes: the replay names the stale case and skill, and replays nothing.
+    skill_md = skills / "notes" / "SKILL.md"
+    skill_md.write_text(skill_md.read_text("utf-8") + "\nKeep notes short.\n", "utf-8")
+    runner.invoke(app, [*base, "--model", f"scripted:{tmp_path / 'tape.yaml'}",
+                                "--out", str(tmp_path / "c")])  # fmt: skip
+    c = json.loads((tmp_path / "c" / "report.json").read_text("utf-8"))
+    for task in c["tasks"]:
+        error = task["trials"][0]["error"]
+        assert error["code"] == "MODEL_ERROR", error
+        assert "StaleCassetteError" in error["message"] and "stale recording" in error["message"]
+        assert f"case {task['id']!r}, skill 'notes', call 0" in error["message"]
+        assert task["trials"][0]["tool_calls"] == []

@@ -139,3 +139,38 @@ def test_a_worse_pkm_model_fails_compare_by_the_merge_rule(
         "mixed change: improves pkm-agent/ambiguous but drops pkm-agent/negative, "
         "pkm-agent/positive (keep a change only if no bucket gets worse)"
     ]
+
+
+def test_export_failures_writes_what_a_prompt_iteration_needs(tmp_path: Path) -> None:
+    worse = run("card-agent", SKILLS / "card-agent" / "evals" / "worse.yaml", tmp_path / "run")
+    failing = [(t, r) for t in worse["tasks"] for r in t["trials"] if r["passed"] is False]
+    assert failing
+    out = tmp_path / "export"
+    args = ["eval", "export-failures", str(tmp_path / "run" / "report.json"), "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["trials"]) == len(failing)
+    skill_md = (SKILLS / "card-agent" / "SKILL.md").read_text("utf-8")
+    assert (out / "skills" / "card-agent" / "SKILL.md").read_text("utf-8") == skill_md
+    assert json.loads((out / "report.json").read_text("utf-8")) == worse
+    index = (out / "README.md").read_text("utf-8")
+    for task, trial in failing:
+        folder = out / "trials" / f"{task['id']}-e{trial['epoch']}"
+        assert f"[{task['id']}](trials/{folder.name}/grades.md)" in index
+        grades = (folder / "grades.md").read_text("utf-8")
+        for grade in trial["grades"]:
+            assert grade["rationale"] in grades
+        transcript = (folder / "transcript.md").read_text("utf-8")
+        for entry in trial["transcript"]:
+            assert entry["content"] in transcript
+        diff = (folder / "workspace.diff").read_text("utf-8")
+        assert diff == "".join(c["diff"] for c in trial["diff"])
+    # A folder that is not empty is never written into; an unknown report is an error.
+    again = CliRunner().invoke(app, [*args, "--json"])
+    assert again.exit_code == 2 and "not empty" in again.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}", "utf-8")
+    refused = CliRunner().invoke(app, ["eval", "export-failures", str(bad), "--out",
+                                       str(tmp_path / "x"), "--json"])  # fmt: skip
+    assert refused.exit_code == 2 and "not an eval report" in refused.stdout
+    assert not (tmp_path / "x").exists()

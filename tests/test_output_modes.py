@@ -12,10 +12,12 @@ import jsonschema
 import pytest
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
 from endpoint import Answer, call, serve, text
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from skilldeck import Settings, SkillDeck
+from skilldeck.errors import PromptTooLongError
 from skilldeck.models import build_model, output_mode, resolve_model
+from skilldeck.nodes.model_call import estimate_tokens, fit_context
 from skilldeck.nodes.replies import read_reply, to_wire
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills import builtin_skills_dir, load_bundle
@@ -194,6 +196,42 @@ def test_a_call_that_keeps_failing_ends_the_run_failed() -> None:
     assert result.error["code"] == "CONTRACT_VIOLATION"
     assert "HTTP 503" in result.error["errors"][0]["message"]
     assert len(endpoint.requests) == 3  # the first call and two re-asks, no client retries
+
+
+def test_a_long_conversation_loses_its_earlier_tool_results_first() -> None:
+    long = "x" * 3000
+    messages = [
+        SystemMessage("system"),
+        HumanMessage("the task"),
+        AIMessage('{"tool": "a"}'),
+        HumanMessage(f"Result of a:\n{long}"),
+        AIMessage('{"tool": "b"}'),
+        HumanMessage(f"Result of b:\n{long}"),
+        HumanMessage("latest"),
+    ]
+    fitted = fit_context(messages, estimate_tokens(messages) - 500)
+    assert [type(m) for m in fitted] == [type(m) for m in messages]
+    assert "trimmed to fit" in str(fitted[3].content) and long in str(fitted[5].content)
+    assert fitted[:3] == messages[:3] and fitted[-1] == messages[-1]
+    assert fit_context(messages, 10_000) == messages  # nothing trimmed when it fits
+    with pytest.raises(PromptTooLongError, match="raise model_context_tokens"):
+        fit_context([SystemMessage(long), HumanMessage("task")], 100)
+
+
+def test_a_prompt_that_cannot_fit_the_context_is_refused_before_the_call() -> None:
+    with serve([text(json.dumps(PARSE))]) as endpoint:
+        settings = _settings(
+            base_url=endpoint.url,
+            output_mode="schema",
+            model_context_tokens=256,
+            max_output_tokens=64,
+        )
+        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
+            result = _intake(deck)
+    assert result.status == "failed" and result.error is not None
+    assert result.error["code"] == "PROMPT_TOO_LONG"
+    assert "192 are left" in result.error["message"]
+    assert endpoint.requests == []
 
 
 def test_a_refused_key_is_a_model_error_at_once() -> None:

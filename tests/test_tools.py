@@ -146,6 +146,11 @@ def test_invoke_binds_identity(files: Path) -> None:
     # Another matter's folder is another jail.
     other = registry.invoke("file__parse", {"file_id": "complaint.txt"}, {"matter_id": "m2"})
     assert not other.ok and "no file 'complaint.txt'" in other.content
+    assert "its file ids are: other.txt" in other.content  # its own files only
+    assert "complaint" not in other.content.split(";")[1]
+    # A model that prefixes the matter id is shown the ids to copy.
+    prefixed = registry.invoke("file__parse", {"file_id": "m1/complaint.txt"}, {"matter_id": "m1"})
+    assert not prefixed.ok and prefixed.content.endswith("its file ids are: complaint.txt")
     # Without a matter, nothing: never the files root itself (another matter's files).
     top = registry.invoke("file__parse", {"file_id": "top.txt"}, {"user_id": "u1"})
     assert not top.ok and "the run has no matter_id" in top.content

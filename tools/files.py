@@ -8,6 +8,7 @@ lead out are refused).
 
 from __future__ import annotations
 
+import itertools
 import mimetypes
 import os
 import re
@@ -76,6 +77,16 @@ def matter_folder(root: Path | None, matter_id: str | None) -> Path:
     return jailed_path(root, matter_id)
 
 
+def _listing(folder: Path, limit: int = 20) -> str:
+    """The matter's file ids (relative paths), the first ``limit`` in name order."""
+    found = itertools.islice((p for p in folder.rglob("*") if p.is_file()), 1000)  # bounded walk
+    ids = sorted(p.relative_to(folder).as_posix() for p in found)
+    if not ids:
+        return "the matter has no files"
+    shown = ", ".join(ids[:limit]) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+    return f"its file ids are: {shown}"
+
+
 class _FileArgs(BaseModel):
     file_id: str = Field(description="Path of the file, relative to the matter's folder.")
     matter_id: Annotated[str | None, InjectedToolArg] = None
@@ -86,9 +97,11 @@ def file_tools(root: str | Path | None) -> list[BaseTool]:
     base = Path(root) if root is not None else None
 
     def locate(file_id: str, matter_id: str | None) -> Path:
-        path = jailed_path(matter_folder(base, matter_id), file_id)
+        folder = matter_folder(base, matter_id)
+        path = jailed_path(folder, file_id)
         if not path.is_file():
-            raise ToolError(f"no file {file_id!r} in this matter")
+            # The ids that do exist give the caller (often a model) something to copy.
+            raise ToolError(f"no file {file_id!r} in this matter; {_listing(folder)}")
         return path
 
     def get_info(file_id: str, matter_id: str | None = None) -> dict[str, object]:

@@ -189,6 +189,31 @@ def compare(
         raise typer.Exit(EXIT_FAILED)
 
 
+@eval_app.command("export-failures")
+def export_failures(
+    report: Annotated[Path, typer.Argument(help="The report.json of a run.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="A new folder to write.")],
+    skills: SkillsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write each failing trial's grader rationales, workspace diff and transcript, with the
+    skills' current SKILL.md and the report, for one round of prompt iteration."""
+    from skilldeck.evals.export import export_failures as export
+    from skilldeck.evals.report import load_report
+    from skilldeck.skills import builtin_skills_dir, load_skills
+
+    try:
+        folders = export(
+            load_report(report), out_dir, load_skills(skills_paths(skills) or builtin_skills_dir())
+        )
+    except SkillDeckError as exc:
+        fail(exc, as_json)
+    if as_json:
+        print(json.dumps({"out": str(out_dir), "trials": [str(f) for f in folders]}))
+    else:
+        out.print(f"{len(folders)} failing trial(s) written to {out_dir}; start at README.md")
+
+
 @eval_app.command("promote")
 def promote_bucket(
     bucket: Annotated[str, typer.Argument(help="SKILL/BUCKET (or a bare bucket with --suite).")],
