@@ -24,6 +24,8 @@ at will (``--only`` runs one unit; ``--report`` only prints what is written). Un
   planner, next to ``rules:planner`` (``bench/recall_skill.py``).
 - ``rag``: rag-retrieve on the first ``--questions`` TAT-QA dev questions with the model, next
   to the rules (``bench/rag_skill.py``).
+- ``cache``: the demo's first call in two threads of two users, one after the other: the share
+  of the second prompt the endpoint had to read fresh (its prefix cache held the rest).
 
 Per model call (a LangChain callback): wall time, prompt, cached and completion tokens (the
 endpoint's ``usage``). Per attempt (the checkpoint history): accepted or rejected on its first
@@ -246,6 +248,27 @@ def run_demo(model: str, mode: str, runs: int, tmp: Path) -> dict[str, Any]:
     }
 
 
+def run_cache(model: str, tmp: Path) -> dict[str, Any]:
+    """The first call of two demo threads in a row: how much of the second one's prompt the
+    endpoint's prefix cache already held (``usage.prompt_tokens_details.cached_tokens``)."""
+    settings = Settings(model=model, output_mode="schema", files_root=str(demo.FILES))
+    firsts = []
+    with SkillDeck(checkpointer=f"sqlite:///{tmp / 'cache.sqlite'}", settings=settings) as deck:
+        for user in ("cache-a", "cache-b"):
+            stats = CallStats()
+            deck.run(
+                {"documents": ["complaint.txt"]},
+                context="matter",
+                matter_id="demo-matter",
+                user_id=user,
+                callbacks=[stats],
+            )
+            firsts.append(stats.calls[0])
+    second = firsts[1]
+    fresh = 1 - (second.get("cached") or 0) / second["prompt"] if second.get("prompt") else None
+    return {"first_calls": firsts, "second_thread_fresh_share": fresh}
+
+
 def buckets(report: Mapping[str, Any]) -> dict[str, Any]:
     return {
         k: {"n": v["trials"], "pass_rate": v["pass_rate"]} for k, v in report["buckets"].items()
@@ -359,6 +382,7 @@ def units(args: Any) -> dict[str, Any]:
         plan[f"suite-{skill}"] = lambda tmp, s=skill: run_suite_unit(model, s, tmp, record)
     plan["recall"] = lambda tmp: run_recall(model, args.questions)
     plan["rag"] = lambda tmp: run_rag(model, args.questions)
+    plan["cache"] = lambda tmp: run_cache(model, tmp)
     for mode in MODES[1:]:
         plan[f"demo-{mode}"] = lambda tmp, m=mode: run_demo(model, m, args.demo_runs, tmp)
     return plan

@@ -477,6 +477,10 @@ def normal_state(state: dict[str, Any]) -> dict[str, Any]:
     normal = {k: v for k, v in state.items() if k not in STATE_KEYS_IGNORED}
     attempt = state.get("attempt") or {}
     normal["attempt"] = {k: attempt.get(k) for k in ATTEMPT_KEYS}
+    normal["attempt"]["tool_calls"] = [  # durations and result refs differ from run to run
+        {k: v for k, v in call.items() if k not in ("ms", "ref")}
+        for call in attempt.get("tool_calls") or []
+    ]
     return normal
 
 

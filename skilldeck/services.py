@@ -40,6 +40,7 @@ def open_memory(settings: Settings) -> Memory:
     """The message store and its indexes, as ``settings`` locate them."""
     from skilldeck.tools.vectors import VectorIndex, open_chroma
 
+    _budget(settings)
     client = open_chroma(settings.chroma_path, settings.chroma_url)
     return Memory(
         MessageStore(settings.messages_path, pool_size=settings.postgres_pool_size),
@@ -51,8 +52,18 @@ def open_knowledge(settings: Settings) -> KnowledgeBase:
     """The knowledge base behind ``rag_retrieve`` and ``table_rag_retrieve``."""
     from skilldeck.tools.vectors import open_chroma
 
+    _budget(settings)
     client = open_chroma(settings.chroma_path, settings.chroma_url)
     return KnowledgeBase(settings.knowledge_path, client, embedding_function=_embedding(settings))
+
+
+def _budget(settings: Settings) -> None:
+    """Size the process's index cache as ``settings`` say (one budget per process)."""
+    from skilldeck.tools.index_cache import shared_cache
+
+    cache = shared_cache()
+    if cache.budget_mb != settings.index_cache_mb:
+        cache.resize(settings.index_cache_mb)
 
 
 class Lazy(Generic[T]):

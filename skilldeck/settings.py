@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     run_timeout_s: float | None = Field(
         default=None, gt=0, description="Seconds a whole run (one request) may take."
     )
+    index_cache_mb: float = Field(
+        default=512.0,
+        gt=0,
+        description="Memory the process's in-memory search indexes (each user's BM25 lexicon "
+        "and vector copy, each knowledge base's lexicon) may hold together; the least recently "
+        "used are dropped and rebuilt from the stores on their next use.",
+    )
     model_context_tokens: int | None = Field(
         default=None,
         ge=256,

@@ -25,6 +25,7 @@ import json
 import logging
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -45,6 +46,7 @@ from skilldeck.tools.chunking import (
 )
 from skilldeck.tools.embeddings import default_embedding_function
 from skilldeck.tools.fusion import rrf
+from skilldeck.tools.index_cache import IndexCache, shared_cache
 from skilldeck.tools.local_files import walk_files
 from skilldeck.tools.tables import TABLE_SUFFIXES, Table, TableRow, read_tables, row_text
 from skilldeck.tools.tables import table_result as _table_result
@@ -114,9 +116,16 @@ class _Lexicon:
         self.generation = generation
         self.index = BM25Index()
         self.ids: list[str] = []
+        self._id_bytes = 0
         for item_id, tokens in rows:
             self.index.add(tokens.split(" ") if tokens else [])
             self.ids.append(item_id)
+            self._id_bytes += len(item_id) + 58  # the str object and its list slot
+
+    @property
+    def nbytes(self) -> int:
+        """Estimated memory: the BM25 index and the item ids."""
+        return self.index.nbytes + self._id_bytes
 
     def top(self, terms: Sequence[str], depth: int) -> list[str]:
         """Ids of the best ``depth`` items with a positive BM25 score, best first."""
@@ -179,6 +188,8 @@ class KnowledgeBase:
         embedding_function: Chroma embedding function; default the offline multilingual USE
             model. Chroma refuses to reopen a collection with a function of another name.
         tokenizer: BM25 tokenizer; default English stems without stop words, CJK bigrams.
+        cache: Where the BM25 indexes are kept (default: the process's shared
+            :class:`~skilldeck.tools.index_cache.IndexCache`).
 
     The collection names are fixed, so a Chroma database holds one knowledge base. Queries may
     run from many threads; :meth:`index` runs one call at a time.
@@ -191,6 +202,7 @@ class KnowledgeBase:
         *,
         embedding_function: EmbeddingFunction[Documents] | None = None,
         tokenizer: Tokenizer | None = None,
+        cache: IndexCache | None = None,
     ) -> None:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
@@ -205,7 +217,9 @@ class KnowledgeBase:
         self._conn.executescript(_SCHEMA)
         self._lock = threading.RLock()
         self._index_lock = threading.Lock()  # two index() calls would race on the same files
-        self._lexicons: dict[str, _Lexicon] = {}
+        # BM25 indexes live in the process's index cache (bounded, LRU): rebuilt when evicted.
+        self._cache = cache or shared_cache()
+        self._space = f"knowledge:{uuid.uuid4().hex}"
         self._retokenize_if_needed()
 
     def close(self) -> None:
@@ -393,10 +407,11 @@ class KnowledgeBase:
         key = f"{table}.{column}"  # both are literals of this module, never user input
         with self._lock:
             generation = self._meta("generation") or "0"
-            lexicon = self._lexicons.get(key)
+            lexicon: _Lexicon | None = self._cache.get((self._space, key))
             if lexicon is None or lexicon.generation != generation:
                 rows = self._conn.execute(f"SELECT id, {column} FROM {table} ORDER BY seq")
-                lexicon = self._lexicons[key] = _Lexicon(generation, rows)
+                lexicon = _Lexicon(generation, rows)
+                self._cache.put((self._space, key), lexicon)
             return lexicon
 
     # -- retrieval -----------------------------------------------------------------------------

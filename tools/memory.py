@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import threading
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 from skilldeck.errors import ToolError
 from skilldeck.tools.bm25 import BM25Index
 from skilldeck.tools.fusion import RRF_K, rrf
+from skilldeck.tools.index_cache import IndexCache, shared_cache
 from skilldeck.tools.messages import Message, MessageStore, parse_ts
 from skilldeck.tools.text import Tokenizer, parse_query
 from skilldeck.tools.vectors import VectorIndex
@@ -139,11 +141,20 @@ class _Lexicon:
     roles: _Column = field(default_factory=lambda: _Column(np.int32))
     ts: _Column = field(default_factory=lambda: _Column(np.float64))
     role_codes: dict[str, int] = field(default_factory=dict)
+    _string_bytes: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Estimated memory: the BM25 index, the ids and texts, the filter columns."""
+        columns = len(self.ids) * (8 + 4 + 2 * 8)  # ts, role code, two list slots
+        return self.index.nbytes + self._string_bytes + columns
 
     def add(self, message: Message, tokens: Sequence[str]) -> None:
         self.index.add(tokens)
         self.ids.append(message.id)
         self.texts.append(message.text)
+        # A str costs about 50 bytes besides its characters (more for non-ASCII).
+        self._string_bytes += len(message.id) + len(message.text.encode()) + 100
         self.roles.append(self.role_codes.setdefault(message.role, len(self.role_codes)))
         self.ts.append(message.ts_epoch)
 
@@ -183,6 +194,8 @@ class Memory:
         vectors: the semantic index; ``None`` disables ``semantic_search``.
         tokenizer: how text becomes BM25 tokens (English with stemming and stop words, and
             Chinese, by default).
+        cache: where users' lexicons are kept (default: the process's shared
+            :class:`~skilldeck.tools.index_cache.IndexCache`).
     """
 
     def __init__(
@@ -191,14 +204,21 @@ class Memory:
         vectors: VectorIndex | None = None,
         *,
         tokenizer: Tokenizer | None = None,
+        cache: IndexCache | None = None,
     ) -> None:
         self.store = store
         self.vectors = vectors
         # Stemming and stop words: +5.6 R@5 on LoCoMo, SciFact nDCG@10 0.660 -> 0.697 (train).
         self.tokenizer = tokenizer or Tokenizer(stem=True, stopwords=True)
-        self._lexicons: dict[str, _Lexicon] = {}
+        # Lexicons live in the process's index cache (bounded by bytes, LRU): an evicted one
+        # is rebuilt from the store on its next use.
+        self._cache = cache or shared_cache()
+        self._space = f"memory:{uuid.uuid4().hex}"  # this memory's keys in the shared cache
         self._backfilled: set[str] = set()
         self._lock = threading.RLock()
+        # A user's store writes and lexicon updates, and the rebuild of their lexicon, hold
+        # the user's stripe: a rebuild never reads a message that its add then indexes again.
+        self._stripes = [threading.Lock() for _ in range(64)]
 
     def close(self) -> None:
         """Finish pending index writes and close the store."""
@@ -209,19 +229,25 @@ class Memory:
     # -- writing ------------------------------------------------------------------------------
     def add(self, messages: Iterable[Message]) -> list[Message]:
         """Store ``messages`` and index the new ones; returns the new ones."""
-        added = self.store.add(messages)
         by_user: dict[str, list[Message]] = {}
-        for m in added:
+        for m in messages:
             by_user.setdefault(m.user_id, []).append(m)
-        for user, items in by_user.items():
-            pairs = self._in_context(user, items, seeded=True)
-            with self._lock:
-                lexicon = self._lexicons.get(user)
+        added: list[Message] = []
+        for user, given in by_user.items():
+            with self._stripe(user):
+                new = self.store.add(given)
+                pairs = self._in_context(user, new, seeded=True)
+                lexicon = self._cache.get((self._space, user))
                 if lexicon is not None:
                     for m, text in pairs:
                         lexicon.add(m, self.tokenizer.tokens(text))
+                    self._cache.reweigh((self._space, user), lexicon)
             self._index_vectors(user, pairs)
+            added += new
         return added
+
+    def _stripe(self, user_id: str) -> threading.Lock:
+        return self._stripes[hash(user_id) % len(self._stripes)]
 
     def _in_context(
         self, user_id: str, messages: Iterable[Message], *, seeded: bool
@@ -280,9 +306,8 @@ class Memory:
 
     def rebuild(self, user_id: str) -> None:
         """Rebuild both indexes of ``user_id`` from the store."""
-        with self._lock:
-            self._lexicons.pop(user_id, None)
-            self._lexicon(user_id)
+        self._cache.discard((self._space, user_id))
+        self._lexicon(user_id)
         if self.vectors is not None:
             with self._lock:
                 self._backfilled.add(user_id)
@@ -292,14 +317,18 @@ class Memory:
                 self._index_vectors(user_id, pairs[start : start + 1000])
 
     def _lexicon(self, user_id: str) -> _Lexicon:
-        with self._lock:
-            lexicon = self._lexicons.get(user_id)
+        key = (self._space, user_id)
+        lexicon: _Lexicon | None = self._cache.get(key)
+        if lexicon is not None:
+            return lexicon
+        with self._stripe(user_id):
+            lexicon = self._cache.get(key)  # built by another thread meanwhile
             if lexicon is None:
                 lexicon = _Lexicon()
                 pairs = self._in_context(user_id, self.store.iter_user(user_id), seeded=False)
                 for m, text in pairs:
                     lexicon.add(m, self.tokenizer.tokens(text))
-                self._lexicons[user_id] = lexicon
+                self._cache.put(key, lexicon)
             return lexicon
 
     # -- the tools ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
@@ -32,6 +33,7 @@ from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from skilldeck.tools.embeddings import default_embedding_function
+from skilldeck.tools.index_cache import IndexCache, shared_cache
 
 __all__ = ["VectorHit", "VectorIndex", "open_chroma"]
 
@@ -120,6 +122,7 @@ class _UserVectors:
         self.synced = 0
         self.ids: list[str] = []
         self.rows: dict[str, int] = {}
+        self._id_bytes = 0
         self.role_codes: dict[str, int] = {}
         self._matrix: Matrix = np.empty((0, 0), dtype=np.float32)
         self._roles: npt.NDArray[np.int32] = np.empty(0, dtype=np.int32)
@@ -128,6 +131,13 @@ class _UserVectors:
     @property
     def size(self) -> int:
         return len(self.ids)
+
+    @property
+    def nbytes(self) -> int:
+        """Estimated memory: the arrays (with their spare capacity) and the id strings, each
+        in the ``ids`` list and as a key of ``rows``."""
+        arrays = self._matrix.nbytes + self._roles.nbytes + self._ts.nbytes
+        return arrays + self._id_bytes
 
     def put(
         self, ids: Sequence[str], vectors: Matrix, roles: Sequence[str], ts: Sequence[float]
@@ -143,6 +153,7 @@ class _UserVectors:
             if row is None:
                 row = self.rows[item_id] = len(self.ids)
                 self.ids.append(item_id)
+                self._id_bytes += len(item_id) + 170  # the str, its list slot and dict entry
             rows[i] = row
         self._grow(filled, vectors.shape[1])
         self._matrix[rows] = vectors
@@ -228,6 +239,8 @@ class VectorIndex:
             cache; every read of that user first waits for its pending writes, so reads never
             miss an add. A write lost to a crash is recovered from the message store (the
             source of truth) by :meth:`skilldeck.tools.memory.Memory.backfill`.
+        cache: Where users' vector copies are kept (default: the process's shared
+            :class:`~skilldeck.tools.index_cache.IndexCache`).
     """
 
     def __init__(
@@ -237,12 +250,16 @@ class VectorIndex:
         embedding_function: EmbeddingFunction[Documents] | None = None,
         prefix: str = "skilldeck_messages",
         write_behind: bool = False,
+        cache: IndexCache | None = None,
     ) -> None:
         self._client = client
         self._ef = embedding_function or default_embedding_function()
         self._prefix = prefix
         self._collections: dict[str, Collection] = {}
-        self._caches: dict[str, _UserVectors] = {}
+        # Users' vector copies live in the process's index cache (bounded, LRU): an evicted
+        # one is loaded from Chroma again on its next query.
+        self._cache = cache or shared_cache()
+        self._space = f"vectors:{uuid.uuid4().hex}"
         self._lock = threading.Lock()
         self._writer = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="skilldeck-chroma")
@@ -322,9 +339,10 @@ class VectorIndex:
             write = _insert if new else _upsert
             upsert = partial(write, ids=batch_ids, vectors=vectors, metadatas=metadatas)
             with self._lock:
-                cache = self._caches.get(user_id)
+                cache = self._cache.get((self._space, user_id))
                 if cache is not None:
                     cache.put(batch_ids, vectors, list(roles[part]), list(ts[part]))
+                    self._cache.reweigh((self._space, user_id), cache)
             if new and self._writer is not None:
                 # Submitted last: the writer holds the GIL while Chroma writes, and nothing
                 # left on this thread should wait for it.
@@ -462,7 +480,7 @@ class VectorIndex:
     def _forget(self, user_id: str) -> None:
         with self._lock:
             self._collections.pop(user_id, None)
-            self._caches.pop(user_id, None)
+            self._cache.discard((self._space, user_id))
 
     def _approximate(self, collection: Collection, vector: Matrix, top_k: int) -> list[VectorHit]:
         count = collection.count()
@@ -478,8 +496,7 @@ class VectorIndex:
     def _fresh_cache(self, user_id: str, collection: Collection) -> _UserVectors:
         """The user's cached vectors, first catching up with items added elsewhere."""
         count = collection.count()
-        with self._lock:
-            cache = self._caches.get(user_id)
+        cache: _UserVectors | None = self._cache.get((self._space, user_id))
         if cache is not None:
             if cache.size != count:
                 self._pull(collection, cache)
@@ -488,8 +505,7 @@ class VectorIndex:
         # No cache yet, or catching up did not account for every item: load from scratch.
         cache = _UserVectors()
         self._pull(collection, cache)
-        with self._lock:
-            self._caches[user_id] = cache
+        self._cache.put((self._space, user_id), cache)
         return cache
 
     def _pull(self, collection: Collection, cache: _UserVectors) -> None:
