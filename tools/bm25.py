@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -49,6 +49,12 @@ class _Postings:
         self.tfs = np.empty(_INITIAL_CAPACITY, dtype=np.int32)
         self.size = 0
 
+    @classmethod
+    def of(cls, docs: npt.NDArray[np.int32], tfs: npt.NDArray[np.int32]) -> _Postings:
+        postings = cls.__new__(cls)
+        postings.docs, postings.tfs, postings.size = docs, tfs, len(docs)
+        return postings
+
     def append(self, doc: int, tf: int) -> None:
         if self.size == len(self.docs):
             self.docs = _grown(self.docs, self.size + 1)
@@ -77,7 +83,11 @@ class BM25Index:
         self.b = b
         self.epsilon = epsilon
         self._term_ids: dict[str, int] = {}
-        self._postings: list[_Postings] = []
+        # A term's postings; None for one loaded from a snapshot and not touched since: its
+        # entries are the slice offsets[id]:offsets[id + 1] of the flat arrays in ``_flat``
+        # (making 10^5 small objects at load would cost more than the rest of the load).
+        self._postings: list[_Postings | None] = []
+        self._flat: tuple[IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]] | None = None
         self._df: IntArray = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)  # by term id
         self._lengths: IntArray = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)  # by document
         self._count = 0
@@ -105,7 +115,7 @@ class BM25Index:
             if term_id is None:
                 term_id = self._term_ids[term] = len(self._postings)
                 self._postings.append(_Postings())
-            self._postings[term_id].append(doc, tf)
+            self._get(term_id).append(doc, tf)
             term_ids.append(term_id)
         self._postings_count += len(term_ids)
         if len(self._postings) > len(self._df):
@@ -118,6 +128,48 @@ class BM25Index:
         self._count += 1
         self._average_idf = None
         return doc
+
+    def to_arrays(self) -> tuple[list[str], dict[str, npt.NDArray[np.generic]]]:
+        """The index as its vocabulary (in term-id order) and flat arrays, for a snapshot;
+        :meth:`from_arrays` rebuilds an index that scores exactly as this one."""
+        every = [self._get(i) for i in range(len(self._postings))]
+        sizes = np.array([p.size for p in every], dtype=np.int64)
+        offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        docs = np.empty(int(offsets[-1]), dtype=np.int32)
+        tfs = np.empty(int(offsets[-1]), dtype=np.int32)
+        for postings, start, end in zip(every, offsets[:-1], offsets[1:], strict=True):
+            docs[start:end] = postings.docs[: postings.size]
+            tfs[start:end] = postings.tfs[: postings.size]
+        arrays: dict[str, npt.NDArray[np.generic]] = {
+            "offsets": offsets,
+            "docs": docs,
+            "tfs": tfs,
+            "df": self._df[: len(self._postings)].copy(),
+            "lengths": self._lengths[: self._count].copy(),
+            "params": np.array([self.k1, self.b, self.epsilon], dtype=np.float64),
+        }
+        return list(self._term_ids), arrays
+
+    @classmethod
+    def from_arrays(
+        cls, terms: Sequence[str], arrays: Mapping[str, npt.NDArray[np.generic]]
+    ) -> BM25Index:
+        """The index :meth:`to_arrays` described."""
+        k1, b, epsilon = (float(x) for x in arrays["params"])
+        index = cls(k1=k1, b=b, epsilon=epsilon)
+        offsets = arrays["offsets"].astype(np.int64)
+        docs = arrays["docs"].astype(np.int32)
+        tfs = arrays["tfs"].astype(np.int32)
+        index._term_ids = {term: i for i, term in enumerate(terms)}
+        index._postings = [None] * len(terms)
+        index._flat = (offsets, docs, tfs)
+        index._df = arrays["df"].astype(np.int64)
+        index._lengths = arrays["lengths"].astype(np.int64)
+        index._count = len(index._lengths)
+        index._total_length = int(index._lengths.sum())
+        index._postings_count = len(docs)
+        return index
 
     def add_many(self, docs: Iterable[Sequence[str]]) -> range:
         """Append documents in order and return the range of their indexes."""
@@ -150,7 +202,7 @@ class BM25Index:
                 term_id = self._term_ids.get(term)
                 if term_id is None:
                     continue
-                postings = self._postings[term_id]
+                postings = self._get(term_id)
                 docs = postings.docs[: postings.size]
                 tf = postings.tfs[: postings.size]
                 lengths = self._lengths[docs]
@@ -210,7 +262,7 @@ class BM25Index:
             term_id = self._term_ids.get(term)
             if term_id is None:
                 return np.zeros(0, dtype=np.int64)
-            postings.append(self._postings[term_id])
+            postings.append(self._get(term_id))
         if not postings:
             return np.arange(self._count, dtype=np.int64)
         # Rarest first: every intersection is then no larger than the rarest postings list.
@@ -219,6 +271,17 @@ class BM25Index:
         for other in postings[1:]:
             docs = np.intersect1d(docs, other.docs[: other.size], assume_unique=True)
         return docs.astype(np.int64, copy=False)
+
+    def _get(self, term_id: int) -> _Postings:
+        """The postings of ``term_id``, made from the snapshot's flat arrays on first use
+        (views into them; a list that grows gets its own buffer then)."""
+        postings = self._postings[term_id]
+        if postings is None:
+            assert self._flat is not None, "only a loaded index has postings to make"
+            offsets, docs, tfs = self._flat
+            start, end = int(offsets[term_id]), int(offsets[term_id + 1])
+            postings = self._postings[term_id] = _Postings.of(docs[start:end], tfs[start:end])
+        return postings
 
     def _idf(self, df: int) -> float:
         """rank-bm25's idf, with its floor for terms in more than half of the documents."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
+import re
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -114,6 +116,11 @@ def _query_key(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+#: Histories shorter than this build faster than a snapshot round trip pays back; a snapshot is
+#: rewritten once half this many messages came after it.
+SNAPSHOT_MIN = 500
+
+
 class _Column:
     """A growable numpy column, so per-message filters are vectorised without copies."""
 
@@ -129,6 +136,12 @@ class _Column:
 
     def view(self) -> np.ndarray:
         return self.data[: self.size]
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> _Column:
+        column = cls(values.dtype)
+        column.data, column.size = values.copy(), len(values)
+        return column
 
 
 @dataclass
@@ -148,6 +161,46 @@ class _Lexicon:
         """Estimated memory: the BM25 index, the ids and texts, the filter columns."""
         columns = len(self.ids) * (8 + 4 + 2 * 8)  # ts, role code, two list slots
         return self.index.nbytes + self._string_bytes + columns
+
+    #: Bumped when the snapshot layout or what is indexed changes: older snapshots are ignored.
+    SNAPSHOT_VERSION = 1
+
+    def to_bytes(self) -> bytes:
+        """The lexicon as one ``.npz`` blob (no pickle): numpy arrays, and each list of strings
+        as one NUL-joined UTF-8 array (see ``_joined``)."""
+        terms, arrays = self.index.to_arrays()
+        out = io.BytesIO()
+        named: dict[str, Any] = {
+            "terms": _joined(terms),
+            "ids": _joined(self.ids),
+            "texts": _joined(self.texts),
+            "roles": self.roles.view(),
+            "ts": self.ts.view(),
+            "role_names": _joined(sorted(self.role_codes, key=self.role_codes.__getitem__)),
+            "counts": np.array([len(terms), len(self.ids), len(self.role_codes)], dtype=np.int64),
+            **{f"bm25_{k}": v for k, v in arrays.items()},
+        }
+        np.savez(out, **named)
+        return out.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> _Lexicon:
+        """The lexicon :meth:`to_bytes` saved."""
+        with np.load(io.BytesIO(data), allow_pickle=False) as saved:
+            arrays = {k[5:]: saved[k] for k in saved.files if k.startswith("bm25_")}
+            terms, docs, roles = (int(n) for n in saved["counts"])
+            lexicon = cls(
+                index=BM25Index.from_arrays(_split(saved["terms"], terms), arrays),
+                ids=_split(saved["ids"], docs),
+                texts=_split(saved["texts"], docs),
+                roles=_Column.of(saved["roles"]),
+                ts=_Column.of(saved["ts"]),
+                role_codes={r: i for i, r in enumerate(_split(saved["role_names"], roles))},
+            )
+        lexicon._string_bytes = sum(len(i) + 100 for i in lexicon.ids) + sum(
+            len(t.encode()) for t in lexicon.texts
+        )
+        return lexicon
 
     def add(self, message: Message, tokens: Sequence[str]) -> None:
         self.index.add(tokens)
@@ -169,6 +222,23 @@ class _Lexicon:
         if flt.until is not None:
             keep &= ts < flt.until
         return keep
+
+
+def _joined(strings: Sequence[str]) -> np.ndarray:
+    """``strings`` as one uint8 array, NUL-separated (a string holding NUL is escaped)."""
+    text = "\0".join(s.replace("\\", "\\\\").replace("\0", "\\0") for s in strings)
+    return np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+
+
+def _split(data: np.ndarray, count: int) -> list[str]:
+    """The ``count`` strings :func:`_joined` joined."""
+    if count == 0:
+        return []
+    text = data.tobytes().decode("utf-8", "surrogatepass")
+    parts = text.split("\0")
+    if "\\" not in text:
+        return parts
+    return [re.sub(r"\\(.)", lambda m: "\0" if m.group(1) == "0" else m.group(1), p) for p in parts]
 
 
 def indexed_text(message: Message, previous: Message | None) -> str:
@@ -306,8 +376,8 @@ class Memory:
 
     def rebuild(self, user_id: str) -> None:
         """Rebuild both indexes of ``user_id`` from the store."""
-        self._cache.discard((self._space, user_id))
-        self._lexicon(user_id)
+        with self._stripe(user_id):
+            self._cache.put((self._space, user_id), self._load(user_id, fresh=True))
         if self.vectors is not None:
             with self._lock:
                 self._backfilled.add(user_id)
@@ -324,12 +394,46 @@ class Memory:
         with self._stripe(user_id):
             lexicon = self._cache.get(key)  # built by another thread meanwhile
             if lexicon is None:
-                lexicon = _Lexicon()
-                pairs = self._in_context(user_id, self.store.iter_user(user_id), seeded=False)
-                for m, text in pairs:
-                    lexicon.add(m, self.tokenizer.tokens(text))
+                lexicon = self._load(user_id)
                 self._cache.put(key, lexicon)
             return lexicon
+
+    @property
+    def _snapshot_version(self) -> str:
+        """What a snapshot must have been made with to be used: its layout, the tokenizer and
+        how a turn's indexed text is made."""
+        return f"{_Lexicon.SNAPSHOT_VERSION}/{self.tokenizer!r}/{CONTEXT_GAP_S}"
+
+    def _load(self, user_id: str, *, fresh: bool = False) -> _Lexicon:
+        """The user's lexicon from its snapshot and the messages stored after it, or built from
+        every message (``fresh``: always); a snapshot is (re)written when that saves a later
+        cold start work."""
+        lexicon: _Lexicon | None = None
+        upto = 0
+        saved = None if fresh else self.store.load_snapshot(user_id)
+        if saved is not None and saved[2] == self._snapshot_version:
+            upto, _, _, data = saved
+            lexicon = _Lexicon.from_bytes(data)
+        base = len(lexicon.ids) if lexicon is not None else 0
+        newer = list(self.store.iter_user(user_id, after=upto))
+        if lexicon is not None and base + len(newer) != self.store.count(user_id):
+            # A message below ``upto`` that the snapshot lacks (a write committed out of seq
+            # order on PostgreSQL, or a store edited by hand): start again from the store.
+            lexicon, base, newer = None, 0, list(self.store.iter_user(user_id))
+        if lexicon is None:
+            lexicon = _Lexicon()
+        for m, text in self._in_context(user_id, newer, seeded=base > 0):
+            lexicon.add(m, self.tokenizer.tokens(text))
+        rewrite = fresh or len(newer) >= SNAPSHOT_MIN // 2
+        if newer and len(lexicon.ids) >= SNAPSHOT_MIN and rewrite:
+            self.store.save_snapshot(
+                user_id,
+                upto=newer[-1].seq,
+                count=len(lexicon.ids),
+                version=self._snapshot_version,
+                data=lexicon.to_bytes(),
+            )
+        return lexicon
 
     # -- the tools ------------------------------------------------------------------------------
     def messages_list(

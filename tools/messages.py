@@ -39,6 +39,13 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_user_time ON messages (user_id, ts_epoch, seq);
 CREATE INDEX IF NOT EXISTS messages_user_thread ON messages (user_id, thread_id, ts_epoch, seq);
 CREATE INDEX IF NOT EXISTS messages_user_thread_seq ON messages (user_id, thread_id, seq);
+CREATE TABLE IF NOT EXISTS messages_lexicon_snapshots (
+    user_id TEXT PRIMARY KEY,
+    upto INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    version TEXT NOT NULL,
+    data BLOB NOT NULL
+);
 """
 _PG_TABLE = "skilldeck_messages"
 _PG_SCHEMA = f"""
@@ -58,6 +65,13 @@ CREATE INDEX IF NOT EXISTS {_PG_TABLE}_user_time ON {_PG_TABLE} (user_id, ts_epo
 CREATE INDEX IF NOT EXISTS {_PG_TABLE}_user_thread
     ON {_PG_TABLE} (user_id, thread_id, ts_epoch, seq);
 CREATE INDEX IF NOT EXISTS {_PG_TABLE}_user_thread_seq ON {_PG_TABLE} (user_id, thread_id, seq);
+CREATE TABLE IF NOT EXISTS {_PG_TABLE}_lexicon_snapshots (
+    user_id TEXT PRIMARY KEY,
+    upto BIGINT NOT NULL,
+    count BIGINT NOT NULL,
+    version TEXT NOT NULL,
+    data BYTEA NOT NULL
+);
 """
 _COLUMNS = "seq, id, user_id, thread_id, role, ts, text, meta"
 _INSERT_COLUMNS = "(id, user_id, thread_id, role, ts, ts_epoch, text, meta)"
@@ -121,6 +135,8 @@ class _Backend(Protocol):
 
     def insert(self, rows: list[tuple[Any, ...]]) -> list[int | None]: ...
 
+    def execute(self, sql: str, params: Sequence[Any]) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -142,6 +158,10 @@ class _Sqlite:
     def query(self, sql: str, params: Sequence[Any]) -> list[Sequence[Any]]:
         with self._lock:
             return list(self._conn.execute(sql, params).fetchall())
+
+    def execute(self, sql: str, params: Sequence[Any]) -> None:
+        with self._lock:
+            self._conn.execute(sql, params)
 
     def insert(self, rows: list[tuple[Any, ...]]) -> list[int | None]:
         seqs: list[int | None] = []
@@ -176,6 +196,10 @@ class _Postgres:
     def query(self, sql: str, params: Sequence[Any]) -> list[Sequence[Any]]:
         with self._pool.connection() as conn:
             return list(conn.execute(sql.replace("?", "%s"), params).fetchall())
+
+    def execute(self, sql: str, params: Sequence[Any]) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(sql.replace("?", "%s"), params)
 
     def insert(self, rows: list[tuple[Any, ...]]) -> list[int | None]:
         if not rows:
@@ -340,9 +364,10 @@ class MessageStore:
         )
         return rows[0] if rows else None
 
-    def iter_user(self, user_id: str, *, batch: int = 5000) -> Iterator[Message]:
-        """Every message of ``user_id`` in insertion order (for rebuilding the indexes)."""
-        last = 0
+    def iter_user(self, user_id: str, *, batch: int = 5000, after: int = 0) -> Iterator[Message]:
+        """Every message of ``user_id`` in insertion order (for rebuilding the indexes), or
+        only those after ``seq`` ``after``."""
+        last = after
         while True:
             rows = self._query(
                 f"SELECT {_COLUMNS} FROM {self._table} WHERE user_id = ? AND seq > ? "
@@ -353,6 +378,36 @@ class MessageStore:
                 return
             yield from rows
             last = rows[-1].seq
+
+    # -- lexicon snapshots: what a cold start loads instead of re-tokenizing a history --------
+    def save_snapshot(
+        self, user_id: str, *, upto: int, count: int, version: str, data: bytes
+    ) -> None:
+        """Keep ``user_id``'s lexicon snapshot (one per user; a newer one replaces it): it
+        holds the user's ``count`` messages up to ``seq`` ``upto``."""
+        self._db.execute(
+            f"INSERT INTO {self._table}_lexicon_snapshots (user_id, upto, count, version, data) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET upto = excluded.upto, "
+            "count = excluded.count, version = excluded.version, data = excluded.data",
+            [user_id, upto, count, version, data],
+        )
+
+    def load_snapshot(self, user_id: str) -> tuple[int, int, str, bytes] | None:
+        """``(upto, count, version, data)`` of ``user_id``'s snapshot, or ``None``."""
+        rows = self._db.query(
+            f"SELECT upto, count, version, data FROM {self._table}_lexicon_snapshots "
+            "WHERE user_id = ?",
+            [user_id],
+        )
+        if not rows:
+            return None
+        upto, count, version, data = rows[0]
+        return int(upto), int(count), str(version), bytes(data)
+
+    def last_seq(self, user_id: str) -> int:
+        """The highest ``seq`` of ``user_id``'s messages (0 without any)."""
+        rows = self._db.query(f"SELECT MAX(seq) FROM {self._table} WHERE user_id = ?", [user_id])
+        return int(rows[0][0] or 0)
 
     def users(self) -> list[str]:
         return [r[0] for r in self._db.query(f"SELECT DISTINCT user_id FROM {self._table}", [])]

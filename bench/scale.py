@@ -1,0 +1,217 @@
+"""Scale benchmark: a serving process's memory as users grow, and cold-start search latency.
+
+Usage::
+
+    python bench/scale.py [--users 1000] [--messages 1000] [--budget-mb 512]
+                          [--history 1000 10000 100000] [--reps 5] [--json]
+
+A. **Memory as users grow.** ``--users`` users with ``--messages`` messages each (30 words
+   drawn from a Zipf vocabulary of 50,000 words; a thread per 20 turns) go into a SQLite
+   message store; then one process opens :class:`~skilldeck.tools.memory.Memory` on it (no
+   vector index: lexical search, as the issue's baseline) with an index cache of
+   ``--budget-mb``, and each user searches once. The process's RSS (``/proc``) is sampled every
+   25 users. Target: RSS after the last user ≤ the budget + 300 MB (the same run also prints
+   the RSS before the first search, and the cache's own byte count).
+B. **Cold and warm search by history size.** One user with each ``--history`` size: the first
+   lexical search of a fresh ``Memory`` ``--reps`` times. The first time no snapshot exists
+   (the lexicon is built from every message, then saved: ``first_build_ms``); every later time
+   is a process restart that loads the snapshot (``cold_ms`` p50/p95). Then five warm searches
+   per fresh ``Memory`` (``warm_ms`` p50).
+
+Plots (matplotlib, offline) go to ``bench/scale_rss.png`` and ``bench/scale_cold.png``.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from common import arguments, err, log, progress_bar, report_header, show_report
+from rich.table import Table
+
+from skilldeck.tools.index_cache import IndexCache
+from skilldeck.tools.memory import Memory
+from skilldeck.tools.messages import Message, MessageStore
+
+HERE = Path(__file__).resolve().parent
+VOCABULARY = 50_000
+ALL = {"role": "any", "time_range": {"since": "2020-01-01T00:00:00Z"}}
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+CUMULATIVE = list(itertools.accumulate(1 / (rank + 1) for rank in range(VOCABULARY)))
+
+
+def messages(user: str, count: int, seed: int, start: int = 0) -> list[Message]:
+    """Turns ``start`` to ``start + count`` of ``user``: 30 Zipf-distributed words each, 20
+    turns a thread."""
+    rng = random.Random(seed)
+    words = rng.choices(range(VOCABULARY), cum_weights=CUMULATIVE, k=30 * count)
+    out = []
+    for i in range(start, start + count):
+        k = i - start
+        text = " ".join(f"w{w}" for w in words[30 * k : 30 * k + 30])
+        day = f"2026-{1 + i // 40320 % 12:02d}-{1 + i // 1440 % 28:02d}"
+        ts = f"{day}T{i // 60 % 24:02d}:{i % 60:02d}:00Z"
+        role = "user" if i % 2 == 0 else "assistant"
+        out.append(Message(f"{user}-{i}", user, f"{user}-t{i // 20}", role, ts, text))
+    return out
+
+
+def fill(store: MessageStore, users: Sequence[str], count: int) -> None:
+    with progress_bar() as bar:
+        task = bar.add_task("writing messages", total=len(users))
+        for n, user in enumerate(users):
+            store.add(messages(user, count, seed=n))
+            bar.advance(task)
+
+
+def bench_users(tmp: Path, users: int, count: int, budget_mb: float) -> dict[str, Any]:
+    store_path = tmp / "users.sqlite"
+    names = [f"user{i:05d}" for i in range(users)]
+    fill(MessageStore(store_path), names, count)
+    gc.collect()
+    cache = IndexCache(budget_mb=budget_mb)
+    memory = Memory(MessageStore(store_path), None, cache=cache)
+    start_rss = rss_mb()
+    samples: list[tuple[int, float, float]] = [(0, start_rss, 0.0)]
+    first_ms: list[float] = []
+    with progress_bar() as bar:
+        task = bar.add_task("one search per user", total=users)
+        for n, user in enumerate(names, start=1):
+            started = time.perf_counter()
+            memory.lexical_search(user, query_text="w17 w230 w4001", filter=ALL)
+            first_ms.append((time.perf_counter() - started) * 1000)
+            if n % 25 == 0 or n == users:
+                samples.append((n, rss_mb(), cache.stats()["bytes"] / 2**20))
+            bar.advance(task)
+    memory.close()
+    end = samples[-1][1]
+    return {
+        "users": users,
+        "messages_per_user": count,
+        "budget_mb": budget_mb,
+        "rss_before_searches_mb": round(start_rss, 1),
+        "rss_after_mb": round(end, 1),
+        "rss_growth_mb": round(end - start_rss, 1),
+        "cache_mb": round(samples[-1][2], 1),
+        "cache": cache.stats(),
+        "cold_first_search_ms_p50": round(statistics.median(first_ms), 1),
+        "target_mb": budget_mb + 300,
+        "pass": end <= budget_mb + 300,
+        "samples": samples,
+    }
+
+
+def bench_history(tmp: Path, sizes: Sequence[int], reps: int) -> list[dict[str, Any]]:
+    rows = []
+    for size in sizes:
+        path = tmp / f"history-{size}.sqlite"
+        store = MessageStore(path)
+        log(f"history {size}: writing")
+        for start in range(0, size, 10_000):
+            store.add(messages("solo", min(10_000, size - start), seed=start, start=start))
+        store.close()
+        cold, warm = [], []
+        for _ in range(reps):
+            memory = Memory(MessageStore(path), None, cache=IndexCache())
+            started = time.perf_counter()
+            memory.lexical_search("solo", query_text="w17 w230 w4001", filter=ALL)
+            cold.append((time.perf_counter() - started) * 1000)
+            for _ in range(5):
+                started = time.perf_counter()
+                memory.lexical_search("solo", query_text="w18 w231 w4002", filter=ALL)
+                warm.append((time.perf_counter() - started) * 1000)
+            memory.close()
+        restarts = cold[1:] or cold
+        rows.append(
+            {
+                "messages": size,
+                "first_build_ms": round(cold[0], 1),
+                "cold_ms_p50": round(statistics.median(restarts), 1),
+                "cold_ms_p95": round(sorted(restarts)[math.ceil(0.95 * (len(restarts) - 1))], 1),
+                "warm_ms_p50": round(statistics.median(warm), 2),
+            }
+        )
+        log(f"history {size}: {rows[-1]}")
+    return rows
+
+
+def plot(report: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    users = report["users_run"]
+    xs = [s[0] for s in users["samples"]]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(xs, [s[1] for s in users["samples"]], label="process RSS")
+    ax.plot(xs, [s[2] for s in users["samples"]], label="index cache (estimated)")
+    ax.axhline(users["target_mb"], linestyle="--", color="grey", label="budget + 300 MB")
+    ax.set_xlabel("users that searched once")
+    ax.set_ylabel("MB")
+    ax.set_title(f"{users['messages_per_user']} messages a user, budget {users['budget_mb']:g} MB")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(HERE / "scale_rss.png", dpi=100)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    sizes = [r["messages"] for r in report["history"]]
+    ax.loglog(sizes, [r["first_build_ms"] for r in report["history"]], marker="o",
+              label="first search, no snapshot")  # fmt: skip
+    ax.loglog(sizes, [r["cold_ms_p50"] for r in report["history"]], marker="o",
+              label="first search after a restart (snapshot), p50")  # fmt: skip
+    ax.loglog(sizes, [r["warm_ms_p50"] for r in report["history"]], marker="o", label="warm p50")
+    ax.set_xlabel("messages of the user")
+    ax.set_ylabel("first lexical search, ms")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(HERE / "scale_cold.png", dpi=100)
+
+
+def print_report(report: dict[str, Any]) -> None:
+    users = {k: v for k, v in report["users_run"].items() if k != "samples"}
+    err.print(users)
+    table = Table(title="lexical search by history size")
+    keys = ("messages", "first_build_ms", "cold_ms_p50", "cold_ms_p95", "warm_ms_p50")
+    for column in keys:
+        table.add_column(column)
+    for r in report["history"]:
+        table.add_row(*(str(r[k]) for k in keys))
+    err.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = arguments(__doc__)
+    parser.add_argument("--users", type=int, default=1000)
+    parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--budget-mb", type=float, default=512.0)
+    parser.add_argument("--history", type=int, nargs="+", default=[1000, 10_000, 100_000])
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args(argv)
+    report = report_header(command=" ".join(["python bench/scale.py", *(argv or sys.argv[1:])]))
+    with tempfile.TemporaryDirectory(prefix="skilldeck-scale-") as name:
+        tmp = Path(name)
+        report["history"] = bench_history(tmp, args.history, args.reps)
+        report["users_run"] = bench_users(tmp, args.users, args.messages, args.budget_mb)
+    plot(report)
+    return show_report(report, args.json, print_report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
