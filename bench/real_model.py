@@ -16,7 +16,8 @@ at will (``--only`` runs one unit; ``--report`` only prints what is written). Un
   ``--demo-runs`` times in each of ``schema``, ``tool`` and ``json`` mode. Reported: finished
   and failed runs, runs that read the complaint (``file__parse`` of it), the first attempt's
   contract validity, well-formed replies, tokens and latency per call, model calls per run.
-- ``suite-<skill>``: a built-in eval suite (all cases, one epoch) in ``schema`` mode next to
+- ``suite-<skill>``: a built-in eval suite (all cases, or the first ``--per-bucket`` of each
+  bucket; one epoch) in ``schema`` mode next to
   the same suite on its scripted cassette; pass rate per bucket. With ``--record DIR`` the
   model's turns are recorded to ``DIR/<skill>.yaml`` (replayed in CI by
   ``tests/test_recorded.py``).
@@ -35,6 +36,7 @@ try, and the rejection reasons. Reports give medians and p95.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -55,7 +57,7 @@ from rich.table import Table
 from skilldeck import Settings, SkillDeck, demo
 from skilldeck.errors import InvalidAnswersError, ThreadNotFoundError
 from skilldeck.evals import run_suite
-from skilldeck.evals.suites import suite_for_skill
+from skilldeck.evals.suites import Suite, suite_for_skill
 from skilldeck.scripted import SKILL_KEY
 from skilldeck.skills import builtin_skills_dir
 
@@ -275,9 +277,26 @@ def buckets(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_suite_unit(model: str, skill: str, tmp: Path, record: Path | None) -> dict[str, Any]:
-    """A built-in suite on the model (``schema`` mode) and on its scripted cassette."""
-    suite = suite_for_skill(skill)
+def sample(suite: Suite, per_bucket: int | None) -> Suite:
+    """The first ``per_bucket`` tasks of each bucket, in suite order (all with ``None``)."""
+    if per_bucket is None:
+        return suite
+    taken: Counter[str] = Counter()
+    tasks = []
+    for task in suite.tasks:
+        if taken[task.bucket] < per_bucket:
+            taken[task.bucket] += 1
+            tasks.append(task)
+    return dataclasses.replace(suite, tasks=tuple(tasks))
+
+
+def run_suite_unit(
+    model: str, skill: str, tmp: Path, record: Path | None, per_bucket: int | None, out: Path
+) -> dict[str, Any]:
+    """A built-in suite on the model (``schema`` mode) and on its scripted cassette; the real
+    run's report is kept as ``<out>/suite-<skill>.report.json`` (for ``eval export-failures``).
+    """
+    suite = sample(suite_for_skill(skill), per_bucket)
     cassette = builtin_skills_dir() / skill / "evals" / "scripted.yaml"
     baseline = cassette if cassette.is_file() else demo.SCRIPT
     scripted = run_suite(suite, out=tmp / f"{skill}-scripted", model=f"scripted:{baseline}")
@@ -379,7 +398,9 @@ def units(args: Any) -> dict[str, Any]:
         "demo-schema": lambda tmp: run_demo(model, "schema", args.demo_runs, tmp)
     }
     for skill in SUITES:
-        plan[f"suite-{skill}"] = lambda tmp, s=skill: run_suite_unit(model, s, tmp, record)
+        plan[f"suite-{skill}"] = lambda tmp, s=skill: run_suite_unit(
+            model, s, tmp, record, args.per_bucket, args.out
+        )
     plan["recall"] = lambda tmp: run_recall(model, args.questions)
     plan["rag"] = lambda tmp: run_rag(model, args.questions)
     plan["cache"] = lambda tmp: run_cache(model, tmp)
@@ -406,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="run only this unit")
     parser.add_argument("--demo-runs", type=int, default=10)
     parser.add_argument("--questions", type=int, default=25)
+    parser.add_argument(
+        "--per-bucket", type=int, default=None, help="run only the first N cases of each bucket"
+    )
     parser.add_argument("--report", action="store_true", help="print the written units only")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

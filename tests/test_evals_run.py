@@ -291,3 +291,17 @@ def test_record_then_replay_gives_the_same_scores(skills: Path, tmp_path: Path) 
         assert "StaleCassetteError" in error["message"] and "stale recording" in error["message"]
         assert f"case {task['id']!r}, skill 'notes', call 0" in error["message"]
         assert task["trials"][0]["tool_calls"] == []
+
+
+def test_the_builtin_litigation_suite_ships_the_matter_it_reads(tmp_path: Path) -> None:
+    """`eval run --skill litigation-intake` needs no fixtures of its own: the bundle's
+    fixtures hold the demo matter (it once ran on an empty folder and "read" nothing)."""
+    from skilldeck.evals.suites import suite_for_skill
+
+    report = run_suite(suite_for_skill("litigation-intake"), out=tmp_path / "o",
+                       model=f"scripted:{DEMO_SCRIPT}")  # fmt: skip
+    trials = {t["id"]: t["trials"][0] for t in report["tasks"]}
+    assert all(t["passed"] for t in trials.values()), {k: t["error"] for k, t in trials.items()}
+    parsed = [c for c in trials["intake_complete_after_answers"]["tool_calls"]
+              if c["name"] == "file__parse"]  # fmt: skip
+    assert parsed and all(c["ok"] for c in parsed)

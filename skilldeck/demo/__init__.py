@@ -5,13 +5,15 @@
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
 __all__ = ["ANSWERS", "CONTEXT", "FILES", "INPUT", "MATTER_ID", "SCRIPT"]
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "litigation-intake.yaml"
-FILES = HERE / "files"
+#: The files root of the demo: litigation-intake's eval fixtures (one matter, ``demo-matter``).
+FILES = Path(str(files("skilldeck.skills"))) / "litigation-intake" / "fixtures"
 CONTEXT = "matter"
 MATTER_ID = "demo-matter"
 INPUT = {"documents": ["complaint.txt"]}
