@@ -63,6 +63,7 @@ SOURCES = {
     "file__local_search": "local files",
     None: "none",
 }
+MATTER = "tatqa"
 _AMOUNT = re.compile(r"[$€£(\-–]*\s*[\d,]*\d(?:\.\d+)?\s*%?\)?")
 _YEAR = re.compile(r"(?:19|20)\d\d$")
 _CITE = re.compile(r'<CITATION file="([^"]*)" (lines|rows)="([^"]*)" />')
@@ -166,7 +167,7 @@ def run_questions(deck: SkillDeck, questions: Sequence[Question]) -> list[dict[s
         task = bar.add_task("questions", total=len(questions))
         for q in questions:
             started = time.perf_counter()
-            result = deck.run({"question": q.text}, context="knowledge")
+            result = deck.run({"question": q.text}, context="knowledge", matter_id=MATTER)
             ms = (time.perf_counter() - started) * 1000
             state = result.state
             trajectory = (state.get("attempt") or {}).get("trajectory") or {}
@@ -228,7 +229,9 @@ def bench(
     data: Path, limit: int | None, tmp: Path, *, raw_tables: bool, model: str | None = None
 ) -> dict[str, Any]:
     items = json.loads(data.read_text("utf-8"))
-    folder = tmp / "knowledge"
+    # The corpus is one matter's folder: rag-retrieve's local file search works in a matter.
+    root = tmp / "files"
+    folder = root / MATTER
     questions = write_corpus(items, folder, raw_tables=raw_tables)
     if limit is not None:
         questions = questions[:limit]
@@ -238,17 +241,17 @@ def bench(
     counts = kb.index(folder)
     index_s = time.perf_counter() - started
     log(f"indexed in {index_s:.1f} s: {counts}")
-    registry = default_registry(folder, knowledge=lambda: kb)
-    settings = Settings(model=model, base_url=None, files_root=str(folder))
+    registry = default_registry(root, knowledge=lambda: kb)
+    settings = Settings(model=model, base_url=None, files_root=str(root))
     if model is not None:  # the endpoint comes from the environment (SKILLDECK_BASE_URL)
-        settings = Settings(model=model, files_root=str(folder))
+        settings = Settings(model=model, files_root=str(root))
     with SkillDeck(
         [builtin_skills_dir() / "rag-retrieve"],
         checkpointer=f"sqlite:///{tmp / 'runs.sqlite'}",
         settings=settings,
         tools=registry,
     ) as deck:
-        deck.run({"question": "warm-up"}, context="knowledge")  # loads the embedding model
+        deck.run({"question": "warm-up"}, context="knowledge", matter_id=MATTER)  # loads USE
         rows = run_questions(deck, questions)
     kb.close()
     return {"index": {**counts, "seconds": round(index_s, 1)}, **summarise(rows)}

@@ -318,6 +318,7 @@ def run_suite_unit(
         callbacks=[stats],
         on_trial=progress,
     )
+    (out / f"suite-{skill}.report.json").write_text(json.dumps(real, ensure_ascii=False), "utf-8")
     rows: list[dict[str, Any]] = []
     with SkillDeck(
         list(suite.bundles),

@@ -114,8 +114,22 @@ class CassetteRecorder(BaseCallbackHandler):
             self._turns.setdefault(key, {**turn, "request": digest})
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """A failed call is a turn too (``error: KIND``): replayed, it fails the same way, so
+        the run re-asks as it did live and the later requests still match."""
         with self._lock:
-            self._pending.pop(run_id, None)
+            pending = self._pending.pop(run_id, None)
+        if pending is None:
+            return
+        key, (digest, _) = pending
+        name = type(error).__name__
+        if name == "LengthFinishReasonError":
+            kind = "length"
+        elif "Timeout" in name or isinstance(error, TimeoutError):
+            kind = "timeout"
+        else:
+            kind = "unavailable"
+        with self._lock:
+            self._turns.setdefault(key, {"error": kind, "request": digest})
 
     def cassette(self, recorded: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The recorded turns in the scripted format, in call-index order, under the

@@ -75,7 +75,10 @@ CASE_KEY = "skilldeck_case"
 
 #: Turns by skill name.
 Turns = dict[str, list[dict[str, Any]]]
-_TURN_KINDS = ("output", "text", "tool_calls")
+_TURN_KINDS = ("output", "text", "tool_calls", "error")
+#: What a recorded call that failed replays as (``error: KIND``): the same failure, so the run
+#: takes the same path (a re-ask) as it did live.
+ERROR_KINDS = ("length", "timeout", "unavailable")
 _TURN_KEYS = frozenset((*_TURN_KINDS, "invalid", "request"))
 #: ``response_metadata`` of a scripted message: where its turn is, and if it is meant invalid.
 TURN_KEY = "scripted_turn"
@@ -218,6 +221,8 @@ class ScriptedChatModel(BaseChatModel):
                 "prompt, the state it shows or the output schema changed); record the suite "
                 "again with `skilldeck eval run ... --record`"
             )
+        if "error" in turn:
+            _fail_as_recorded(str(turn["error"]), where, index)
         message = _message(turn, skill, index, kwargs.get("response_format"))
         message.response_metadata = {
             "model_name": self.model_name,
@@ -225,8 +230,27 @@ class ScriptedChatModel(BaseChatModel):
             TURN_KEY: f"{self.label}: {where}[{index}]",
             # A recorded model's rejected replies are real: they take the re-ask path.
             INVALID_KEY: bool(turn.get("invalid", False)) or bool(self.recorded),
+            **({"finish_reason": "length"} if turn.get("error") == "length" else {}),
         }
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+class _Unavailable(Exception):
+    """A recorded 5xx of the endpoint, replayed."""
+
+    status_code = 503
+
+
+def _fail_as_recorded(kind: str, where: str, index: int) -> None:
+    """Raise what a recorded failed call raised live (a cut-off returns, see ``_generate``)."""
+    if kind == "timeout":
+        raise TimeoutError(f"recorded timeout ({where}[{index}])")
+    if kind == "unavailable":
+        raise _Unavailable(f"recorded endpoint failure ({where}[{index}])")
+    if kind != "length":
+        raise ScriptedModelError(
+            f"{where}[{index}]: error must be one of {', '.join(ERROR_KINDS)}, not {kind!r}"
+        )
 
 
 def request_digest(messages: Sequence[BaseMessage], params: Mapping[str, Any]) -> str:
@@ -248,6 +272,8 @@ def _message(
     """The turn as a reply; with a ``response_format``, in the text form that format asks for."""
     if "text" in turn:
         return AIMessage(content=str(turn["text"]))
+    if "error" in turn:  # a reply cut off at the token limit: nothing usable
+        return AIMessage(content="")
     if "output" in turn:
         output = turn["output"]
         if _asks_envelope(response_format):

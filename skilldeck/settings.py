@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skilldeck._internal.home import state_home
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "settings_reference"]
 
 
 class Settings(BaseSettings):
@@ -33,10 +33,17 @@ class Settings(BaseSettings):
         default=None,
         description="Model override for every skill: 'MODEL', 'PROVIDER:MODEL' or 'scripted:FILE'.",
     )
-    provider: str = "openai"
-    base_url: str | None = None
-    api_key: SecretStr | None = None
-    temperature: float = 0.2
+    provider: str = Field(
+        default="openai",
+        description="Provider of skills that name none: openai, openrouter, compatible, scripted.",
+    )
+    base_url: str | None = Field(
+        default=None, description="One OpenAI-compatible endpoint for every model call."
+    )
+    api_key: SecretStr | None = Field(default=None, description="The endpoint's API key.")
+    temperature: float = Field(
+        default=0.2, description="Sampling temperature of skills that set none."
+    )
     output_mode: Literal["auto", "schema", "tool", "json"] = Field(
         default="auto",
         description="How a model's turn is constrained: 'schema' (each reply is forced by a "
@@ -79,7 +86,11 @@ class Settings(BaseSettings):
         default=3, ge=1, description="Runs of one skill without any state change before stopping."
     )
     max_steps: int = Field(default=200, ge=1, description="LangGraph recursion limit per call.")
-    reference_token_budget: int = Field(default=4000, ge=0)
+    reference_token_budget: int = Field(
+        default=4000,
+        ge=0,
+        description="Tokens of a skill's references put in its system prompt (the rest is cut).",
+    )
     planner_max_rounds: int = Field(
         default=3, ge=1, description="Planner-mode tool rounds, whatever the skill asks."
     )
@@ -91,7 +102,11 @@ class Settings(BaseSettings):
         default_factory=lambda: state_home().sqlite_url("checkpoints.sqlite"),
         description="memory://, sqlite:///PATH or postgresql://...; default: in SKILLDECK_HOME.",
     )
-    durability: Literal["sync", "async", "exit"] = "sync"
+    durability: Literal["sync", "async", "exit"] = Field(
+        default="sync",
+        description="When checkpoints are written (LangGraph): 'sync' before the next step "
+        "starts, so a killed process loses nothing.",
+    )
     sqlite_timeout_s: float = Field(default=5.0, gt=0, description="Wait for a locked database.")
     postgres_pool_size: int = Field(
         default=10, ge=1, description="PostgreSQL connections per pool (checkpoints, messages)."
@@ -124,7 +139,9 @@ class Settings(BaseSettings):
         description="An embeddings model on an OpenAI-compatible endpoint "
         "(SKILLDECK_EMBEDDING_BASE_URL); default: the offline multilingual USE model.",
     )
-    embedding_base_url: str | None = None
+    embedding_base_url: str | None = Field(
+        default=None, description="The endpoint of embedding_model (OpenAI-compatible)."
+    )
     knowledge_path: str = Field(
         default_factory=lambda: str(state_home().path / "knowledge"),
         description="Where the knowledge base keeps its index.",
@@ -135,3 +152,19 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: object) -> object:
         """``SKILLDECK_FILES_ROOT=`` (empty) means "not set", not "the current directory"."""
         return None if isinstance(value, str) and not value.strip() else value
+
+
+def settings_reference() -> str:
+    """The Markdown table of every setting (``docs/settings.md`` holds it; a test keeps the two
+    equal): environment variable, default and what it does."""
+    rows = ["| variable | default | what it does |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        if field.default_factory is not None:
+            default = "in `SKILLDECK_HOME`"
+        elif field.default is None:
+            default = "none"
+        else:
+            default = f"`{field.default}`"
+        text = (field.description or "").replace("|", "\\|")
+        rows.append(f"| `SKILLDECK_{name.upper()}` | {default} | {text} |")
+    return "\n".join(rows) + "\n"

@@ -88,6 +88,7 @@ def test_save_writes_exactly_the_card_keys(tmp_path: Path) -> None:
     result = save_card(tmp_path, a_card(title="  Eval team standup  "))
     assert result == {
         "ok": True,
+        "fact_id": "2026/05/25.md#ts_1",  # what the output names the card by, not the path
         "path": "Cards/2026_05_25_md_ts_1.yaml",
         "status": "completed",
         "template_ids": ["event"],
@@ -181,6 +182,7 @@ def test_update_insight_sets_it_and_keeps_the_card(tmp_path: Path) -> None:
     result = update_insight(tmp_path, "2026/05/25.md#ts_1", "  Weekly sync, not daily.  ")
     assert result == {
         "ok": True,
+        "fact_id": "2026/05/25.md#ts_1",
         "path": "Cards/2026_05_25_md_ts_1.yaml",
         "status": "completed",
         "insight": "Weekly sync, not daily.",

@@ -4,22 +4,26 @@ and what a timeout, a cut-off or a broken endpoint does to a run."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+import yaml
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
 from endpoint import Answer, call, serve, text
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.errors import PromptTooLongError
+from skilldeck.evals.cassette import CassetteRecorder
 from skilldeck.models import build_model, output_mode, resolve_model
 from skilldeck.nodes.model_call import estimate_tokens, fit_context
 from skilldeck.nodes.replies import read_reply, to_wire
 from skilldeck.nodes.transcript import read_messages
+from skilldeck.scripted import CALL_INDEX_KEY, CASE_KEY, SKILL_KEY
 from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.skills.bundle import ExecutionConfig
 from skilldeck.skills.contract import skeleton, turn_schema
@@ -361,3 +365,37 @@ def test_turn_schema_strips_prose_and_keeps_references_apart() -> None:
     assert validator.is_valid({"tool": "t", "arguments": {"y": 1}})
     assert not validator.is_valid({"tool": "t", "arguments": {"y": "s"}})
     assert turn_schema(output_schema)["required"] == ["final"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("length", "cut off"), ("timeout", "timed out"), ("unavailable", "HTTP 503")],
+)
+def test_a_recorded_failed_call_replays_as_the_same_failure(
+    kind: str, reason: str, tmp_path: Path
+) -> None:
+    """A cassette turn ``error: KIND`` fails as the live call did, so the run re-asks as it
+    did live (and a recorder writes such a turn for a call that raised)."""
+    script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
+    turns = script["skills"]["litigation-intake"]
+    script["skills"]["litigation-intake"] = [{"error": kind}, *turns]
+    cassette = tmp_path / "recorded.yaml"
+    cassette.write_text(yaml.safe_dump({**script, "recorded": {"date": "2026-11-24"}}), "utf-8")
+    settings = Settings(
+        model=f"scripted:{cassette}", files_root=str(DEMO_FILES), output_mode="schema"
+    )
+    with SkillDeck(checkpointer="memory://", settings=settings) as deck:
+        result = _intake(deck)
+    assert result.status == "interrupted", result.error
+    rows = [r for r in deck.history(result.thread_id) if r["action"] == "rejected"]
+    assert len(rows) == 1 and reason in rows[0]["validation_errors"][0]["message"]
+
+    recorder = CassetteRecorder()
+    run_id = uuid.uuid4()
+    meta = {CASE_KEY: "c", SKILL_KEY: "s", CALL_INDEX_KEY: 0}
+    recorder.on_chat_model_start({}, [[HumanMessage("hi")]], run_id=run_id, metadata=meta)
+    error = type("LengthFinishReasonError", (Exception,), {})() if kind == "length" else (
+        TimeoutError() if kind == "timeout" else ConnectionError())  # fmt: skip
+    recorder.on_llm_error(error, run_id=run_id)
+    (turn,) = recorder.cassette()["cases"]["c"]["skills"]["s"]
+    assert turn["error"] == kind and len(turn["request"]) == 16

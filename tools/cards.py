@@ -288,8 +288,11 @@ def save_card(workspace: Path, card: Any) -> dict[str, Any]:
     saved = {key: checked.get(key) for key in CARD_KEYS}
     saved["status"] = "completed"
     _write_card(path, saved)
+    # The saved fact_id comes first: a caller's output names the card by it, and a small
+    # model left with only the path tends to make a fact_id of the file name.
     return {
         "ok": True,
+        "fact_id": checked["fact_id"],
         "path": relpath,
         "status": "completed",
         "template_ids": checked["template_ids"],
@@ -307,7 +310,13 @@ def update_insight(workspace: Path, fact_id: Any, insight: Any) -> dict[str, Any
     card["insight"] = insight.strip()
     relpath = card_relpath(fact_id)
     _write_card(jailed_path(workspace, relpath), card)
-    return {"ok": True, "path": relpath, "status": card.get("status"), "insight": card["insight"]}
+    return {
+        "ok": True,
+        "fact_id": fact_id,
+        "path": relpath,
+        "status": card.get("status"),
+        "insight": card["insight"],
+    }
 
 
 def card_tools(root: str | Path | None) -> list[BaseTool]:
