@@ -25,6 +25,8 @@ at will (``--only`` runs one unit; ``--report`` only prints what is written). Un
   planner, next to ``rules:planner`` (``bench/recall_skill.py``).
 - ``rag``: rag-retrieve on the first ``--questions`` TAT-QA dev questions with the model, next
   to the rules (``bench/rag_skill.py``).
+- ``prompts``: the prompt tokens of each built-in skill's first call, in ``tool`` and
+  ``schema`` mode.
 - ``cache``: the demo's first call in two threads of two users, one after the other: the share
   of the second prompt the endpoint had to read fresh (its prefix cache held the rest).
 
@@ -38,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -60,6 +63,7 @@ from skilldeck.evals import run_suite
 from skilldeck.evals.suites import Suite, suite_for_skill
 from skilldeck.scripted import SKILL_KEY
 from skilldeck.skills import builtin_skills_dir
+from skilldeck.tools.messages import Message
 
 HERE = Path(__file__).resolve().parent
 MODES = ("schema", "tool", "json")
@@ -271,6 +275,77 @@ def run_cache(model: str, tmp: Path) -> dict[str, Any]:
     return {"first_calls": firsts, "second_thread_fresh_share": fresh}
 
 
+class _Stop(Exception):
+    """Raised by :class:`FirstCall` once the first call has ended: its usage is all we want."""
+
+
+class FirstCall(BaseCallbackHandler):
+    """The prompt tokens of a run's first model call (then stops the run)."""
+
+    raise_error = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompt: int | None = None
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kw: Any) -> None:
+        generation = response.generations[0][0]
+        if isinstance(generation, ChatGeneration):
+            usage = generation.message.usage_metadata or {}  # type: ignore[attr-defined]
+            self.prompt = usage.get("input_tokens")
+        raise _Stop
+
+
+#: A run of each built-in skill: input, context and the matter folder it needs.
+FIRST_RUNS: dict[str, tuple[dict[str, Any], str, str | None]] = {
+    "litigation-intake": ({"documents": ["complaint.txt"]}, "matter", "m"),
+    "card-agent": (
+        {"fact_id": "2026/05/25.md#ts_1", "content": "Standup Thursday 10:30am, Zoom."},
+        "card",
+        "m",
+    ),
+    "pkm-agent": (
+        {"content": "Slept 5.5h, crashed at 2pm.", "fact_id": "2026/05/25.md#ts_1"},
+        "pkm",
+        "p",
+    ),
+    "nomemory-recall": ({"question": "What food do I avoid?"}, "recall", None),
+    "rag-retrieve": ({"question": "How much does Widget Pro cost?"}, "knowledge", "m"),
+}
+
+
+def run_prompts(model: str, tmp: Path) -> dict[str, Any]:
+    """Prompt tokens of each built-in skill's first call, in ``tool`` and ``schema`` mode."""
+    files = tmp / "files"
+    shutil.copytree(demo.FILES / "demo-matter", files / "m")
+    shutil.copytree(builtin_skills_dir() / "pkm-agent" / "fixtures" / "_starter_pkm", files / "p")
+    tokens: dict[str, dict[str, int | None]] = {}
+    for mode in ("tool", "schema"):
+        for skill, (given, context, matter) in FIRST_RUNS.items():
+            settings = Settings(
+                model=model,
+                output_mode=mode,
+                files_root=str(files),
+                messages_path=str(tmp / "messages.sqlite"),
+                chroma_path=str(tmp / "chroma"),
+                knowledge_path=str(tmp / "knowledge"),
+            )
+            first = FirstCall()
+            with SkillDeck(
+                builtin_skills_dir() / skill, checkpointer="memory://", settings=settings
+            ) as deck:
+                if skill == "nomemory-recall":
+                    said = "I don't eat spicy food."
+                    deck.memory.add([Message("m1", "u", "t", "user", "2026-01-03T09:00:00Z", said)])
+                with contextlib.suppress(_Stop):
+                    deck.run(
+                        given, context=context, user_id="u", matter_id=matter, callbacks=[first]
+                    )
+            tokens.setdefault(skill, {})[mode] = first.prompt
+            log(f"{skill} {mode}: {first.prompt} prompt tokens")
+    return {"first_prompt_tokens": tokens}
+
+
 def buckets(report: Mapping[str, Any]) -> dict[str, Any]:
     return {
         k: {"n": v["trials"], "pass_rate": v["pass_rate"]} for k, v in report["buckets"].items()
@@ -405,6 +480,7 @@ def units(args: Any) -> dict[str, Any]:
     plan["recall"] = lambda tmp: run_recall(model, args.questions)
     plan["rag"] = lambda tmp: run_rag(model, args.questions)
     plan["cache"] = lambda tmp: run_cache(model, tmp)
+    plan["prompts"] = lambda tmp: run_prompts(model, tmp)
     for mode in MODES[1:]:
         plan[f"demo-{mode}"] = lambda tmp, m=mode: run_demo(model, m, args.demo_runs, tmp)
     return plan
