@@ -238,7 +238,13 @@ def test_ctrl_c_prints_the_command_that_continues(tmp_path: Path, skills_dir: Pa
     _wait_for(second_started)
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # say where it hung, for the next person
+        gate.unlink()
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"no exit within 60 s of Ctrl-C\nstdout: {out}\nstderr: {err}")
     assert proc.returncode == 130, (out, err)
     assert "stopped" in err and "continue it with: skilldeck run --thread" in err, err
     again = err.split("continue it with: ", 1)[1].strip().split("\n")[0]
