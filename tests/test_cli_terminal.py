@@ -224,7 +224,14 @@ def test_ctrl_c_prints_the_command_that_continues(tmp_path: Path, skills_dir: Pa
         "--skills", str(skills_dir), "--model", f"scripted:{script}",
     ]  # fmt: skip
     proc = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C as in a terminal: a job started in the background (CI under `&`) inherits
+        # SIGINT ignored, and Python then never raises KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     db = tmp_path / "home" / "checkpoints.sqlite"
 
