@@ -22,6 +22,17 @@ from skilldeck.skills import builtin_skills_dir
 DEMO_SCRIPT = demo.SCRIPT
 DEMO_FILES = demo.FILES
 DEMO_ANSWERS = demo.ANSWERS
+#: A valid litigation-intake output naming both parties, for tests that script an endpoint.
+INTAKE_FINAL = {
+    "response": "Both parties are named.",
+    "profile": {
+        "plaintiff": {"name": "Jane Doe", "type": "person"},
+        "defendant": {"name": "Acme", "type": "organisation"},
+        "intake_status": "completed",
+    },
+    "data": {"evidence_list": []},
+    "control": {"action": "continue"},
+}
 
 #: A user's small chat history, for the memory tools and the recall skill.
 MEMORY_TEXTS = [

@@ -196,27 +196,26 @@ def test_no_model_output_leaves_a_thread_stuck(
         meta={"tools": ["element__extract"]},
         data={"n": {"type": "integer"}, "blob": {"type": "object"}},
     )
-    script = tmp_path / "turns.yaml"
     retry = {**turn, "invalid": True}
+
+    def deck_on(turns: list[dict[str, Any]], name: str) -> SkillDeck:
+        script = tmp_path / f"{name}.yaml"
+        script.write_text(json.dumps({"skills": {"intake": turns}}))
+        return SkillDeck(
+            skills_dir,
+            checkpointer=f"sqlite:///{tmp_path / f'{name}.sqlite'}",
+            settings=Settings(model=f"scripted:{script}", max_retries=2),
+        )
+
     # Twice the same bad reply (a model repeats itself), then a good one: re-asked each time.
-    script.write_text(json.dumps({"skills": {"intake": [retry, retry, output(data={"n": 3})]}}))
-    with SkillDeck(
-        skills_dir,
-        checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}",
-        settings=Settings(model=f"scripted:{script}", max_retries=2),
-    ) as deck:
+    with deck_on([retry, retry, output(data={"n": 3})], "c") as deck:
         result = deck.run(context="ctx")
         assert result.status == "finished", result.error
         assert result.state["n"] == 3
         rejected = [r for r in deck.history(result.thread_id) if r["action"] == "rejected"]
         assert len(rejected) == 2
-        # With no good reply left: failed, cleanly, and the thread is not running.
-    script.write_text(json.dumps({"skills": {"intake": [retry] * 3}}))
-    with SkillDeck(
-        skills_dir,
-        checkpointer=f"sqlite:///{tmp_path / 'd.sqlite'}",
-        settings=Settings(model=f"scripted:{script}", max_retries=2),
-    ) as deck:
+    # With no good reply left: failed, cleanly, and the thread is not running.
+    with deck_on([retry] * 3, "d") as deck:
         failed = deck.run(context="ctx")
         assert failed.status == "failed"
         assert failed.error is not None and failed.error["code"] == "CONTRACT_VIOLATION"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEMO_FILES
+from conftest import DEMO_FILES, INTAKE_FINAL
 from endpoint import call, serve
 
 from skilldeck import ModelConfigError, Settings, SkillDeck
@@ -90,23 +90,11 @@ def test_a_deck_without_credentials_fails_before_running(
         assert deck.threads() == []
 
 
-FINAL = {
-    "response": "Both parties are named.",
-    "profile": {
-        "plaintiff": {"name": "Jane Doe", "type": "person"},
-        "defendant": {"name": "Acme", "type": "organisation"},
-        "intake_status": "completed",
-    },
-    "data": {"evidence_list": []},
-    "control": {"action": "continue"},
-}
-
-
 @pytest.fixture
 def endpoint() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     steps: list[Any] = [
         call("file__parse", {"file_id": "complaint.txt"}, "c1"),
-        call("submit_output", FINAL, "c2"),
+        call("submit_output", INTAKE_FINAL, "c2"),
     ]
     with serve(steps) as server:
         yield server.url, server.requests

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, INTAKE_FINAL, output, write_bundle
 from endpoint import Answer, call, serve, text
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
@@ -31,16 +31,6 @@ from skilldeck.skills.contract import skeleton, turn_schema
 pytestmark = pytest.mark.L2
 
 INTAKE = builtin_skills_dir() / "litigation-intake"
-FINAL = {
-    "response": "Both parties are named.",
-    "profile": {
-        "plaintiff": {"name": "Jane Doe", "type": "person"},
-        "defendant": {"name": "Acme", "type": "organisation"},
-        "intake_status": "completed",
-    },
-    "data": {"evidence_list": []},
-    "control": {"action": "continue"},
-}
 PARSE = {"tool": "file__parse", "arguments": {"file_id": "complaint.txt"}}
 
 
@@ -81,7 +71,7 @@ def test_the_demo_runs_in_every_mode(mode: str, tmp_path: Path) -> None:
 
 # -- schema mode against an OpenAI-compatible endpoint --------------------------------------
 def test_schema_mode_sends_one_strict_schema_of_the_next_step() -> None:
-    with serve([text(json.dumps(PARSE)), text(json.dumps({"final": FINAL}))]) as endpoint:
+    with serve([text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]) as endpoint:
         settings = _settings(base_url=endpoint.url, output_mode="schema")
         with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
             result = _intake(deck)
@@ -96,9 +86,9 @@ def test_schema_mode_sends_one_strict_schema_of_the_next_step() -> None:
     assert names == ["file__get_info", "file__parse", "element__extract"]
     assert schema["anyOf"][-1]["required"] == ["final"]
     validator = jsonschema.Draft202012Validator(schema)
-    assert validator.is_valid(PARSE) and validator.is_valid({"final": FINAL})
+    assert validator.is_valid(PARSE) and validator.is_valid({"final": INTAKE_FINAL})
     assert not validator.is_valid({"tool": "file__delete", "arguments": {}})
-    assert not validator.is_valid({"final": {**FINAL, "profile": {"judge": "X"}}})
+    assert not validator.is_valid({"final": {**INTAKE_FINAL, "profile": {"judge": "X"}}})
     # The schema is sent once: as the grammar, not again in the prompt.
     system = first["messages"][0]["content"]
     assert "JSON Schema of the whole output" not in system
@@ -116,7 +106,7 @@ def test_a_repeated_call_narrows_the_turn_to_the_final_output() -> None:
     steps: list[Any] = [
         text(json.dumps(PARSE)),
         text(json.dumps(PARSE)),
-        text(json.dumps({"final": FINAL})),
+        text(json.dumps({"final": INTAKE_FINAL})),
     ]
     with serve(steps) as endpoint:
         settings = _settings(base_url=endpoint.url, output_mode="schema")
@@ -134,7 +124,7 @@ def test_a_repeated_call_narrows_the_turn_to_the_final_output() -> None:
 def test_tool_mode_reads_a_call_written_as_text_but_only_of_an_allowed_tool() -> None:
     fenced = "```json\n" + json.dumps(PARSE) + "\n```"
     denied = json.dumps({"tool": "file__delete", "arguments": {"file_id": "complaint.txt"}})
-    steps: list[Any] = [text(fenced), text(denied), call("submit_output", FINAL, "c3")]
+    steps: list[Any] = [text(fenced), text(denied), call("submit_output", INTAKE_FINAL, "c3")]
     with serve(steps) as endpoint:
         settings = _settings(base_url=endpoint.url, output_mode="tool")
         with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
@@ -178,7 +168,7 @@ def test_auto_probes_the_endpoint_once(reply: dict[str, Any], mode: str) -> None
 def test_a_failed_call_is_a_rejected_attempt_that_is_asked_again(
     trouble: Answer, reason: str
 ) -> None:
-    steps: list[Any] = [trouble, text(json.dumps(PARSE)), text(json.dumps({"final": FINAL}))]
+    steps: list[Any] = [trouble, text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]
     with serve(steps) as endpoint:
         settings = _settings(base_url=endpoint.url, output_mode="schema", model_timeout_s=0.5)
         with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
@@ -330,8 +320,9 @@ def test_several_calls_and_the_final_envelope() -> None:
         "file__parse",
         "file__get_info",
     ]
-    final = read_reply(AIMessage(content=json.dumps({"final": FINAL})), "schema", ALLOWED, "c")
-    assert final.output == FINAL
+    reply = AIMessage(content=json.dumps({"final": INTAKE_FINAL}))
+    final = read_reply(reply, "schema", ALLOWED, "c")
+    assert final.output == INTAKE_FINAL
     bad = read_reply(AIMessage(content='{"final": 3}'), "schema", ALLOWED, "c")
     assert bad.errors == [{"path": "$.final", "message": "must be an object"}]
     # In tool mode "final" is no envelope: the text goes to the contract as it is.

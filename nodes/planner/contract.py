@@ -166,6 +166,12 @@ _FILTER = {
     },
     "required": ["role", "time_range"],
 }
+# Both searches take a query and an explicit filter.
+_SEARCH = {
+    "type": "object",
+    "properties": {"query_text": {"type": "string"}, "filter": _FILTER},
+    "required": ["query_text", "filter"],
+}
 _ARGS: dict[str, dict[str, Any]] = {
     "messages_list": {
         "type": "object",
@@ -177,16 +183,8 @@ _ARGS: dict[str, dict[str, Any]] = {
         },
         "required": ["role"],
     },
-    "lexical_search": {
-        "type": "object",
-        "properties": {"query_text": {"type": "string"}, "filter": _FILTER},
-        "required": ["query_text", "filter"],
-    },
-    "semantic_search": {
-        "type": "object",
-        "properties": {"query_text": {"type": "string"}, "filter": _FILTER},
-        "required": ["query_text", "filter"],
-    },
+    "lexical_search": _SEARCH,
+    "semantic_search": _SEARCH,
     "neighbors": {
         "type": "object",
         "properties": {
