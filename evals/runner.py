@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -108,10 +109,12 @@ def run_suite(
     if judge is not None and recorder is not None:
         judge = judge.with_callbacks(callbacks)
     jobs = [(task, epoch) for task in suite.tasks for epoch in range(epochs)]
-    ids = {trial_id(task, 0) for task in suite.tasks}
-    if len(ids) < len(suite.tasks):
+    ids = Counter(trial_id(task, 0) for task in suite.tasks)  # a digest of the task id
+    repeated = sorted({t.id for t in suite.tasks if ids[trial_id(t, 0)] > 1})
+    if repeated:
         raise EvalConfigError(
-            "two task ids map to the same trial folder; make them differ in [A-Za-z0-9_-]"
+            f"task id(s) {', '.join(repeated)} appear more than once in the suite; "
+            "give each task its own id"
         )
     fixtures = {task.id: suite.fixture(task) for task in suite.tasks}
     scope = RunScope()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -305,3 +306,15 @@ def test_the_builtin_litigation_suite_ships_the_matter_it_reads(tmp_path: Path) 
     parsed = [c for c in trials["intake_complete_after_answers"]["tool_calls"]
               if c["name"] == "file__parse"]  # fmt: skip
     assert parsed and all(c["ok"] for c in parsed)
+
+
+def test_a_suite_with_a_repeated_task_id_runs_nothing(
+    skills: Path, cassette: Path, tmp_path: Path
+) -> None:
+    """cases.yaml refuses a repeated id when it loads; a suite built in code is checked too
+    (two trials would share one workspace and one report row)."""
+    suite = suite_for_skill("notes", [skills])
+    suite = dataclasses.replace(suite, tasks=(*suite.tasks, suite.tasks[0]))
+    with pytest.raises(EvalConfigError, match="append_sleep appear more than once"):
+        run_suite(suite, out=tmp_path / "o", model=f"scripted:{cassette}")
+    assert not (tmp_path / "o" / "workspaces").exists()

@@ -87,6 +87,12 @@ class IndexCache:
                 self.hits += 1
             return value
 
+    def peek(self, key: Hashable) -> Any | None:
+        """The index under ``key``, or ``None``, without counting a hit or a miss: a builder
+        looking again under its lock, after its own ``get`` missed."""
+        with self._lock:
+            return self._cache.get(key)
+
     def put(self, key: Hashable, value: Weighed) -> None:
         """Keep ``value`` under ``key``, dropping least recently used entries to fit."""
         with self._lock:

@@ -392,7 +392,7 @@ class Memory:
         if lexicon is not None:
             return lexicon
         with self._stripe(user_id):
-            lexicon = self._cache.get(key)  # built by another thread meanwhile
+            lexicon = self._cache.peek(key)  # built by another thread meanwhile
             if lexicon is None:
                 lexicon = self._load(user_id)
                 self._cache.put(key, lexicon)
