@@ -404,11 +404,6 @@ class MessageStore:
         upto, count, version, data = rows[0]
         return int(upto), int(count), str(version), bytes(data)
 
-    def last_seq(self, user_id: str) -> int:
-        """The highest ``seq`` of ``user_id``'s messages (0 without any)."""
-        rows = self._db.query(f"SELECT MAX(seq) FROM {self._table} WHERE user_id = ?", [user_id])
-        return int(rows[0][0] or 0)
-
     def users(self) -> list[str]:
         return [r[0] for r in self._db.query(f"SELECT DISTINCT user_id FROM {self._table}", [])]
 
