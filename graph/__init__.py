@@ -1,6 +1,6 @@
 """The state schema and the builder that compiles skills into a LangGraph ``StateGraph``."""
 
-from skilldeck.graph.builder import build_graph, deck_problems
+from skilldeck.graph.builder import build_graph, deck_problems, deck_tools
 from skilldeck.graph.state import (
     RESERVED_KEYS,
     RunStatus,
@@ -16,5 +16,6 @@ __all__ = [
     "build_graph",
     "build_state_schema",
     "deck_problems",
+    "deck_tools",
     "merge_profile",
 ]

@@ -9,6 +9,7 @@ checkpoint) is spent on routing alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from langgraph.graph import END, START, StateGraph
@@ -26,22 +27,51 @@ from skilldeck.nodes import (
     ToolsNode,
     entry,
 )
-from skilldeck.skills.bundle import SkillBundle
+from skilldeck.skills.bundle import READ_FILE_TOOL, SkillBundle
 from skilldeck.skills.problems import Problems
 from skilldeck.tools.registry import ToolRegistry
+from skilldeck.tools.skill_files import skill_file_tool
 from skilldeck.types import Problem
 
-__all__ = ["build_graph", "deck_problems"]
+__all__ = ["build_graph", "deck_problems", "deck_tools"]
 
 _RESERVED_NODES = (ROUTER_NODE, TOOLS_NODE, CARD_NODE)
+
+
+def deck_tools(
+    bundles: Sequence[SkillBundle], registry: ToolRegistry
+) -> tuple[tuple[SkillBundle, ...], ToolRegistry]:
+    """The bundles as a deck runs them, and the deck's registry: ``registry`` plus
+    ``skill__read_file`` over the bundles' files (a copy; ``registry`` may be shared), and each
+    Agent Skill's ``allowed-tools`` added to its tools where the registry has them (the others
+    are warnings of :func:`deck_problems`)."""
+    files = {b.name: (b.path, tuple(f for f, _ in b.files)) for b in bundles}
+    if registry.resolve(READ_FILE_TOOL) is None:
+        registry = registry.extended([skill_file_tool(files)])
+    bound = []
+    for bundle in bundles:
+        known = [t for t in bundle.allowed_tools if registry.resolve(t) is not None]
+        tools = tuple(dict.fromkeys((*bundle.tools, *known)))
+        bound.append(replace(bundle, tools=tools) if tools != bundle.tools else bundle)
+    return tuple(bound), registry
 
 
 def deck_problems(bundles: Sequence[SkillBundle], registry: ToolRegistry) -> list[Problem]:
     """What keeps ``bundles`` from forming one deck, beyond each bundle's own files: execution
     modes, reserved names, data fields that collide with the engine's state keys, and tools the
-    registry does not have. Every one, so ``skilldeck check`` can show them all."""
+    registry does not have (errors); ``allowed-tools`` it does not have (warnings: a skill from
+    another agent names that agent's tools). Every one, so ``skilldeck check`` can show them
+    all."""
     problems = Problems()
     for bundle in bundles:
+        for tool in bundle.allowed_tools:
+            if registry.resolve(tool) is None:
+                problems.warn(
+                    bundle.path / "SKILL.md",
+                    "$.front_matter.allowed-tools",
+                    f"tool {tool!r} is not available in this deck; the skill runs without it",
+                    "agent-skills",
+                )
         meta = bundle.path / "skill.meta.json"
         if bundle.execution.mode not in MODES:
             problems.error(
@@ -69,7 +99,7 @@ def deck_problems(bundles: Sequence[SkillBundle], registry: ToolRegistry) -> lis
                     f"tool {name!r} is not registered; registered tools: "
                     f"{', '.join(registry.names()) or 'none'}",
                 )
-    return problems.errors
+    return problems.items
 
 
 def build_graph(bundles: Sequence[SkillBundle], ctx: NodeContext) -> StateGraph[Any]:
@@ -78,7 +108,7 @@ def build_graph(bundles: Sequence[SkillBundle], ctx: NodeContext) -> StateGraph[
     Raises:
         BundleError: the bundles do not form a deck (every problem of :func:`deck_problems`).
     """
-    problems = deck_problems(bundles, ctx.registry)
+    problems = [p for p in deck_problems(bundles, ctx.registry) if p.severity == "error"]
     if problems:
         raise BundleError.of(problems)
     skills = tuple(b.name for b in bundles)

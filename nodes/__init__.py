@@ -4,7 +4,16 @@ from skilldeck.nodes.card import CardNode, answers_schema, apply_answers, valida
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, TOOLS_NODE, NodeContext
 from skilldeck.nodes.planner import PlannerSkillNode
 from skilldeck.nodes.retrieval import RetrievalSkillNode
-from skilldeck.nodes.router import RouterNode, candidates, entry, route, start_update
+from skilldeck.nodes.route_model import ModelRouter
+from skilldeck.nodes.router import (
+    AUTO_CONTEXT,
+    RouterNode,
+    candidates,
+    decide,
+    entry,
+    route,
+    start_update,
+)
 from skilldeck.nodes.skill import SkillNode, parse_output
 from skilldeck.nodes.tools import ToolsNode
 
@@ -16,11 +25,13 @@ MODES: dict[str, type[SkillNode]] = {
 }
 
 __all__ = [
+    "AUTO_CONTEXT",
     "CARD_NODE",
     "MODES",
     "ROUTER_NODE",
     "TOOLS_NODE",
     "CardNode",
+    "ModelRouter",
     "NodeContext",
     "PlannerSkillNode",
     "RetrievalSkillNode",
@@ -30,6 +41,7 @@ __all__ = [
     "answers_schema",
     "apply_answers",
     "candidates",
+    "decide",
     "entry",
     "parse_output",
     "route",

@@ -8,6 +8,8 @@ from functools import cached_property
 
 from langchain_core.language_models import BaseChatModel
 
+from skilldeck.nodes.route_lexical import LexicalRanker
+from skilldeck.nodes.route_model import ModelRouter
 from skilldeck.settings import Settings
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.tools.registry import ToolRegistry
@@ -31,6 +33,13 @@ class NodeContext:
     has_model: Callable[[str], bool]
     #: The output mode of a skill's model calls (``auto`` resolved: see ``skilldeck.models``).
     output_mode: Callable[[str], str]
+    #: Routing by description with a model (``None``: the lexical ranker only).
+    route_model: ModelRouter | None = None
+
+    @cached_property
+    def ranker(self) -> LexicalRanker:
+        """Routing by description without a model (IDF over the whole deck)."""
+        return LexicalRanker(tuple(self.ranked), self.settings.route_threshold)
 
     @cached_property
     def ranked(self) -> tuple[SkillBundle, ...]:

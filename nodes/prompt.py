@@ -1,5 +1,9 @@
 """Context building: ``state + SKILL.md + references`` into the messages a skill's model sees.
 
+Progressive disclosure (Agent Skills): a skill's own files are listed by path and size, and the
+model reads the one it needs with ``skill__read_file``; ``"references": "inline"`` puts
+``references/`` in the prompt instead.
+
 The system message comes first and depends only on the skill and the output mode, so it is
 byte-identical across turns, threads and users and an endpoint's prefix cache holds it. The
 contract's schema is sent once: as the grammar in ``schema`` mode, as ``submit_output``'s
@@ -15,7 +19,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from skilldeck.nodes.replies import SUBMIT_TOOL
-from skilldeck.skills.bundle import SkillBundle
+from skilldeck.skills.bundle import READ_FILE_TOOL, SkillBundle
 from skilldeck.skills.contract import REVIEW_TYPES
 
 __all__ = [
@@ -76,6 +80,25 @@ def _arguments(schema: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "none"
 
 
+#: Files listed in a prompt; a skill with more names the rest by count.
+MAX_LISTED_FILES = 40
+
+
+def _files_section(files: Sequence[tuple[str, int]]) -> str:
+    lines = [
+        f"## Files\nThis skill's own files: read one with {READ_FILE_TOOL} when the "
+        "instructions call for it (paths are relative to the skill's folder)."
+    ]
+    lines += [f"- {path} ({_size(size)})" for path, size in files[:MAX_LISTED_FILES]]
+    if len(files) > MAX_LISTED_FILES:
+        lines.append(f"- … and {len(files) - MAX_LISTED_FILES} more")
+    return "\n".join(lines)
+
+
+def _size(size: int) -> str:
+    return f"{size} bytes" if size < 1000 else f"{size / 1000:.1f} kB"
+
+
 def _tools_section(tools: Sequence[ToolInfo]) -> str:
     lines = ["## Tools"]
     lines += [f"- {name}: {about} Arguments: {_arguments(args)}." for name, about, args in tools]
@@ -92,6 +115,8 @@ def render_system(
     if bundle.references:
         refs = "\n\n".join(f"### {r.name}\n{r.text.strip()}" for r in bundle.references)
         parts.append(f"## References\n{refs}")
+    if bundle.files:
+        parts.append(_files_section(bundle.files))
     if tools and output_mode != "tool":
         parts.append(_tools_section(tools))
     data = ""

@@ -1,11 +1,17 @@
-"""The router: picks the next skill, deterministically, or ends the run.
+"""The router: picks the next skill, or ends the run, by a chain of strategies.
 
-Candidates are the skills whose ``triggers.contexts`` contain ``state.context`` and whose
-``state_conditions`` and ``requires`` hold. An explicit ``next_skill`` wins, then the meta's
-``priority`` (higher first), then load order. No candidate after a skill has run means the run is
-finished; no candidate for a run's first choice means nothing could run, and the run ends as
-``no_skill`` with each skill's reason (a typo in the context must not pass for a finished run).
-A loop guard stops a run that keeps choosing the same skill while the state does not change.
+The chain is seed 004's: a forced skill (``next_skill``) wins; then the candidates, the skills
+whose ``triggers.contexts`` contain ``state.context`` and whose ``state_conditions`` and
+``requires`` hold: one with the highest ``priority`` wins, and a lone candidate wins. Candidates
+that tie, and every skill whose conditions hold in context ``auto``, are routed by description:
+a model chooses from the skills' names and descriptions when one is configured, else a lexical
+ranker (:mod:`skilldeck.nodes.route_lexical`), and either may answer ``none``. With nothing to
+route by (no ``input.request``), tied candidates go in load order.
+
+No candidate after a skill has run means the run is finished; no candidate for a run's first
+choice means nothing could run, and the run ends as ``no_skill`` with each skill's reason (a
+typo in the context must not pass for a finished run). A loop guard stops a run that keeps
+choosing the same skill while the state does not change.
 
 A run's first choice is made by the request that starts it (:func:`start_update`), and the
 graph's entry edge (:func:`entry`) follows it, so a run spends no super-step (and no checkpoint)
@@ -17,26 +23,34 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langgraph.graph import END
 from langgraph.types import Command
 
 from skilldeck.nodes.context import NodeContext
+from skilldeck.nodes.route_lexical import Ranked
+from skilldeck.nodes.route_model import ROUTER_KEY, RouteModelError
 from skilldeck.skills.bundle import SkillBundle
+from skilldeck.types import RouteCandidate, RouteDecision
 
 __all__ = [
+    "AUTO_CONTEXT",
     "RouterNode",
     "candidates",
+    "decide",
     "entry",
     "fingerprint",
     "no_skill_error",
+    "request_text",
     "route",
     "start_update",
 ]
 
 _WATCHED = ("context", "input", "user_id", "matter_id", "profile")
+#: The context in which every skill whose conditions hold is routed by its description.
+AUTO_CONTEXT = "auto"
 
 
 def candidates(bundles: Mapping[str, SkillBundle], state: Mapping[str, Any]) -> list[SkillBundle]:
@@ -58,25 +72,118 @@ def _fail(code: str, message: str) -> tuple[str, dict[str, Any]]:
     return END, {"status": "failed", "error": error, "guard": None, "next_skill": None}
 
 
-def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The next node for ``state`` and the state update that goes with it."""
+def request_text(state: Mapping[str, Any]) -> str | None:
+    """The request a run routes by description: ``input.request``."""
+    request = (state.get("input") or {}).get("request")
+    return request if isinstance(request, str) and request.strip() else None
+
+
+def _table(
+    ctx: NodeContext, state: Mapping[str, Any], auto: bool, ranked: Sequence[Ranked] = ()
+) -> tuple[RouteCandidate, ...]:
+    scores = {r.skill: r for r in ranked}
+    rows = []
+    for b in ctx.ranked:
+        why = b.why_not(state, any_context=auto)
+        score = scores.get(b.name)
+        rows.append(
+            RouteCandidate(
+                b.name,
+                why is None,
+                why or "a candidate",
+                score.score if score else None,
+                score.coverage if score else None,
+            )
+        )
+    # Best first: candidates before the others, the best lexical match first among them.
+    return tuple(sorted(rows, key=lambda r: (not r.candidate, -(r.score or 0.0))))
+
+
+def decide(ctx: NodeContext, state: Mapping[str, Any], *, explain: bool = False) -> RouteDecision:
+    """The routing decision for ``state`` (see the module docstring); ``explain`` fills in
+    every skill's standing (``skills``), which the hot path of a run does without."""
+    auto = state.get("context") == AUTO_CONTEXT
     explicit = state.get("next_skill")
     if explicit:
         bundle = ctx.bundles.get(explicit)
-        if bundle is None:
-            return _fail("UNKNOWN_SKILL", f"next_skill {explicit!r} is not a loaded skill")
-        reason = bundle.why_not(state)
-        if reason is not None:
-            return _fail(
-                "NEXT_SKILL_NOT_CANDIDATE", f"next_skill {explicit!r} cannot run now: {reason}"
-            )
-        chosen = explicit
-    else:
-        # The best candidate: the first in rank order whose triggers and requires hold.
-        best = next((b for b in ctx.ranked if b.is_candidate(state)), None)
-        if best is None:
-            return END, {"status": "finished", "guard": None, "next_skill": None}
-        chosen = best.name
+        why = (
+            f"next_skill {explicit!r} is not a loaded skill"
+            if bundle is None
+            else bundle.why_not(state, any_context=auto)
+        )
+        table = _table(ctx, state, auto) if explain else ()
+        if why is not None:
+            if bundle is not None:
+                why = f"next_skill {explicit!r} cannot run now: {why}"
+            return RouteDecision(None, "forced", why, table)
+        return RouteDecision(explicit, "forced", "next_skill names it", table)
+    qualified = [b for b in ctx.ranked if b.is_candidate(state, any_context=auto)]
+    tied = [b for b in qualified if b.priority == qualified[0].priority] if qualified else []
+    if not qualified or (not auto and len(qualified) == 1):
+        table = _table(ctx, state, auto) if explain else ()
+        if not qualified:
+            return RouteDecision(None, "conditions", "no skill's triggers and requires hold", table)
+        return RouteDecision(
+            qualified[0].name, "conditions", "the one skill whose triggers and requires hold", table
+        )
+    if not auto and len(tied) == 1:
+        reason = f"priority {tied[0].priority} is the highest of {len(qualified)} candidates"
+        table = _table(ctx, state, auto) if explain else ()
+        return RouteDecision(tied[0].name, "priority", reason, table)
+    return _by_description(ctx, state, tied, auto, explain)
+
+
+def _by_description(
+    ctx: NodeContext, state: Mapping[str, Any], tied: list[SkillBundle], auto: bool, explain: bool
+) -> RouteDecision:
+    request = request_text(state)
+    if request is None:
+        table = _table(ctx, state, auto) if explain else ()
+        if auto:
+            reason = "context 'auto' routes by the request, and the input has no input.request"
+            return RouteDecision(None, "none", reason, table)
+        reason = f"{len(tied)} candidates tie on priority and there is no input.request; load order"
+        return RouteDecision(tied[0].name, "order", reason, table)
+    names = [b.name for b in tied]
+    chosen, ranked = ctx.ranker.choose(request, names)
+    table = _table(ctx, state, auto, ranked) if explain else ()
+    router = ctx.route_model
+    fallback = ""
+    if router is not None:
+        index = int((state.get("calls") or {}).get(ROUTER_KEY, 0))
+        try:
+            skill, why = router.choose(request, tied, index)
+        except RouteModelError as exc:
+            fallback = f"the routing model failed ({exc}); "
+        else:
+            return RouteDecision(skill, "model" if skill else "none", why, table, router.label)
+    best = ranked[0] if ranked else None
+    if chosen is not None:
+        assert best is not None
+        reason = f"{fallback}its name and description cover {best.coverage:.0%} of the request"
+        return RouteDecision(chosen, "lexical", reason, table, router.label if router else None)
+    low = f"the best match covers {best.coverage:.0%}" if best else "no skill matched"
+    low += f" of the request (threshold {ctx.ranker.threshold:.0%})"
+    if auto:
+        return RouteDecision(None, "none", f"{fallback}{low}", table)
+    return RouteDecision(tied[0].name, "order", f"{fallback}{low}; load order", table)
+
+
+def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The next node for ``state`` and the state update that goes with it."""
+    decision = decide(ctx, state)
+    update: dict[str, Any] = {}
+    if decision.model is not None:  # a scripted replay finds the same routing call again
+        calls = dict(state.get("calls") or {})
+        calls[ROUTER_KEY] = calls.get(ROUTER_KEY, 0) + 1
+        update["calls"] = calls
+    explicit = state.get("next_skill")
+    if decision.skill is None:
+        if explicit:
+            code = "UNKNOWN_SKILL" if explicit not in ctx.bundles else "NEXT_SKILL_NOT_CANDIDATE"
+            return _fail(code, decision.reason)
+        return END, {"status": "finished", "guard": None, "next_skill": None, **update}
+    chosen = decision.skill
     digest = fingerprint(state, ctx.data_keys)
     guard = state.get("guard") or {}
     same = guard.get("skill") == chosen and guard.get("fingerprint") == digest
@@ -87,10 +194,12 @@ def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, An
             f"skill {chosen!r} was chosen {count} times in a row without any change to the "
             f"state (loop_limit={ctx.settings.loop_limit}); stopped the run",
         )
+    route_record = {"strategy": decision.strategy, "reason": decision.reason}
     return chosen, {
-        "guard": {"skill": chosen, "fingerprint": digest, "count": count},
+        "guard": {"skill": chosen, "fingerprint": digest, "count": count, "route": route_record},
         "next_skill": None,
         "status": "running",
+        **update,
     }
 
 
@@ -98,16 +207,19 @@ def no_skill_error(ctx: NodeContext, state: Mapping[str, Any]) -> dict[str, Any]
     """The error of a run that no skill can start: every skill, best first, with the reason it
     is not a candidate (``skills``), and a hint when the context is unknown."""
     context = state.get("context")
-    skills = [{"skill": b.name, "reason": b.why_not(state) or "a candidate"} for b in ctx.ranked]
+    decision = decide(ctx, state, explain=True)
+    skills = [{"skill": c.skill, "reason": c.reason} for c in decision.skills]
     known = sorted({c for b in ctx.ranked for c in b.contexts})
     if not known:
         hint = "; no skills are loaded"
+    elif context == AUTO_CONTEXT:
+        hint = f": {decision.reason}"
     elif context in known:
         hint = f"; {len(skills)} skill(s) considered, each reason is in error.skills"
     else:
         close = difflib.get_close_matches(str(context), known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        hint += f"; the loaded skills run in: {', '.join(known)}"
+        hint += f"; the loaded skills run in: {', '.join(known)} (or 'auto': by description)"
     return {
         "code": "NO_SKILL",
         "message": f"no skill can run in context {context!r}{hint}",

@@ -244,7 +244,7 @@ class SkillNode:
         """A new turn and its opening messages (not yet stored)."""
         prepared = self.bundle.preprocess(dict(state)) if self.bundle.preprocess else None
         messages = [self.system(), render_user(state, self.bundle.data_keys, prepared)]
-        turn = {
+        turn: dict[str, Any] = {
             "id": uuid.uuid4().hex,
             "skill": self.name,
             "attempt": 1,
@@ -253,6 +253,8 @@ class SkillNode:
             "pending": [],
             "tool_calls": [],
             "t0": time.time(),
+            # How the router chose this skill, for the attempt record.
+            "route": (state.get("guard") or {}).get("route"),
         }
         return turn, messages
 
@@ -526,6 +528,7 @@ class SkillNode:
             "tool_calls": turn.get("tool_calls", []),
             "validation_errors": errors,
             "action": action,
+            "route": turn.get("route"),
             "tokens": turn.get("tokens"),
             "trajectory": turn.get("trajectory"),
             "started_at": _iso(turn["t0"]),

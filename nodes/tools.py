@@ -40,7 +40,7 @@ class ToolsNode:
         registry = self.ctx.registry
         allowed = {registry.resolve(name) for name in bundle.tools}
         configurable = config.get("configurable", {})
-        identity = {k: configurable.get(k) for k in IDENTITY_KEYS}
+        identity = {k: configurable.get(k) for k in IDENTITY_KEYS} | {"skill": bundle.name}
         thread_id = str(configurable["thread_id"])
         messages: list[ToolMessage] = []
         records: list[dict[str, Any]] = []

@@ -55,7 +55,7 @@ def check_skills(
     Raises:
         BundleError: a folder in ``paths`` does not exist.
     """
-    from skilldeck.graph.builder import deck_problems
+    from skilldeck.graph.builder import deck_problems, deck_tools
     from skilldeck.tools import default_registry
 
     roots = [paths] if isinstance(paths, str | Path) else list(paths)
@@ -82,8 +82,8 @@ def check_skills(
             problems.extend(_cases(bundle))
             problems.extend(_cassette(bundle))
     # Tool names only: the stores behind the memory and knowledge tools are never opened.
-    registry = default_registry(".", memory=_never, knowledge=_never)
-    problems.extend(deck_problems(bundles, registry))
+    bound, registry = deck_tools(bundles, default_registry(".", memory=_never, knowledge=_never))
+    problems.extend(deck_problems(bound, registry))
     return CheckReport(tuple(folders), tuple(bundles), tuple(problems.items))
 
 

@@ -32,6 +32,7 @@ from skilldeck.errors import (
     CheckpointError,
     InvalidAnswersError,
     MatterRequiredError,
+    ModelConfigError,
     NoModelConfiguredError,
     NoPendingCardError,
     SkillDeckError,
@@ -39,24 +40,28 @@ from skilldeck.errors import (
     StaleInterruptError,
     ThreadNotFoundError,
 )
-from skilldeck.graph import build_graph
+from skilldeck.graph import build_graph, deck_tools
 from skilldeck.models import ModelSpec, build_model, output_mode, resolve_model
 from skilldeck.nodes import (
+    AUTO_CONTEXT,
     MODES,
     ROUTER_NODE,
+    ModelRouter,
     NodeContext,
     answers_schema,
+    decide,
     start_update,
     validate_answers,
 )
 from skilldeck.services import Lazy, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
+from skilldeck.skills.bundle import ExecutionConfig
 from skilldeck.tools import IDENTITY_KEYS, ToolRegistry, default_registry
 from skilldeck.tools.files import MATTER_ID
 from skilldeck.tools.knowledge import KnowledgeBase
 from skilldeck.tools.memory import Memory
-from skilldeck.types import Event, RunResult, ThreadSummary
+from skilldeck.types import Event, RouteDecision, RunResult, ThreadSummary
 
 __all__ = ["SkillDeck"]
 
@@ -95,11 +100,14 @@ class SkillDeck:
     ) -> None:
         self.settings = settings or Settings()
         self._shared = False  # a sibling's persistence belongs to the deck it came from
-        self.bundles = _load(skills, self.settings)
         self._memory = Lazy(lambda: open_memory(self.settings))
         self._knowledge = Lazy(lambda: open_knowledge(self.settings))
-        self.tools = tools or default_registry(
-            self.settings.files_root, memory=self._memory, knowledge=self._knowledge
+        self.bundles, self.tools = deck_tools(
+            _load(skills, self.settings),
+            tools
+            or default_registry(
+                self.settings.files_root, memory=self._memory, knowledge=self._knowledge
+            ),
         )
         self._models: dict[str, BaseChatModel] = {}
         self._model_lock = threading.Lock()
@@ -113,6 +121,7 @@ class SkillDeck:
             model_label=self._model_label,
             has_model=self._has_model,
             output_mode=self.output_mode,
+            route_model=self._route_model(),
         )
         builder = build_graph(self.bundles, self._ctx)
         if checkpointer is None or isinstance(checkpointer, str | Persistence):
@@ -253,6 +262,64 @@ class SkillDeck:
         execution = self._ctx.bundles[skill].execution
         return output_mode(execution, self.settings, self.model_spec(skill), self._model_for(skill))
 
+    def _route_model(self) -> ModelRouter | None:
+        """The model that routes by description: the host's model (``settings.model``), per
+        ``settings.router``; ``None``: the lexical ranker routes.
+
+        Raises:
+            ModelConfigError: ``router`` is ``model`` and no model is configured.
+        """
+        router = self.settings.router
+        if router == "lexical" or (router == "auto" and not self.settings.model):
+            return None
+        try:
+            spec = resolve_model(ExecutionConfig(), self.settings, base=Path.cwd())
+        except NoModelConfiguredError:
+            raise ModelConfigError(
+                "router 'model' routes with the host's model: set SKILLDECK_MODEL (or use "
+                "SKILLDECK_ROUTER=lexical)"
+            ) from None
+        if router == "auto" and spec.provider == "scripted":
+            return None  # a cassette replays skills' turns; the lexical ranker routes
+        model = Lazy(lambda: build_model(spec, self.settings))
+        return ModelRouter(
+            model=model,
+            mode=lambda: output_mode(ExecutionConfig(), self.settings, spec, model()),
+            label=spec.label,
+            timeout_s=self.settings.model_timeout_s,
+        )
+
+    def route(
+        self,
+        input: Mapping[str, Any] | str | None = None,
+        *,
+        context: str = AUTO_CONTEXT,
+        user_id: str | None = None,
+        matter_id: str | None = None,
+        thread_id: str | None = None,
+        next_skill: str | None = None,
+    ) -> RouteDecision:
+        """Which skill a run of ``input`` in ``context`` would start with, and why, without
+        running it: the chosen skill (or ``None``), the strategy that decided it, and each
+        skill's standing. A string ``input`` is the request (``input.request``). With
+        ``thread_id``, the request is routed on that thread's state (profile, data);
+        ``next_skill`` forces a skill, as in :meth:`run`.
+
+        A routing model, when one routes, is asked for real (one call).
+        """
+        state: dict[str, Any] = {}
+        if thread_id is not None:
+            snapshot = self._sync.snapshot(thread_id)
+            state = dict(snapshot.values) if snapshot is not None else {}
+        state.update(
+            context=context,
+            input=_as_input(input),
+            user_id=user_id,
+            matter_id=matter_id,
+            next_skill=next_skill,
+        )
+        return decide(self._ctx, state, explain=True)
+
     def _has_model(self, skill: str) -> bool:
         try:
             self.model_spec(skill)
@@ -274,7 +341,7 @@ class SkillDeck:
         Skills whose execution mode has a rule-based fallback may run without a model.
         """
         for bundle in self.bundles:
-            if context is not None and context not in bundle.contexts:
+            if context not in (None, AUTO_CONTEXT) and context not in bundle.contexts:
                 continue
             if MODES[bundle.execution.mode].rules_fallback and not self._has_model(bundle.name):
                 continue
@@ -285,7 +352,7 @@ class SkillDeck:
     # request is checked once (_start, _answer); a driver (skilldeck._internal.drive) runs it.
     def run(
         self,
-        input: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | str | None = None,
         *,
         context: str,
         thread_id: str | None = None,
@@ -315,7 +382,7 @@ class SkillDeck:
 
     def stream(
         self,
-        input: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | str | None = None,
         *,
         context: str,
         thread_id: str | None = None,
@@ -384,7 +451,7 @@ class SkillDeck:
 
     async def arun(
         self,
-        input: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | str | None = None,
         *,
         context: str,
         thread_id: str | None = None,
@@ -404,7 +471,7 @@ class SkillDeck:
 
     async def astream(
         self,
-        input: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | str | None = None,
         *,
         context: str,
         thread_id: str | None = None,
@@ -459,7 +526,7 @@ class SkillDeck:
         self,
         snapshot: StateSnapshot | None,
         thread_id: str,
-        input: Mapping[str, Any] | None,
+        input: Mapping[str, Any] | str | None,
         context: str,
         user_id: str | None,
         matter_id: str | None,
@@ -468,7 +535,7 @@ class SkillDeck:
         callbacks: Sequence[BaseCallbackHandler] | None,
     ) -> Request:
         """Check a run request against the thread; the update and config that start it."""
-        input = dict(input or {})
+        input = _as_input(input)
         forged = sorted(set(input) & set(IDENTITY_KEYS))
         if forged:
             raise SkillDeckError(
@@ -694,6 +761,11 @@ def _load(skills: SkillsSource | None, settings: Settings) -> tuple[SkillBundle,
         return tuple(s for s in skills if isinstance(s, SkillBundle))
     paths = cast("str | Path | Sequence[str | Path]", skills)
     return load_skills(paths, reference_token_budget=settings.reference_token_budget)
+
+
+def _as_input(input: Mapping[str, Any] | str | None) -> dict[str, Any]:
+    """A run's input: a string is the request that routing by description reads."""
+    return {"request": input} if isinstance(input, str) else dict(input or {})
 
 
 def _stopped_mid_run(

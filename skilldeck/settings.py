@@ -74,6 +74,21 @@ class Settings(BaseSettings):
         "(earlier tool results first) or refused before the call (PROMPT_TOO_LONG).",
     )
 
+    router: Literal["auto", "lexical", "model"] = Field(
+        default="auto",
+        description="How a request is routed by description (context 'auto', or candidates "
+        "that tie on priority): 'model' asks the default model to choose from the skills' "
+        "names and descriptions, 'lexical' ranks them with BM25, 'auto' is 'model' when a "
+        "model endpoint is configured (not scripted) and 'lexical' otherwise.",
+    )
+    route_threshold: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="The share of a request's informative words a skill's name and "
+        "description must match for the lexical router to choose it (else: none).",
+    )
+
     max_retries: int = Field(default=2, ge=0, description="Re-asks after an invalid output.")
     max_output_bytes: int = Field(
         default=256_000, ge=1000, description="Larger model output is a contract error."

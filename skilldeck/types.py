@@ -17,6 +17,9 @@ __all__ = [
     "ErrorEvent",
     "Event",
     "Problem",
+    "RouteCandidate",
+    "RouteDecision",
+    "RouteStrategy",
     "RunResult",
     "SkillResultEvent",
     "StepEvent",
@@ -47,6 +50,40 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.file}: {self.json_path}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+RouteStrategy = Literal["forced", "priority", "conditions", "order", "model", "lexical", "none"]
+"""What decided a routing, in the order of the chain: ``forced`` (``next_skill``), ``priority``
+(one candidate has the highest ``priority``), ``conditions`` (one skill's triggers and requires
+hold), ``model`` or ``lexical`` (routing by description among tied candidates, or in context
+``auto``), ``order`` (tied candidates and nothing to route by: load order), ``none``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteCandidate:
+    """One skill in a routing decision: whether it was a candidate and why (not); with its
+    lexical ``score`` and ``coverage`` of the request when the lexical ranker ran."""
+
+    skill: str
+    candidate: bool
+    reason: str
+    score: float | None = None
+    coverage: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    """Which skill a request goes to (``None``: none), the strategy that decided it and why,
+    and every skill's standing (``skills``, best first). ``model``: the routing model asked."""
+
+    skill: str | None
+    strategy: RouteStrategy
+    reason: str
+    skills: tuple[RouteCandidate, ...] = ()
+    model: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

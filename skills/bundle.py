@@ -10,7 +10,20 @@ from typing import Any
 from skilldeck.skills.conditions import Condition
 from skilldeck.skills.contract import Validator
 
-__all__ = ["ExecutionConfig", "Reference", "SkillBundle"]
+__all__ = ["ENGINE_FILES", "READ_FILE_TOOL", "ExecutionConfig", "Reference", "SkillBundle"]
+
+#: The built-in tool a skill reads its own files with (tier 3 of progressive disclosure): the
+#: deck provides it, and a skill with files to read gets it without listing it.
+READ_FILE_TOOL = "skill__read_file"
+#: Files the engine reads itself; they are never offered to the model.
+ENGINE_FILES = frozenset(
+    {
+        "assets/output_schema.json",
+        "scripts/preprocess.py",
+        "scripts/validate.py",
+        "scripts/eval_setup.py",
+    }
+)
 
 PreprocessFn = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 #: ``validate(output, state, turn)``; ``turn["tool_calls"]``: the turn's successful calls
@@ -36,7 +49,8 @@ class ExecutionConfig:
 
 @dataclass(frozen=True, slots=True)
 class Reference:
-    """One file of ``references/``, possibly cut to fit the token budget."""
+    """One file of ``references/`` inlined in the system prompt (``"references": "inline"``),
+    possibly cut to fit the token budget."""
 
     name: str
     text: str
@@ -65,6 +79,12 @@ class SkillBundle:
     data_schema: Mapping[str, Any]
     references: tuple[Reference, ...]
     order: int
+    #: Files of ``references/``, ``scripts/`` and ``assets/`` the model reads on demand with
+    #: :data:`READ_FILE_TOOL` (paths relative to the bundle, with their sizes in bytes).
+    files: tuple[tuple[str, int], ...] = ()
+    #: ``allowed-tools`` of an Agent Skill's front matter: the deck adds those it has to
+    #: ``tools`` and warns of the others.
+    allowed_tools: tuple[str, ...] = ()
     preprocess: PreprocessFn | None = field(default=None, compare=False, repr=False)
     validate: ValidateFn | None = field(default=None, compare=False, repr=False)
     validator: Validator = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
@@ -94,19 +114,20 @@ class SkillBundle:
         """The router's preference, as a sort key: higher ``priority`` first, then load order."""
         return (-self.priority, self.order)
 
-    def is_candidate(self, state: Mapping[str, Any]) -> bool:
-        """Whether the router may pick this skill for ``state`` (seed 004 triggers/requires)."""
+    def is_candidate(self, state: Mapping[str, Any], *, any_context: bool = False) -> bool:
+        """Whether the router may pick this skill for ``state`` (seed 004 triggers/requires);
+        ``any_context``: whatever the context (routing by description in context ``auto``)."""
         return (
-            state.get("context") in self.contexts
+            (any_context or state.get("context") in self.contexts)
             and all(c.evaluate(state) for c in self.state_conditions)
             and self.requires_hold(state)
         )
 
-    def why_not(self, state: Mapping[str, Any]) -> str | None:
+    def why_not(self, state: Mapping[str, Any], *, any_context: bool = False) -> str | None:
         """Why the router may not pick this skill for ``state``, naming the trigger or the
         requirement that fails and the values it read; ``None`` if it may."""
         context = state.get("context")
-        if context not in self.contexts:
+        if not any_context and context not in self.contexts:
             allowed = ", ".join(repr(c) for c in self.contexts) or "none"
             return f"context {context!r} is not in triggers.contexts ({allowed})"
         for where, conditions in (

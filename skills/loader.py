@@ -6,7 +6,10 @@ problem at once (file, JSON path, reason; :func:`inspect_bundle` returns them, `
 check`` prints them).
 
 The loader reads only inside the bundle: a file that is a symlink out of it is refused, and so
-is a file over :data:`MAX_FILE_BYTES`. JSON and YAML go through
+is a file over :data:`MAX_FILE_BYTES`. Progressive disclosure (Agent Skills): the bundle's other
+files (``references/``, ``scripts/``, ``assets/``...) are listed for the model to read on demand
+(``skill__read_file``); ``"references": "inline"`` in the meta puts ``references/`` in the prompt
+instead. JSON and YAML go through
 :mod:`skilldeck._internal.documents` (no duplicate keys, no alias bombs).
 """
 
@@ -25,9 +28,21 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from skilldeck._internal.documents import DocumentError, parse_json, parse_yaml
+from skilldeck._internal.documents import DocumentError, parse_json
 from skilldeck.errors import BundleError
-from skilldeck.skills.bundle import ExecutionConfig, Reference, SkillBundle
+from skilldeck.skills.agentskills import (
+    allowed_tools,
+    parse_front_matter,
+    skill_name,
+    spec_warnings,
+)
+from skilldeck.skills.bundle import (
+    ENGINE_FILES,
+    READ_FILE_TOOL,
+    ExecutionConfig,
+    Reference,
+    SkillBundle,
+)
 from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
 from skilldeck.skills.contract import build_output_schema, compile_schema
 from skilldeck.skills.problems import Problems
@@ -107,6 +122,17 @@ class _Reader:
         self._digest.update(data)
         return text
 
+    def listed(self, file: Path) -> int | None:
+        """The size of a file the model may read on demand, or ``None`` (with a problem if it
+        links out of the bundle); its bytes join the fingerprint."""
+        if not self.inside(file):
+            return None
+        size = file.stat().st_size
+        self._digest.update(file.relative_to(self.folder).as_posix().encode("utf-8") + b"\0")
+        # A large asset counts by its size: hashing it would slow every load.
+        self._digest.update(file.read_bytes() if size <= MAX_FILE_BYTES else str(size).encode())
+        return size
+
     def json(self, file: Path) -> Any:
         """The file's JSON value, or ``None`` (with a problem)."""
         text = self.text(file)
@@ -132,13 +158,21 @@ def _front_matter(reader: _Reader, file: Path) -> tuple[dict[str, Any] | None, s
     if not match:
         return None, text
     try:
-        front = parse_yaml(match.group(1), aliases=False)
+        front, quoted = parse_front_matter(match.group(1))
     except DocumentError as exc:
         reader.problems.error(file, "$.front_matter", exc.reason)
         return None, text[match.end() :]
     if not isinstance(front, dict):
         reader.problems.error(file, "$.front_matter", "front matter must be a YAML mapping")
         return None, text[match.end() :]
+    for line in quoted:
+        reader.problems.warn(
+            file,
+            "$.front_matter",
+            f"line {line + 1} has ': ' inside an unquoted value, which is not YAML; read it as "
+            "a quoted string (quote it to be sure)",
+            "agent-skills",
+        )
     return front, text[match.end() :]
 
 
@@ -178,6 +212,31 @@ def load_script(
     return fn  # type: ignore[no-any-return]
 
 
+def _files(reader: _Reader, folder: Path, inline: bool) -> tuple[tuple[str, int], ...]:
+    """The files the model may read on demand: every file of the bundle (``references/``,
+    ``scripts/``, ``assets/``, and whatever else an Agent Skill ships, like a root
+    ``reference.md``) but ``SKILL.md`` itself, the engine's own files, the eval data
+    (``cases.yaml``, ``evals/``, ``fixtures/``: a model must not read its answers), hidden files,
+    caches, and ``references/`` when it is inlined."""
+    skip_dirs = {"evals", "fixtures", "__pycache__", *(("references",) if inline else ())}
+    out = []
+    for file in sorted(folder.rglob("*")):
+        rel = file.relative_to(folder)
+        name = rel.as_posix()
+        if (
+            name in ENGINE_FILES
+            or name in (*_SKILL_FILES, "skill.meta.json", "cases.yaml")
+            or rel.parts[0] in skip_dirs
+            or any(p.startswith(".") or p == "__pycache__" for p in rel.parts)
+        ):
+            continue
+        if file.is_file() or file.is_symlink():
+            size = reader.listed(file)
+            if size is not None:
+                out.append((name, size))
+    return tuple(out)
+
+
 def _references(reader: _Reader, folder: Path, budget: int) -> tuple[Reference, ...]:
     if not folder.is_dir():
         return ()
@@ -206,23 +265,52 @@ def _meta(
         meta = reader.json(file)
         if meta is None:
             return None
-    elif front is not None:
-        # A plain Agent Skill: it runs when the run's context is its own name.
-        meta = {k: front[k] for k in ("name", "description") if k in front}
-        meta["triggers"] = {"contexts": [front.get("name", folder.name)]}
-        file = skill_md
-    else:
+        before = len(problems.errors)
+        problems.schema_errors(file, _meta_validator().iter_errors(meta))
+        if len(problems.errors) > before or not isinstance(meta, dict):
+            return None
+        if meta["name"] != folder.name:
+            problems.error(
+                file, "$.name", f"name {meta['name']!r} must equal the folder name {folder.name!r}"
+            )
+        return file, meta
+    if front is None:
         problems.error(
             skill_md,
             "$.front_matter",
             "a bundle without skill.meta.json needs YAML front matter with name and description",
         )
         return None
-    before = len(problems.errors)
-    problems.schema_errors(file, _meta_validator().iter_errors(meta))
-    if len(problems.errors) > before or not isinstance(meta, dict):
+    # A plain Agent Skill: it runs when the run's context is its own name, or when routing
+    # by description picks it (context "auto").
+    name, renamed = skill_name(front, folder)
+    if renamed:
+        problems.warn(skill_md, "$.front_matter.name", renamed, "agent-skills")
+    description = front.get("description")
+    if not isinstance(description, str) or not description.strip():
+        problems.error(
+            skill_md,
+            "$.front_matter.description",
+            "a plain Agent Skill needs a description: it is what a router chooses it by",
+        )
         return None
-    return file, meta
+    return skill_md, {
+        "name": name,
+        "description": description.strip(),
+        "triggers": {"contexts": [name]},
+    }
+
+
+def _front_problems(
+    problems: Problems, skill_md: Path, folder: Path, front: Mapping[str, Any]
+) -> list[str]:
+    """Warn of every Agent Skills rule the front matter breaks; the ``allowed-tools`` names."""
+    for reason in spec_warnings(front, folder):
+        problems.warn(skill_md, "$.front_matter", reason, "agent-skills")
+    tools, problem = allowed_tools(front.get("allowed-tools"))
+    if problem:
+        problems.warn(skill_md, "$.front_matter.allowed-tools", problem, "agent-skills")
+    return tools
 
 
 def inspect_bundle(
@@ -240,19 +328,18 @@ def inspect_bundle(
     read = _front_matter(reader, skill_md)
     front, body = read if read is not None else (None, "")
     found = _meta(reader, folder, skill_md, front)
-    names = [("$.front_matter.name", skill_md, (front or {}).get("name", folder.name))]
-    if found is not None:
-        names.append(("$.name", found[0], found[1]["name"]))
-    for where, file, name in names:
-        if name != folder.name:
-            problems.error(file, where, f"name {name!r} must equal the folder name {folder.name!r}")
+    allowed = _front_problems(problems, skill_md, folder, front) if front is not None else []
 
     schema = _output_schema(reader, folder, (found[1] if found else {}).get("outputs") or {})
     scripts = _scripts(problems, folder)
-    references = _references(reader, folder / "references", reference_token_budget)
     if found is None:
         return None, problems
     meta_file, meta = found
+    inline = meta.get("references") == "inline"
+    references = (
+        _references(reader, folder / "references", reference_token_budget) if inline else ()
+    )
+    files = _files(reader, folder, inline)
     triggers, requires = meta.get("triggers") or {}, meta.get("requires") or {}
     state_conditions = _conditions(
         problems, meta_file, "$.triggers.state_conditions", triggers.get("state_conditions", ())
@@ -263,7 +350,7 @@ def inspect_bundle(
         return None, problems
     output_schema, data_schema, validator = schema
     bundle = SkillBundle(
-        name=folder.name,
+        name=str(meta["name"]),
         description=str(meta["description"]),
         path=folder,
         instructions=body.strip(),
@@ -272,7 +359,8 @@ def inspect_bundle(
         state_conditions=state_conditions,
         requires_all=requires_all,
         requires_any=requires_any,
-        tools=tuple(meta.get("tools", ())),
+        tools=tuple(dict.fromkeys((*meta.get("tools", ()), *((READ_FILE_TOOL,) if files else ())))),
+        allowed_tools=tuple(allowed),
         provides=tuple((meta.get("outputs") or {}).get("provides", ())),
         priority=int(meta.get("priority", 0)),
         execution=ExecutionConfig(
@@ -285,6 +373,7 @@ def inspect_bundle(
         output_schema=output_schema,
         data_schema=data_schema,
         references=references,
+        files=files,
         order=order,
         preprocess=scripts.get("preprocess"),
         validate=scripts.get("validate"),

@@ -286,12 +286,12 @@ def test_bundle_loads_with_its_contract() -> None:
     bundle = load_bundle(BUNDLE)
     assert bundle.name == "card-agent"
     assert bundle.contexts == ("card",)
-    assert bundle.tools == ("card__save",)
+    assert bundle.tools == ("card__save", "skill__read_file")  # templates.md on demand
     assert bundle.provides == ("profile.card_status",)
     assert bundle.data_keys == ("timeline_card",)
     assert bundle.execution.mode == "single"
     assert bundle.validate is not None
-    assert [r.name for r in bundle.references] == ["templates.md"]
+    assert [f for f, _ in bundle.files] == ["references/templates.md"]
     assert "fact_id" in bundle.instructions and "card__save" in bundle.instructions
 
 

@@ -22,12 +22,13 @@ from typer.testing import CliRunner
 
 from skilldeck import InvalidAnswersError, Settings, SkillDeck, SkillDeckError
 from skilldeck.cli import app as cli
-from skilldeck.errors import BundleError, MatterRequiredError, ModelConfigError
+from skilldeck.errors import BundleError, MatterRequiredError, ModelConfigError, ToolError
 from skilldeck.scripted import load_script
 from skilldeck.server import create_app, hash_key
 from skilldeck.skills import builtin_skills_dir, load_skills
 from skilldeck.tools import default_registry
 from skilldeck.tools.cards import save_card
+from skilldeck.tools.skill_files import skill_file_tool
 
 pytestmark = pytest.mark.L2
 
@@ -388,11 +389,22 @@ def test_a_reference_that_links_out_of_the_bundle_is_refused(skills_dir: Path) -
 
 
 def test_a_huge_reference_is_refused_without_being_read(skills_dir: Path) -> None:
-    folder = write_bundle(skills_dir, "alpha", references={"a.md": "fine"})
+    folder = write_bundle(
+        skills_dir, "alpha", meta={"references": "inline"}, references={"a.md": "fine"}
+    )
     with (folder / "references" / "huge.md").open("wb") as big:
         big.truncate(200 * 1024 * 1024)  # sparse: 200 MB that take no disk
     with pytest.raises(BundleError, match=r"209,715,200 bytes"):
         load_skills(skills_dir)
+    # On demand (the default), it is listed, and the read tool refuses it by its size.
+    (folder / "skill.meta.json").write_text(
+        json.dumps({"name": "alpha", "description": "d", "triggers": {"contexts": ["ctx"]}})
+    )
+    (bundle,) = load_skills(skills_dir)
+    assert ("references/huge.md", 200 * 1024 * 1024) in bundle.files
+    tool = skill_file_tool({"alpha": (bundle.path, tuple(f for f, _ in bundle.files))})
+    with pytest.raises(ToolError, match=r"209,715,200 bytes"):
+        tool.invoke({"path": "references/huge.md", "skill": "alpha"})
 
 
 BOMB = "\n".join(

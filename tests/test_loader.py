@@ -57,10 +57,13 @@ def _four_part(profile: dict[str, Any]) -> dict[str, Any]:
 
 def test_builtin_litigation_intake_meta_is_the_seed_meta() -> None:
     folder = builtin_skills_dir() / "litigation-intake"
-    assert json.loads((folder / "skill.meta.json").read_text("utf-8")) == SEED_META
+    meta = json.loads((folder / "skill.meta.json").read_text("utf-8"))
+    # The seed's meta, and skilldeck's one addition: its short checklist stays in the prompt.
+    assert meta.pop("references") == "inline"
+    assert meta == SEED_META
     bundles = {b.name: b for b in load_skills(builtin_skills_dir())}
     bundle = bundles["litigation-intake"]
-    assert bundle.meta == SEED_META
+    assert bundle.meta == {**SEED_META, "references": "inline"}
     assert bundle.tools == tuple(SEED_META["tools"])
     assert bundle.provides == tuple(SEED_META["outputs"]["provides"])
     assert bundle.contexts == ("matter",)
@@ -201,7 +204,10 @@ def _skill_md(body: bytes) -> Case:
 
 
 def _bad_reference(root: Path) -> Any:
-    folder = write_bundle(root, "alpha", references={"a.md": "fine\n"})
+    # Inlined references are read at load time (on demand, they are read when asked for).
+    folder = write_bundle(
+        root, "alpha", meta={"references": "inline"}, references={"a.md": "fine\n"}
+    )
     (folder / "references" / "b.md").write_bytes(b"\xff\xfe\x00 not utf-8 \xc3")
     return root
 
@@ -214,7 +220,6 @@ def _duplicate(root: Path) -> Any:
 
 MALFORMED: dict[str, tuple[Case, str, str, str]] = {
     # id: (make, file suffix, json path, reason pattern)
-    "front-matter-name": (_front_name, "SKILL.md", "$.front_matter.name", "folder name"),
     "meta-name": (_meta_name, "skill.meta.json", "$.name", "folder name 'alpha'"),
     "meta-invalid-json": (
         _meta_text('{\n "name": "alpha",\n}'),
@@ -412,6 +417,7 @@ def test_references_load_in_name_order_under_the_budget(skills_dir: Path) -> Non
     folder = write_bundle(
         skills_dir,
         "alpha",
+        meta={"references": "inline"},
         references={
             "c.md": "never loaded\n",
             "b.md": "bbbbbbbb\n" * 10,  # 2 tokens a line, 20 in all

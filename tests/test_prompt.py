@@ -47,7 +47,7 @@ def bundle(skills_dir: Path) -> SkillBundle:
     folder = write_bundle(
         skills_dir,
         "alpha",
-        meta={"outputs": {"provides": ["profile.a", "profile.b.c"]}},
+        meta={"outputs": {"provides": ["profile.a", "profile.b.c"]}, "references": "inline"},
         skill_md=f"---\nname: alpha\ndescription: front matter text\n---\n{BODY}\n",
         references={"b-rules.md": "Rule B: 诉讼时效.\n", "a-checklist.md": "Checklist A.\n"},
     )

@@ -99,7 +99,13 @@ def ask(deck: SkillDeck, question: str, user: str = "u1") -> RunResult:
 def test_the_bundle_is_the_seed_skill() -> None:
     (bundle,) = load_skills(BUNDLE)
     assert bundle.name == "nomemory-recall" and bundle.contexts == ("recall",)
-    assert bundle.tools == ("messages_list", "lexical_search", "semantic_search", "neighbors")
+    assert bundle.tools == (
+        "messages_list",
+        "lexical_search",
+        "semantic_search",
+        "neighbors",
+        "skill__read_file",  # scripts/tool_call_examples.md, on demand
+    )
     assert bundle.execution.mode == "planner"
     assert bundle.execution.provider is None and bundle.execution.model is None
     assert bundle.data_keys == ("memory_view", "evidence")

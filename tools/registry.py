@@ -3,7 +3,8 @@
 Tool names follow ``family__action`` (``file__parse``, ``memory__lexical_search``). A tool may
 have bare aliases (seed 001's ``lexical_search``). Identity arguments (``user_id``,
 ``matter_id``, ``thread_id``) are declared as ``InjectedToolArg``: the model never sees them and
-may not pass them; the runtime binds them from the run's config.
+may not pass them; the runtime binds them from the run's config. So is ``skill``, the calling
+skill, for the tools that read a skill's own files.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from langchain_core.tools import BaseTool
 
 from skilldeck.errors import ErrorCode, SkillDeckError, ToolError
 
-__all__ = ["IDENTITY_KEYS", "ToolRegistry", "ToolResult"]
+__all__ = ["IDENTITY_KEYS", "RUNTIME_KEYS", "ToolRegistry", "ToolResult"]
 
 IDENTITY_KEYS = ("user_id", "matter_id", "thread_id")
+#: What the runtime binds: identity, and the skill that makes the call.
+RUNTIME_KEYS = (*IDENTITY_KEYS, "skill")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,15 @@ class ToolRegistry:
             )
         return self._tools[canonical]
 
+    def extended(self, tools: Iterable[BaseTool]) -> ToolRegistry:
+        """A copy of this registry with ``tools`` added (this one is unchanged: a registry may
+        be shared by several decks)."""
+        copy = ToolRegistry()
+        copy._tools, copy._aliases = dict(self._tools), dict(self._aliases)
+        for tool in tools:
+            copy.register(tool)
+        return copy
+
     def names(self) -> list[str]:
         return sorted(self._tools)
 
@@ -80,16 +92,17 @@ class ToolRegistry:
         return self._known[canonical]
 
     def identity_params(self, name: str) -> set[str]:
-        """The identity arguments ``name`` takes, bound by the runtime."""
+        """The runtime arguments (:data:`RUNTIME_KEYS`) ``name`` takes, bound by the runtime."""
         tool = self.get(name)
         full_schema: Any = tool.get_input_schema()
         call_schema: Any = tool.tool_call_schema
         full = set(full_schema.model_json_schema().get("properties", {}))
         visible = set(call_schema.model_json_schema().get("properties", {}))
-        return (full - visible) & set(IDENTITY_KEYS)
+        return (full - visible) & set(RUNTIME_KEYS)
 
     def invoke(self, name: str, args: Mapping[str, Any], identity: Mapping[str, Any]) -> ToolResult:
-        """Run ``name`` with the model's ``args`` and the run's ``identity``.
+        """Run ``name`` with the model's ``args`` and the run's ``identity`` (the
+        :data:`RUNTIME_KEYS` values).
 
         Errors are returned, not raised, so they can be fed back to the model: identity keys in
         ``args``, arguments that fail the tool's schema, and :class:`ToolError` from the tool.

@@ -1,7 +1,9 @@
-"""Commands for skill authors: ``new`` writes a working bundle, ``check`` lists every problem.
+"""Commands for skill authors: ``new`` writes a working bundle, ``check`` lists every problem,
+``route`` shows which skill a request would go to and why.
 
 Exit codes of ``check``: 0 no errors (``--strict``: no warnings either), 1 problems found,
-2 bad input (a folder that does not exist).
+2 bad input (a folder that does not exist). ``route`` exits 0 whatever it decides (1 with
+``--fail-on-none`` when no skill fits).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from skilldeck.cli._shared import EXIT_FAILED, JsonOpt, err, fail, out
+from skilldeck.cli._shared import EXIT_FAILED, JsonOpt, ModelOpt, SkillsOpt, err, fail, out
 from skilldeck.errors import SkillDeckError
 
-__all__ = ["check", "new"]
+__all__ = ["check", "new", "route"]
 
 
 def new(
@@ -106,3 +108,46 @@ def _print_problem(severity: str, file: str, path: str, message: str) -> None:
         highlight=False,
         soft_wrap=True,
     )
+
+
+def route(
+    request: Annotated[str, typer.Argument(help="The request, as a user would make it.")],
+    context: Annotated[
+        str, typer.Option(help="The run's context; 'auto' routes by the skills' descriptions.")
+    ] = "auto",
+    skills: SkillsOpt = None,
+    model: ModelOpt = None,
+    router: Annotated[
+        str | None,
+        typer.Option(help="auto, lexical or model (default: SKILLDECK_ROUTER, else auto)."),
+    ] = None,
+    fail_on_none: Annotated[
+        bool, typer.Option("--fail-on-none", help="Exit 1 when no skill fits.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show which skill a run of REQUEST would start with, the strategy that decided it, and
+    for each skill why it was or was not a candidate; nothing runs."""
+    from skilldeck.cli._shared import open_deck
+
+    if router not in (None, "auto", "lexical", "model"):
+        fail(SkillDeckError(f"--router must be auto, lexical or model, not {router!r}"), as_json)
+    overrides = {"router": router} if router else {}
+    try:
+        with open_deck(skills, "sqlite:///:memory:", model, **overrides) as deck:
+            decision = deck.route(request, context=context)
+    except SkillDeckError as exc:
+        fail(exc, as_json)
+    if as_json:
+        print(json.dumps(decision.to_dict(), ensure_ascii=False))
+    else:
+        chosen = decision.skill or "none"
+        by = f" via {decision.model}" if decision.model else ""
+        out.print(f"[bold]{escape(chosen)}[/] ({decision.strategy}{by}): {escape(decision.reason)}")
+        for row in decision.skills:
+            mark = "[green]✓[/]" if row.candidate else "[dim]·[/]"
+            score = f" coverage {row.coverage:.0%}" if row.coverage is not None else ""
+            line = f"  {mark} {escape(row.skill)}{score}: {escape(row.reason)}"
+            out.print(line, highlight=False, soft_wrap=True)
+    if fail_on_none and decision.skill is None:
+        raise typer.Exit(EXIT_FAILED)

@@ -113,8 +113,13 @@ def _refused(as_json: bool) -> Iterator[None]:
 
 
 def run(
-    context: Annotated[str, typer.Option(help="The run's context, e.g. 'matter'.")],
+    context: Annotated[
+        str, typer.Option(help="The run's context, e.g. 'matter'; 'auto' routes by description.")
+    ],
     input: Annotated[str, typer.Option("--input", help="Input JSON object.")] = "{}",
+    request: Annotated[
+        str | None, typer.Option(help="The request text (input.request), e.g. for --context auto.")
+    ] = None,
     thread: Annotated[str | None, typer.Option(help="Thread id (default: new).")] = None,
     user: Annotated[str | None, typer.Option(help="user_id bound to tools.")] = None,
     matter: Annotated[str | None, typer.Option(help="matter_id bound to tools.")] = None,
@@ -130,6 +135,8 @@ def run(
     say_where(checkpoint, as_json)
     with _refused(as_json):
         payload = json_object(input, "--input")
+        if request is not None:
+            payload["request"] = request
         with open_deck(skills, checkpoint, model) as deck:
             again = _again(skills, checkpoint, model)
             with _ctrl_c(deck, lambda: thread_id, again):
