@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -132,7 +132,7 @@ def route(
 
     if router not in (None, "auto", "lexical", "model"):
         fail(SkillDeckError(f"--router must be auto, lexical or model, not {router!r}"), as_json)
-    overrides = {"router": router} if router else {}
+    overrides: dict[str, Any] = {"router": router} if router else {}
     try:
         with open_deck(skills, "sqlite:///:memory:", model, **overrides) as deck:
             decision = deck.route(request, context=context)
