@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
+from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 
 from skilldeck.errors import BundleError
@@ -29,6 +30,7 @@ from skilldeck.nodes import (
 )
 from skilldeck.skills.bundle import READ_FILE_TOOL, SkillBundle
 from skilldeck.skills.problems import Problems
+from skilldeck.tools.mcp import MCP_PREFIX, expand_mcp_names
 from skilldeck.tools.registry import ToolRegistry
 from skilldeck.tools.skill_files import skill_file_tool
 from skilldeck.types import Problem
@@ -39,19 +41,30 @@ _RESERVED_NODES = (ROUTER_NODE, TOOLS_NODE, CARD_NODE)
 
 
 def deck_tools(
-    bundles: Sequence[SkillBundle], registry: ToolRegistry
+    bundles: Sequence[SkillBundle],
+    registry: ToolRegistry,
+    extra: Sequence[tuple[BaseTool, str]] = (),
 ) -> tuple[tuple[SkillBundle, ...], ToolRegistry]:
-    """The bundles as a deck runs them, and the deck's registry: ``registry`` plus
-    ``skill__read_file`` over the bundles' files (a copy; ``registry`` may be shared), and each
-    Agent Skill's ``allowed-tools`` added to its tools where the registry has them (the others
-    are warnings of :func:`deck_problems`)."""
+    """The bundles as a deck runs them, and the deck's registry.
+
+    The registry is a copy of ``registry`` (which may be shared) plus ``skill__read_file`` over
+    the bundles' files and the ``extra`` tools with their aliases (an MCP server's, aliased
+    ``mcp:<server>/<tool>``). Each bundle's ``mcp:`` names (wildcards too) become the names they
+    match, and an Agent Skill's ``allowed-tools`` join its tools where the registry has them
+    (the others are warnings of :func:`deck_problems`)."""
     files = {b.name: (b.path, tuple(f for f, _ in b.files)) for b in bundles}
+    added: list[tuple[BaseTool, list[str]]] = [(t, [alias]) for t, alias in extra]
     if registry.resolve(READ_FILE_TOOL) is None:
-        registry = registry.extended([skill_file_tool(files)])
+        added.append((skill_file_tool(files), []))
+    registry = registry.extended(added)
+    mcp = {
+        alias: name for alias, name in registry.aliases().items() if alias.startswith(MCP_PREFIX)
+    }
     bound = []
     for bundle in bundles:
-        known = [t for t in bundle.allowed_tools if registry.resolve(t) is not None]
-        tools = tuple(dict.fromkeys((*bundle.tools, *known)))
+        allowed = expand_mcp_names(bundle.allowed_tools, mcp)
+        known = [t for t in allowed if registry.resolve(t) is not None]
+        tools = tuple(expand_mcp_names([*bundle.tools, *known], mcp))
         bound.append(replace(bundle, tools=tools) if tools != bundle.tools else bundle)
     return tuple(bound), registry
 
@@ -92,13 +105,20 @@ def deck_problems(bundles: Sequence[SkillBundle], registry: ToolRegistry) -> lis
                     f"data field {key!r} collides with a reserved state key; rename it",
                 )
         for i, name in enumerate(bundle.tools):
-            if registry.resolve(name) is None:
-                problems.error(
-                    meta,
-                    f"$.tools[{i}]",
-                    f"tool {name!r} is not registered; registered tools: "
-                    f"{', '.join(registry.names()) or 'none'}",
+            if registry.resolve(name) is not None:
+                continue
+            if name.startswith(MCP_PREFIX):
+                served = sorted(a for a in registry.aliases() if a.startswith(MCP_PREFIX))
+                message = (
+                    f"no MCP tool matches {name!r}; the servers' tools: "
+                    f"{', '.join(served) or 'none'}"
                 )
+            else:
+                message = (
+                    f"tool {name!r} is not registered; registered tools: "
+                    f"{', '.join(registry.names()) or 'none'}"
+                )
+            problems.error(meta, f"$.tools[{i}]", message)
     return problems.items
 
 

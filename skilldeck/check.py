@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skilldeck.errors import SkillDeckError
+from skilldeck.settings import Settings
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.loader import inspect_bundle, skill_folders
 from skilldeck.skills.problems import Problems
@@ -48,15 +50,21 @@ class CheckReport:
 
 
 def check_skills(
-    paths: str | Path | Sequence[str | Path], *, reference_token_budget: int = 4000
+    paths: str | Path | Sequence[str | Path],
+    *,
+    reference_token_budget: int = 4000,
+    settings: Settings | None = None,
 ) -> CheckReport:
     """Check every bundle under ``paths`` (a skills folder, a bundle folder, or a list).
+    MCP servers the skills name are asked for their tools (``settings``: where else they are
+    configured, and how long they may take).
 
     Raises:
         BundleError: a folder in ``paths`` does not exist.
     """
     from skilldeck.graph.builder import deck_problems, deck_tools
     from skilldeck.tools import default_registry
+    from skilldeck.tools.mcp import tools_for_skills
 
     roots = [paths] if isinstance(paths, str | Path) else list(paths)
     problems = Problems()
@@ -82,7 +90,19 @@ def check_skills(
             problems.extend(_cases(bundle))
             problems.extend(_cassette(bundle))
     # Tool names only: the stores behind the memory and knowledge tools are never opened.
-    bound, registry = deck_tools(bundles, default_registry(".", memory=_never, knowledge=_never))
+    settings = settings or Settings()
+    try:
+        mcp = tools_for_skills(
+            [t for b in bundles for t in (*b.tools, *b.allowed_tools)],
+            [b.path.parent for b in bundles],
+            settings.mcp_config,
+            settings.mcp_timeout_s,
+        )
+    except SkillDeckError as exc:  # the servers' tools are unknown: report it, check the rest
+        problems.error(folders[0] if folders else ".", "$.tools", str(exc))
+        mcp = []
+    registry = default_registry(".", memory=_never, knowledge=_never)
+    bound, registry = deck_tools(bundles, registry, mcp)
     problems.extend(deck_problems(bound, registry))
     return CheckReport(tuple(folders), tuple(bundles), tuple(problems.items))
 

@@ -60,6 +60,7 @@ from skilldeck.skills.bundle import ExecutionConfig
 from skilldeck.tools import IDENTITY_KEYS, ToolRegistry, default_registry
 from skilldeck.tools.files import MATTER_ID
 from skilldeck.tools.knowledge import KnowledgeBase
+from skilldeck.tools.mcp import McpTool, tools_for_skills
 from skilldeck.tools.memory import Memory
 from skilldeck.types import Event, RouteDecision, RunResult, ThreadSummary
 
@@ -102,11 +103,18 @@ class SkillDeck:
         self._shared = False  # a sibling's persistence belongs to the deck it came from
         self._memory = Lazy(lambda: open_memory(self.settings))
         self._knowledge = Lazy(lambda: open_knowledge(self.settings))
+        loaded = _load(skills, self.settings)
         self.bundles, self.tools = deck_tools(
-            _load(skills, self.settings),
+            loaded,
             tools
             or default_registry(
                 self.settings.files_root, memory=self._memory, knowledge=self._knowledge
+            ),
+            tools_for_skills(
+                [t for b in loaded for t in (*b.tools, *b.allowed_tools)],
+                [b.path.parent for b in loaded],
+                self.settings.mcp_config,
+                self.settings.mcp_timeout_s,
             ),
         )
         self._models: dict[str, BaseChatModel] = {}
@@ -620,8 +628,10 @@ class SkillDeck:
         """Whether any tool of ``bundle`` is bound to the run's matter."""
         found = self._matter_tools.get(bundle.name)
         if found is None:
+            # An MCP server's tool is given the matter id; it does not work in its files.
             found = any(
                 "matter_id" in self.tools.identity_params(name)
+                and not isinstance(self.tools.get(name), McpTool)
                 for name in bundle.tools
                 if self.tools.resolve(name) is not None
             )

@@ -1,7 +1,8 @@
 """Model selection: a skill's ``execution_config`` plus host :class:`Settings`.
 
-Every provider except ``scripted`` goes through langchain-openai's ``ChatOpenAI``: OpenAI,
-OpenRouter, or any OpenAI-compatible ``base_url`` (vLLM, Ollama, a llama.cpp server).
+Every provider but ``scripted`` (cassettes) and ``rules`` (a skill's no-model mode, see
+:mod:`skilldeck.rules`) goes through langchain-openai's ``ChatOpenAI``: OpenAI, OpenRouter, or
+any OpenAI-compatible ``base_url`` (vLLM, Ollama, a llama.cpp server).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from langchain_core.language_models import BaseChatModel
 
 from skilldeck.errors import ModelConfigError, NoModelConfiguredError
+from skilldeck.rules import DEFAULT_RULES, RulesChatModel
 from skilldeck.scripted import ScriptedChatModel
 from skilldeck.settings import Settings
 from skilldeck.skills.bundle import ExecutionConfig
@@ -27,6 +29,7 @@ PROVIDERS: dict[str, tuple[str | None, str]] = {
     "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
     "compatible": (None, "SKILLDECK_API_KEY"),
     "scripted": (None, ""),
+    "rules": (None, ""),
 }
 
 
@@ -47,6 +50,8 @@ class ModelSpec:
 
 
 def _split(spec: str) -> tuple[str | None, str]:
+    if spec == "rules":
+        return "rules", DEFAULT_RULES
     provider, sep, rest = spec.partition(":")
     return (provider, rest) if sep and provider in PROVIDERS else (None, spec)
 
@@ -71,10 +76,10 @@ def resolve_model(execution: ExecutionConfig, settings: Settings, *, base: Path)
             "no model configured: set execution_config.model in skill.meta.json, "
             "SKILLDECK_MODEL, or pass --model (e.g. --model scripted:turns.yaml)"
         )
-    if provider == "scripted":
-        # A skill's own cassette is relative to its bundle. A host override is relative to the
-        # working directory, or else to each skill's bundle, so `--model scripted:evals/x.yaml`
-        # finds every skill's own cassette from any directory.
+    if provider in ("scripted", "rules"):
+        # A skill's own cassette (or rules) is relative to its bundle. A host override is
+        # relative to the working directory, or else to each skill's bundle, so `--model
+        # scripted:evals/x.yaml` finds every skill's own cassette from any directory.
         path = Path(model)
         if not path.is_absolute():
             local = Path.cwd() / path
@@ -95,6 +100,8 @@ def build_model(spec: ModelSpec, settings: Settings) -> BaseChatModel:
     """Instantiate the chat model of ``spec``; raises :class:`ModelConfigError` early."""
     if spec.provider == "scripted":
         return ScriptedChatModel.from_source(spec.model)
+    if spec.provider == "rules":
+        return RulesChatModel.from_source(spec.model)
     env_key = PROVIDERS[spec.provider][1]
     key = settings.api_key.get_secret_value() if settings.api_key else os.environ.get(env_key)
     if not key:
@@ -138,7 +145,7 @@ def output_mode(
     wanted = execution.output_mode or settings.output_mode
     if wanted != "auto":
         return wanted
-    if spec.provider == "scripted":
+    if spec.provider in ("scripted", "rules"):
         return "tool"
     key = (spec.base_url, spec.model)
     with _probe_lock:

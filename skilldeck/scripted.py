@@ -67,6 +67,7 @@ __all__ = [
     "ScriptedChatModel",
     "load_script",
     "request_digest",
+    "turn_message",
 ]
 
 SKILL_KEY = "skilldeck_skill"
@@ -223,7 +224,7 @@ class ScriptedChatModel(BaseChatModel):
             )
         if "error" in turn:
             _fail_as_recorded(str(turn["error"]), where, index)
-        message = _message(turn, skill, index, kwargs.get("response_format"))
+        message = turn_message(turn, skill, index, kwargs.get("response_format"))
         message.response_metadata = {
             "model_name": self.model_name,
             "scripted": True,
@@ -266,7 +267,7 @@ def request_digest(messages: Sequence[BaseMessage], params: Mapping[str, Any]) -
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _message(
+def turn_message(
     turn: Mapping[str, Any], skill: str, index: int, response_format: Any = None
 ) -> AIMessage:
     """The turn as a reply; with a ``response_format``, in the text form that format asks for."""

@@ -74,6 +74,16 @@ class Settings(BaseSettings):
         "(earlier tool results first) or refused before the call (PROMPT_TOO_LONG).",
     )
 
+    mcp_config: str | None = Field(
+        default=None,
+        description='An mcp.json naming MCP servers ({"mcpServers": {name: {command, args} or '
+        "{url}}}); a mcp.json in a skills folder is read too.",
+    )
+    mcp_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds an MCP server has to list its tools or answer a call.",
+    )
     router: Literal["auto", "lexical", "model"] = Field(
         default="auto",
         description="How a request is routed by description (context 'auto', or candidates "

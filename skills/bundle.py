@@ -22,6 +22,7 @@ ENGINE_FILES = frozenset(
         "scripts/preprocess.py",
         "scripts/validate.py",
         "scripts/eval_setup.py",
+        "scripts/rules.py",
     }
 )
 

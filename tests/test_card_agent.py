@@ -62,7 +62,11 @@ def files_under(folder: Path) -> dict[str, bytes]:
 
 def test_templates_are_one_set_everywhere() -> None:
     assert tuple(TEMPLATES) == TEMPLATE_IDS
-    assert {"event", "todo", "note", "link", "purchase", "place", "rating"} <= set(TEMPLATE_IDS)
+    memex = "link person place spec_sheet transaction metric rating mood progress event duration "
+    memex += (
+        "task routine procedure compact snippet article conversation quote snapshot gallery video"
+    )
+    assert TEMPLATE_IDS == tuple(memex.split())  # Memex's 22 template ids
     for template in TEMPLATES.values():
         assert template.description and template.fields
     schema = json.loads((BUNDLE / "assets" / "output_schema.json").read_text("utf-8"))
@@ -71,7 +75,8 @@ def test_templates_are_one_set_everywhere() -> None:
     reference = (BUNDLE / "references" / "templates.md").read_text("utf-8")
     for template in TEMPLATES.values():
         row = next(line for line in reference.splitlines() if line.startswith(f"| `{template.id}`"))
-        assert row.rstrip(" |").endswith(", ".join(template.fields)), row
+        shape = ", ".join(f"{name} ({kind})" for name, kind in template.shape)
+        assert row.rstrip(" |").endswith(shape), row
 
 
 # -- card__save ------------------------------------------------------------------------------
@@ -242,7 +247,7 @@ def test_registry_tools_write_in_the_matter_workspace(tmp_path: Path) -> None:
     assert registry.identity_params("card__save") == {"matter_id"}
     # The model sees the card's fields and the template set, not a bare "object".
     schema = json.dumps(registry.get("card__save").tool_call_schema.model_json_schema())
-    assert '"enum": ["event", "todo", "note"' in schema and '"ui_config"' in schema
+    assert '"enum": ["link", "person", "place"' in schema and '"ui_config"' in schema
     assert "matter_id" not in schema
     result = registry.invoke("card__save", {"card": a_card()}, {"matter_id": "trial-1"})
     assert result.ok, result.content
@@ -286,7 +291,11 @@ def test_bundle_loads_with_its_contract() -> None:
     bundle = load_bundle(BUNDLE)
     assert bundle.name == "card-agent"
     assert bundle.contexts == ("card",)
-    assert bundle.tools == ("card__save", "skill__read_file")  # templates.md on demand
+    assert bundle.tools == (
+        "card__save",
+        "fact__read",
+        "skill__read_file",
+    )  # templates.md on demand
     assert bundle.provides == ("profile.card_status",)
     assert bundle.data_keys == ("timeline_card",)
     assert bundle.execution.mode == "single"

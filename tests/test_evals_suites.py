@@ -52,7 +52,7 @@ def test_card_suite_numbers(card: tuple[Path, dict[str, Any]]) -> None:
     assert len(report["tasks"]) >= 25
     by_id = trials(report)
     assert by_id["card_event_meeting_with_time"]["passed"] is True
-    # [note, health]: the acceptable template is only secondary -> 0.5; (1 + 0.5 + 1) / 3
+    # [compact, metric]: the acceptable template is only secondary -> 0.5; (1 + 0.5 + 1) / 3
     health = by_id["card_health_sleep"]
     assert grades(health) == {
         "card_completion": 1.0,
@@ -62,7 +62,7 @@ def test_card_suite_numbers(card: tuple[Path, dict[str, Any]]) -> None:
     assert (health["score"], health["passed"]) == (0.833333, False)
     # the booking reference is lost: 2 of 3 substrings; (1 + 1 + 2/3) / 3
     assert by_id["card_travel_flight"]["score"] == 0.888889
-    assert by_id["card_travel_flight"]["environment"]["template_ids"][0] == "travel"
+    assert by_id["card_travel_flight"]["environment"]["template_ids"][0] == "event"
     positive = report["buckets"]["card-agent/positive"]
     # 13 perfect tasks + 0.833333 + 0.888889, over 15; 13 of 15 pass
     assert positive["mean_score"] == pytest.approx((13 + 0.833333 + 0.888889) / 15, abs=1e-6)

@@ -483,7 +483,7 @@ def test_claims_stay_bounded_over_a_thousand_flows(skills_dir: Path, tmp_path: P
 
 # -- 8. card files ------------------------------------------------------------------------------
 def test_two_fact_ids_never_share_a_card_file(tmp_path: Path) -> None:
-    card = {"title": "t", "template_ids": ["note"], "tags": [], "ui_config": {}, "content": "c"}
+    card = {"title": "t", "template_ids": ["compact"], "tags": [], "ui_config": {}, "content": "c"}
     save_card(tmp_path, {**card, "fact_id": "2026/05/25.md#ts_1", "content": "first"})
     with pytest.raises(Exception, match=r"holds the card of fact_id '2026/05/25\.md#ts_1'"):
         save_card(tmp_path, {**card, "fact_id": "2026_05_25_md_ts_1", "content": "second"})

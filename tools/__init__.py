@@ -7,6 +7,7 @@ from pathlib import Path
 
 from skilldeck.tools.cards import TEMPLATES, card_tools
 from skilldeck.tools.elements import element_tools, extract_elements
+from skilldeck.tools.facts import fact_tools
 from skilldeck.tools.files import file_tools, jailed_path
 from skilldeck.tools.knowledge import KnowledgeBase
 from skilldeck.tools.knowledge_tools import KNOWLEDGE_ALIASES, knowledge_tools
@@ -28,6 +29,7 @@ __all__ = [
     "default_registry",
     "element_tools",
     "extract_elements",
+    "fact_tools",
     "file_tools",
     "jailed_path",
     "knowledge_tools",
@@ -50,7 +52,13 @@ def default_registry(
     (``lexical_search``, ``rag_retrieve``, ``local_file_search``, ...) as aliases.
     """
     registry = ToolRegistry(
-        [*file_tools(files_root), *element_tools(), *card_tools(files_root), *pkm_tools(files_root)]
+        [
+            *file_tools(files_root),
+            *element_tools(),
+            *card_tools(files_root),
+            *pkm_tools(files_root),
+            *fact_tools(files_root),
+        ]
     )
     if memory is not None:
         for tool in memory_tools(memory):

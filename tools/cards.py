@@ -58,79 +58,73 @@ _NO_FOLD = 1 << 30
 
 @dataclass(frozen=True, slots=True)
 class CardTemplate:
-    """A card template: what it is for and the ``ui_config`` fields it renders."""
+    """A card template: what it is for and the ``ui_config`` fields it renders, each with
+    its JSON type (``string``, ``number``, ``list`` of strings, ``object``)."""
 
     id: str
     description: str
-    fields: tuple[str, ...]
+    shape: tuple[tuple[str, str], ...]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.shape)
 
 
-# The single source of the template set: the tools, the skill's references and its tests use it.
+def _t(id: str, description: str, **shape: str) -> CardTemplate:
+    return CardTemplate(id, description, tuple(shape.items()))
+
+
+# The single source of the template set (Memex's 22 template ids; the fields are skilldeck's):
+# the tools, the skill's references and its tests use it.
 TEMPLATES: dict[str, CardTemplate] = {
     t.id: t
     for t in (
-        CardTemplate(
-            "event",
-            "Something scheduled at an explicit time: a meeting, call, appointment, class.",
-            ("start", "end", "location", "medium", "attendees", "url"),
-        ),
-        CardTemplate(
-            "todo",
-            "A task or reminder to act on, with an optional due date.",
-            ("task", "due", "priority"),
-        ),
-        CardTemplate(
-            "note",
-            "A thought, observation, journal line or minutes of something already past.",
-            ("body", "mood"),
-        ),
-        CardTemplate(
-            "link",
-            "A web page, article or resource saved by its URL.",
-            ("url", "site", "summary"),
-        ),
-        CardTemplate(
-            "purchase",
-            "Something bought or paid for, with its amount.",
-            ("item", "amount", "currency", "store", "date"),
-        ),
-        CardTemplate(
-            "place",
-            "A location visited or to visit: restaurant, shop, city, address.",
-            ("name", "address", "city", "visited_at"),
-        ),
-        CardTemplate(
-            "rating",
-            "A verdict or score given to something (stars, x/10, thumbs).",
-            ("subject", "score", "scale", "comment"),
-        ),
-        CardTemplate(
-            "quote",
-            "Words quoted from a person, book or talk, kept verbatim.",
-            ("text", "author", "source"),
-        ),
-        CardTemplate(
-            "person",
-            "Someone met or a contact: who they are and how to reach them.",
-            ("name", "relation", "contact", "notes"),
-        ),
-        CardTemplate(
-            "media",
-            "A book, film, series, album, podcast or video consumed or to consume.",
-            ("kind", "title", "creator", "progress", "url"),
-        ),
-        CardTemplate(
-            "health",
-            "A body or wellbeing measure: sleep, exercise, weight, symptoms, medication.",
-            ("metric", "value", "unit", "notes"),
-        ),
-        CardTemplate(
-            "travel",
-            "A trip or booking: flight, train, hotel, with dates and references.",
-            ("origin", "destination", "depart", "arrive", "carrier", "booking_ref"),
-        ),
+        _t("link", "A web page or resource saved by its URL.", url="string", site="string",
+           summary="string"),
+        _t("person", "Someone met or a contact: who they are, how to reach them.",
+           name="string", relation="string", contact="string", notes="string"),
+        _t("place", "A location visited or to visit: restaurant, shop, city, address.",
+           name="string", address="string", city="string", visited_at="string"),
+        _t("spec_sheet", "The specifications of a thing: a device, a product, a model.",
+           subject="string", specs="object", source="string"),
+        _t("transaction", "Money paid or received: a purchase, a bill, a transfer.",
+           item="string", amount="number", currency="string", counterparty="string",
+           date="string"),
+        _t("metric", "A measured quantity with a unit: weight, sleep hours, steps, a price.",
+           name="string", value="number", unit="string", measured_at="string"),
+        _t("rating", "A verdict or score given to something (stars, x/10).", subject="string",
+           score="number", scale="string", comment="string"),
+        _t("mood", "How the person feels, and why.", feeling="string", intensity="string",
+           cause="string"),
+        _t("progress", "Progress toward a goal: pages read, km run, a share done.",
+           goal="string", current="number", target="number", unit="string"),
+        _t("event", "Something scheduled at an explicit time that has not happened yet.",
+           start="string", end="string", location="string", medium="string",
+           attendees="list", url="string"),
+        _t("duration", "How long something took or lasted.", activity="string",
+           start="string", end="string", length="string"),
+        _t("task", "A task or reminder to act on, with an optional due date.", task="string",
+           due="string", priority="string"),
+        _t("routine", "A habit or recurring activity.", activity="string",
+           frequency="string", time="string"),
+        _t("procedure", "Steps to do something: a recipe, a how-to.", title="string",
+           steps="list"),
+        _t("compact", "A short plain thought or observation.", text="string"),
+        _t("snippet", "A piece of code or text to keep as written.", text="string",
+           language="string"),
+        _t("article", "A longer piece of writing: a post, notes, a summary.", title="string",
+           body="string", source="string"),
+        _t("conversation", "What was said between people: a call, a chat, minutes.",
+           participants="list", summary="string", quotes="list"),
+        _t("quote", "Words quoted from a person, book or talk, kept verbatim.", text="string",
+           author="string", source="string"),
+        _t("snapshot", "The state of something at a moment: a status, a reading.",
+           subject="string", state="string", observed_at="string"),
+        _t("gallery", "Photos or images.", images="list", caption="string"),
+        _t("video", "A video to watch or watched.", url="string", title="string",
+           creator="string", length="string"),
     )
-}
+}  # fmt: skip
 TEMPLATE_IDS = tuple(TEMPLATES)
 
 
@@ -228,6 +222,7 @@ def _check_card(card: Any) -> dict[str, Any]:
             "card.ui_config must be an object of the primary template's fields, e.g. "
             '{"start": "Thursday 10:30", "medium": "Zoom"}'
         )
+    _check_shape(templates, ui_config)
     content = card.get("content")
     if not isinstance(content, str) or not content.strip():
         raise ToolError("card.content is required: the raw record text, unchanged")
@@ -243,6 +238,35 @@ def _check_card(card: Any) -> dict[str, Any]:
         "content": content,
         "insight": insight,
     }
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "number": (int, float, str),  # "8/10" and "€12.50" are values as the record gives them
+    "list": (list,),
+    "object": (dict,),
+}
+
+
+def _check_shape(templates: list[str], ui_config: Mapping[str, Any]) -> None:
+    """``ui_config`` holds only fields of the card's templates, each of its type."""
+    shape = {name: kind for t in templates for name, kind in TEMPLATES[t].shape}
+    unknown = sorted(set(ui_config) - set(shape))
+    if unknown:
+        raise ToolError(
+            f"card.ui_config has field(s) {', '.join(unknown)} that no template of the card "
+            f"has; the fields of {', '.join(templates)}: {', '.join(shape)}"
+        )
+    for name, value in ui_config.items():
+        kind = shape[name]
+        if value is not None and not isinstance(value, _JSON_TYPES[kind]):
+            raise ToolError(f"card.ui_config.{name} must be a {kind}, not {type(value).__name__}")
+        if (
+            kind == "list"
+            and isinstance(value, list)
+            and not all(isinstance(v, str | int | float) for v in value)
+        ):
+            raise ToolError(f"card.ui_config.{name} must be a list of plain values")
 
 
 def read_card(workspace: Path, fact_id: str) -> dict[str, Any] | None:
@@ -329,14 +353,13 @@ def card_tools(root: str | Path | None) -> list[BaseTool]:
     def set_insight(fact_id: str, insight: str, matter_id: str | None = None) -> dict[str, Any]:
         return update_insight(matter_folder(base, matter_id), fact_id, insight)
 
-    templates = "; ".join(f"{t.id}: {t.description}" for t in TEMPLATES.values())
     return [
         StructuredTool.from_function(
             save,
             name="card__save",
             description=(
-                "Save the timeline card of one record as Cards/<fact_id>.yaml (status completed). "
-                f"Templates - {templates}"
+                "Save the timeline card of one record as Cards/<fact_id>.yaml (status completed); "
+                "ui_config holds the fields of the card's templates."
             ),
             args_schema=_SaveArgs,
         ),

@@ -67,14 +67,18 @@ class ToolRegistry:
             )
         return self._tools[canonical]
 
-    def extended(self, tools: Iterable[BaseTool]) -> ToolRegistry:
-        """A copy of this registry with ``tools`` added (this one is unchanged: a registry may
-        be shared by several decks)."""
+    def extended(self, tools: Iterable[tuple[BaseTool, Iterable[str]]]) -> ToolRegistry:
+        """A copy of this registry with ``tools`` (each with its aliases) added; this one is
+        unchanged, as a registry may be shared by several decks."""
         copy = ToolRegistry()
         copy._tools, copy._aliases = dict(self._tools), dict(self._aliases)
-        for tool in tools:
-            copy.register(tool)
+        for tool, aliases in tools:
+            copy.register(tool, aliases=aliases)
         return copy
+
+    def aliases(self) -> dict[str, str]:
+        """Every alias and the name it stands for."""
+        return dict(self._aliases)
 
     def names(self) -> list[str]:
         return sorted(self._tools)
@@ -92,8 +96,14 @@ class ToolRegistry:
         return self._known[canonical]
 
     def identity_params(self, name: str) -> set[str]:
-        """The runtime arguments (:data:`RUNTIME_KEYS`) ``name`` takes, bound by the runtime."""
+        """The runtime arguments (:data:`RUNTIME_KEYS`) ``name`` takes, bound by the runtime.
+
+        A tool whose arguments are a JSON Schema (an MCP server's) names them in its
+        ``runtime_args``; a pydantic one marks them ``InjectedToolArg``."""
         tool = self.get(name)
+        declared = getattr(tool, "runtime_args", None)
+        if declared is not None:
+            return set(declared) & set(RUNTIME_KEYS)
         full_schema: Any = tool.get_input_schema()
         call_schema: Any = tool.tool_call_schema
         full = set(full_schema.model_json_schema().get("properties", {}))
