@@ -34,7 +34,8 @@ __all__ = ["TrialResult", "grade", "run_suite"]
 @dataclass(frozen=True)
 class TrialResult:
     """A graded trial. ``score`` is the mean of the scored graders; ``passed`` needs every
-    scored grader to pass (``None`` when no grader scored)."""
+    scored grader to pass, or the score to reach the task's ``pass_threshold`` when it has one
+    (``None`` when no grader scored)."""
 
     task: Task
     outcome: Outcome
@@ -47,6 +48,10 @@ class TrialResult:
 
     @property
     def passed(self) -> bool | None:
+        threshold = self.task.pass_threshold
+        if threshold is not None:
+            score = self.score
+            return None if score is None else score >= threshold
         verdicts = [r.passed for _, r in self.grades if r.passed is not None]
         return all(verdicts) if verdicts else None
 
@@ -108,7 +113,7 @@ def run_suite(
     callbacks = [*callbacks, *([recorder] if recorder else [])]
     if judge is not None and recorder is not None:
         judge = judge.with_callbacks(callbacks)
-    jobs = [(task, epoch) for task in suite.tasks for epoch in range(epochs)]
+    jobs = [(task, epoch) for task in suite.tasks for epoch in range(task.trials or epochs)]
     ids = Counter(trial_id(task, 0) for task in suite.tasks)  # a digest of the task id
     repeated = sorted({t.id for t in suite.tasks if ids[trial_id(t, 0)] > 1})
     if repeated:

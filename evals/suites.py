@@ -36,7 +36,17 @@ from skilldeck.evals.setup import EvalSetup, load_setup
 from skilldeck.evals.tasks import Task, check_unique, load_tasks
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 
-__all__ = ["KINDS", "Kind", "Suite", "load_suite", "promote", "skill_suite_path", "suite_for_skill"]
+__all__ = [
+    "KINDS",
+    "Kind",
+    "Suite",
+    "assemble",
+    "bundles_in",
+    "load_suite",
+    "promote",
+    "skill_suite_path",
+    "suite_for_skill",
+]
 
 Kind = Literal["capability", "regression"]
 KINDS: tuple[Kind, ...] = ("capability", "regression")
@@ -74,6 +84,8 @@ class Suite:
     def fixture(self, task: Task) -> Path | None:
         """``task``'s base fixture: a folder to copy as its workspace, a file for its skill's
         setup hook, or ``None`` (an empty workspace)."""
+        if task.fixture_path is not None:
+            return task.fixture_path
         if task.base_fixture is None:
             return None
         return self.find_fixture(
@@ -108,11 +120,12 @@ class Suite:
         )
 
 
-def _bundles(paths: Sequence[Path]) -> dict[str, SkillBundle]:
+def bundles_in(paths: Sequence[Path]) -> dict[str, SkillBundle]:
+    """The skills under ``paths`` (the built-in skills when there are none), by name."""
     return {b.name: b for b in load_skills(list(paths) or builtin_skills_dir())}
 
 
-def _assemble(
+def assemble(
     name: str,
     skills: Sequence[str],
     bundles: Mapping[str, SkillBundle],
@@ -167,7 +180,7 @@ def load_suite(path: str | Path, *, skill: str | None = None) -> Suite:
     here = path.parent
     default_root = [path.parent.parent.parent] if skill else []
     roots = [here / p for p in _list(raw.get("skills_path"), path, "skills_path")] or default_root
-    bundles = _bundles(roots)
+    bundles = bundles_in(roots)
     skills = _list(raw.get("skills"), path, "skills") or ([skill] if skill else [])
     extra: list[Task] = []
     for i, item in enumerate(raw.get("tasks") or []):
@@ -178,7 +191,7 @@ def load_suite(path: str | Path, *, skill: str | None = None) -> Suite:
         raise EvalConfigError(f"{path}: the suite has no skills and no tasks")
     fixtures = [here / p for p in _list(raw.get("fixtures"), path, "fixtures")]
     name = str(raw.get("name") or (skill or path.stem))
-    return _assemble(name, skills, bundles, extra, _kinds(raw, path), fixtures, path)
+    return assemble(name, skills, bundles, extra, _kinds(raw, path), fixtures, path)
 
 
 def skill_suite_path(bundle: SkillBundle) -> Path:
@@ -188,14 +201,14 @@ def skill_suite_path(bundle: SkillBundle) -> Path:
 
 def suite_for_skill(skill: str, skills_path: Sequence[Path] = ()) -> Suite:
     """The suite of one skill's ``cases.yaml`` (with its ``evals/suite.yaml`` if any)."""
-    bundles = _bundles(skills_path)
+    bundles = bundles_in(skills_path)
     bundle = bundles.get(skill)
     if bundle is None:
         raise EvalConfigError(f"no skill {skill!r}; found: {', '.join(sorted(bundles))}")
     own = skill_suite_path(bundle)
     if own.is_file():
         return load_suite(own, skill=skill)
-    return _assemble(skill, [skill], bundles, [], {}, [], None)
+    return assemble(skill, [skill], bundles, [], {}, [], None)
 
 
 def promote(bucket: str, suite_file: Path, known: Sequence[str]) -> bool:

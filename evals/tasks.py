@@ -64,6 +64,17 @@ class Task:
     matter: bool = True
     description: str = ""
     source: Path | None = field(default=None, compare=False)
+    #: Trials of this task per run (Memex's ``trials_per_run``); ``None``: the run's epochs.
+    trials: int | None = None
+    #: Seconds one trial may run (``timeout_seconds``); then its run stops as ``RUN_TIMEOUT``.
+    timeout_s: float | None = None
+    #: A trial passes when its score reaches this (``task_pass_threshold``); ``None``: when
+    #: every scored grader passes.
+    pass_threshold: float | None = None
+    #: A workspace folder to copy, given by path (Memex's ``fixture_dir``), not by name.
+    fixture_path: Path | None = field(default=None, compare=False)
+    #: What a right answer looks like (``reference_solution``), for reports and judges.
+    reference: Any = None
 
 
 def task_from_dict(

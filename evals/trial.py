@@ -28,6 +28,7 @@ from skilldeck.evals.environment import environment_state
 from skilldeck.evals.outcome import Outcome, diff_files, read_transcript, snapshot
 from skilldeck.evals.setup import EvalSetup, RunScope, TrialSetup
 from skilldeck.evals.tasks import Task
+from skilldeck.nodes.model_call import RUN_TIMEOUT_KEY
 from skilldeck.scripted import CASE_KEY
 from skilldeck.types import RunResult
 
@@ -91,7 +92,9 @@ def run_trial(
         )
     before = snapshot(workspace)
     thread_id = f"{run_id}-{tid}"
-    meta = {CASE_KEY: task.id, EPOCH_KEY: epoch}
+    meta: dict[str, Any] = {CASE_KEY: task.id, EPOCH_KEY: epoch}
+    if task.timeout_s is not None:
+        meta[RUN_TIMEOUT_KEY] = task.timeout_s
     started = time.perf_counter()
     result: RunResult | None = None
     error = None

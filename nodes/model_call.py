@@ -32,10 +32,12 @@ from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import turn_schema
 
-__all__ = ["DEADLINE_KEY", "ModelCaller", "RetryableModelError"]
+__all__ = ["DEADLINE_KEY", "RUN_TIMEOUT_KEY", "ModelCaller", "RetryableModelError"]
 
 #: Config key of a run's deadline (epoch seconds), set by the deck from ``run_timeout_s``.
 DEADLINE_KEY = "skilldeck_deadline"
+#: Run metadata: seconds this run may take, if shorter than ``run_timeout_s``.
+RUN_TIMEOUT_KEY = "skilldeck_run_timeout_s"
 
 
 class RetryableModelError(Exception):

@@ -66,7 +66,7 @@ def test_templates_are_one_set_everywhere() -> None:
     memex += (
         "task routine procedure compact snippet article conversation quote snapshot gallery video"
     )
-    assert TEMPLATE_IDS == tuple(memex.split())  # Memex's 22 template ids
+    assert tuple(memex.split()) == TEMPLATE_IDS  # Memex's 22 template ids
     for template in TEMPLATES.values():
         assert template.description and template.fields
     schema = json.loads((BUNDLE / "assets" / "output_schema.json").read_text("utf-8"))

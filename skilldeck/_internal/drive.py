@@ -40,7 +40,7 @@ from skilldeck.errors import (
     ThreadNotFoundError,
 )
 from skilldeck.nodes.context import ROUTER_NODE
-from skilldeck.nodes.model_call import DEADLINE_KEY
+from skilldeck.nodes.model_call import DEADLINE_KEY, RUN_TIMEOUT_KEY
 from skilldeck.settings import Settings
 from skilldeck.types import Event, RunResult
 
@@ -114,8 +114,12 @@ class _Base:
         configurable = {"thread_id": thread_id, **(identity or {})}
         if checkpoint_id is not None:
             configurable["checkpoint_id"] = checkpoint_id
-        if self.settings.run_timeout_s is not None:  # the run's deadline, for every model call
-            configurable[DEADLINE_KEY] = time.time() + self.settings.run_timeout_s
+        # The run's deadline, for every model call: the host's, or a shorter one the request
+        # asks for in its metadata (an eval task's timeout).
+        limits = [self.settings.run_timeout_s, (metadata or {}).get(RUN_TIMEOUT_KEY)]
+        timeout = min((float(t) for t in limits if t is not None), default=None)
+        if timeout is not None:
+            configurable[DEADLINE_KEY] = time.time() + timeout
         config: RunnableConfig = {
             "configurable": configurable,
             "recursion_limit": self.settings.max_steps,

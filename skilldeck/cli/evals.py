@@ -33,8 +33,11 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 def _suite(skill: str | None, suite: Path | None, skills: list[str] | None) -> Suite:
+    from skilldeck.evals.memex import is_memex_suite, load_memex_suite
     from skilldeck.evals.suites import load_suite, suite_for_skill
 
+    if suite is not None and is_memex_suite(suite):  # --skill picks the agent it grades
+        return load_memex_suite(suite, skill=skill, skills_path=skills_paths(skills) or [])
     if (skill is None) == (suite is None):
         raise EvalConfigError("give exactly one of --skill NAME or --suite FILE")
     if suite is not None:
@@ -73,7 +76,10 @@ def _bucket_table(report: dict[str, Any]) -> Table:
 @eval_app.command("run")
 def run(
     skill: Annotated[str | None, typer.Option(help="Run this skill's cases.yaml.")] = None,
-    suite: Annotated[Path | None, typer.Option(help="Run a suite file.")] = None,
+    suite: Annotated[
+        Path | None,
+        typer.Option(help="Run a suite file, or a suite folder in Memex's layout (suite.json)."),
+    ] = None,
     skills: SkillsOpt = None,
     model: Annotated[
         str | None, typer.Option(help="Model for every skill: PROVIDER:MODEL or scripted:FILE.")
@@ -105,7 +111,7 @@ def run(
         chosen = _suite(skill, suite, skills)
         judge = Judge.from_spec(judge_model) if judge_model else None
         folder = out_dir or state_home().path / "evals" / chosen.name
-        total = len(chosen.tasks) * epochs
+        total = sum(t.trials or epochs for t in chosen.tasks)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
