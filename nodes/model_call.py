@@ -32,10 +32,12 @@ from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import turn_schema
 
-__all__ = ["DEADLINE_KEY", "RUN_TIMEOUT_KEY", "ModelCaller", "RetryableModelError"]
+__all__ = ["ATTEMPT_KEY", "DEADLINE_KEY", "RUN_TIMEOUT_KEY", "ModelCaller", "RetryableModelError"]
 
 #: Config key of a run's deadline (epoch seconds), set by the deck from ``run_timeout_s``.
 DEADLINE_KEY = "skilldeck_deadline"
+#: Model call metadata: the attempt of the skill's turn the call belongs to (stream deltas).
+ATTEMPT_KEY = "skilldeck_attempt"
 #: Run metadata: seconds this run may take, if shorter than ``run_timeout_s``.
 RUN_TIMEOUT_KEY = "skilldeck_run_timeout_s"
 
@@ -137,11 +139,11 @@ class ModelCaller:
         *,
         final_only: bool,
         deadline: float | None = None,
+        attempt: int = 1,
     ) -> AIMessage:
         """One reply: a tool call or the output (``final_only``: the output only)."""
-        return self._invoke(
-            self._bound("final" if final_only else "tools"), conversation, index, deadline
-        )
+        bound = self._bound("final" if final_only else "tools")
+        return self._invoke(bound, conversation, index, deadline, attempt)
 
     def ask_json(
         self,
@@ -150,13 +152,20 @@ class ModelCaller:
         name: str,
         schema: Mapping[str, Any],
         deadline: float | None = None,
+        attempt: int = 1,
     ) -> AIMessage:
         """One JSON step (a plan, a rewrite, a view): held to ``schema`` in ``schema`` mode,
         JSON mode otherwise."""
-        return self._invoke(self._bound(f"json:{name}", schema), conversation, index, deadline)
+        bound = self._bound(f"json:{name}", schema)
+        return self._invoke(bound, conversation, index, deadline, attempt)
 
     def _invoke(
-        self, bound: Any, conversation: Sequence[BaseMessage], index: int, deadline: float | None
+        self,
+        bound: Any,
+        conversation: Sequence[BaseMessage],
+        index: int,
+        deadline: float | None,
+        attempt: int,
     ) -> AIMessage:
         timeout = self.ctx.settings.model_timeout_s
         if deadline is not None:
@@ -167,7 +176,7 @@ class ModelCaller:
                 timeout = left
                 bound = bound.bind(timeout=left)
         # The call index lets the scripted provider replay the same turn after a resume.
-        meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index}
+        meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index, ATTEMPT_KEY: attempt}
         wire = to_wire(conversation, self.mode)
         window = self.ctx.settings.model_context_tokens
         if window is not None:

@@ -172,7 +172,11 @@ class SkillNode:
         deadline = config["configurable"].get(DEADLINE_KEY)
         try:
             message = self.caller.call(
-                conversation, index, final_only=final_only, deadline=deadline
+                conversation,
+                index,
+                final_only=final_only,
+                deadline=deadline,
+                attempt=int(turn.get("attempt", 1)),
             )
         except RetryableModelError as exc:
             calls[self.name] = index + 1
@@ -285,7 +289,8 @@ class SkillNode:
         schema mode); counts the call in ``calls`` and its tokens in ``turn``."""
         index = calls.get(self.name, 0)
         calls[self.name] = index + 1
-        message = self.caller.ask_json(conversation, index, name, schema)
+        attempt = int(turn.get("attempt", 1))
+        message = self.caller.ask_json(conversation, index, name, schema, attempt=attempt)
         turn["tokens"] = _add_tokens(turn.get("tokens"), message)
         return message
 

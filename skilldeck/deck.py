@@ -399,13 +399,15 @@ class SkillDeck:
         next_skill: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         callbacks: Sequence[BaseCallbackHandler] | None = None,
+        stream_deltas: bool = False,
     ) -> Iterator[Event]:
         """:meth:`run`, yielding typed events as the run goes (see :mod:`skilldeck.types`).
 
         The request is checked and the thread's run lease taken now, so a bad or busy request
         raises before any event. The stream ends with
         exactly one ``card``, ``done`` or ``error`` event. Stopping the iteration stops the run
-        after its current step; the steps already made stay checkpointed.
+        after its current step; the steps already made stay checkpointed. ``stream_deltas``
+        adds ``delta`` events: the models' text as it is generated.
 
         Example:
             >>> for event in deck.stream({"documents": ["c.txt"]}, context="matter"):
@@ -413,7 +415,8 @@ class SkillDeck:
         """
         thread_id = thread_id or _new_thread_id()
         args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
-        return self._sync.events(self._start(self._sync.snapshot(thread_id), thread_id, *args))
+        request = self._start(self._sync.snapshot(thread_id), thread_id, *args)
+        return self._sync.events(request._replace(deltas=stream_deltas))
 
     def resume(
         self,
@@ -447,6 +450,7 @@ class SkillDeck:
         interrupt_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         callbacks: Sequence[BaseCallbackHandler] | None = None,
+        stream_deltas: bool = False,
     ) -> Iterator[Event]:
         """:meth:`resume`, yielding typed events like :meth:`stream`.
 
@@ -455,7 +459,8 @@ class SkillDeck:
         that is never resumed, and its thread, stay claimed until the claim's lease expires.
         """
         args = (answers, interrupt_id, metadata, callbacks)
-        return self._sync.events(self._answer(self._sync.snapshot(thread_id), thread_id, *args))
+        request = self._answer(self._sync.snapshot(thread_id), thread_id, *args)
+        return self._sync.events(request._replace(deltas=stream_deltas))
 
     async def arun(
         self,
@@ -488,13 +493,14 @@ class SkillDeck:
         next_skill: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         callbacks: Sequence[BaseCallbackHandler] | None = None,
+        stream_deltas: bool = False,
     ) -> AsyncIterator[Event]:
         """:meth:`stream` on the async API (see :meth:`arun`); a bad request raises before
         the first event."""
         driver, thread_id = await self._driver(), thread_id or _new_thread_id()
         args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
         request = self._start(await driver.snapshot(thread_id), thread_id, *args)
-        async for event in driver.events(request):
+        async for event in driver.events(request._replace(deltas=stream_deltas)):
             yield event
 
     async def aresume(
@@ -518,11 +524,12 @@ class SkillDeck:
         interrupt_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         callbacks: Sequence[BaseCallbackHandler] | None = None,
+        stream_deltas: bool = False,
     ) -> AsyncIterator[Event]:
         """:meth:`stream_resume` on the async API (see :meth:`arun`)."""
         driver, args = await self._driver(), (answers, interrupt_id, metadata, callbacks)
         request = self._answer(await driver.snapshot(thread_id), thread_id, *args)
-        async for event in driver.events(request):
+        async for event in driver.events(request._replace(deltas=stream_deltas)):
             yield event
 
     async def _driver(self) -> AsyncDriver:

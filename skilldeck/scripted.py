@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +49,8 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from pydantic import Field
@@ -233,7 +234,19 @@ class ScriptedChatModel(BaseChatModel):
             INVALID_KEY: bool(turn.get("invalid", False)) or bool(self.recorded),
             **({"finish_reason": "length"} if turn.get("error") == "length" else {}),
         }
+        _emit_tokens(message, run_manager)
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def _emit_tokens(message: AIMessage, run_manager: CallbackManagerForLLMRun | None) -> None:
+    """Report the reply's text in pieces as a streaming model does, so a stream that asks for
+    the text as it is generated (``stream_deltas``) gets deltas from a cassette too."""
+    text = message.content
+    if run_manager is None or not isinstance(text, str) or not text:
+        return
+    for piece in re.findall(r"\S+\s*|\s+", text):
+        chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece, id=message.id))
+        run_manager.on_llm_new_token(piece, chunk=chunk)
 
 
 class _Unavailable(Exception):

@@ -31,11 +31,13 @@ class Settings(BaseSettings):
 
     model: str | None = Field(
         default=None,
-        description="Model override for every skill: 'MODEL', 'PROVIDER:MODEL' or 'scripted:FILE'.",
+        description="Model override for every skill: 'MODEL', 'PROVIDER:MODEL', "
+        "'scripted:FILE', or 'rules' (each skill's scripts/rules.py, no model).",
     )
     provider: str = Field(
         default="openai",
-        description="Provider of skills that name none: openai, openrouter, compatible, scripted.",
+        description="Provider of skills that name none: openai, openrouter, compatible, "
+        "scripted, rules.",
     )
     base_url: str | None = Field(
         default=None, description="One OpenAI-compatible endpoint for every model call."

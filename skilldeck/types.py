@@ -13,6 +13,7 @@ __all__ = [
     "CardEvent",
     "CardOption",
     "CardQuestion",
+    "DeltaEvent",
     "DoneEvent",
     "ErrorEvent",
     "Event",
@@ -280,6 +281,18 @@ class ErrorEvent(_Event):
 
 
 @dataclass(frozen=True, slots=True)
+class DeltaEvent(_Event):
+    """Text a skill's model is generating, as it comes (only when a stream asks for deltas:
+    ``stream_deltas=True``). The validated result still arrives in ``skill_result``."""
+
+    event: ClassVar[Literal["delta"]] = "delta"
+    thread_id: str
+    skill: str
+    attempt: int | None
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class DoneEvent(_Event):
     """The run ended without a card (terminal); ``status`` is the thread's status."""
 
@@ -290,5 +303,7 @@ class DoneEvent(_Event):
     checkpoint_id: str | None = None
 
 
-Event = StepEvent | ToolCallEvent | SkillResultEvent | CardEvent | ErrorEvent | DoneEvent
+Event = (
+    StepEvent | DeltaEvent | ToolCallEvent | SkillResultEvent | CardEvent | ErrorEvent | DoneEvent
+)
 """Any event of a run's stream; match on the class or on ``event.event``."""

@@ -552,6 +552,19 @@ def test_a_client_that_disconnects_mid_stream_does_not_stop_the_run(served: str)
         assert http.get(f"/threads/{thread}").json()["state"]["note"] == "written"
 
 
+def test_a_client_that_reconnects_with_last_event_id_gets_what_it_missed(served: str) -> None:
+    with httpx.Client(base_url=served, headers=auth(), timeout=30) as http:
+        thread = http.post("/threads").json()["thread_id"]
+        with http.stream("POST", f"/threads/{thread}/runs", json={"context": "slow"}) as response:
+            lines = response.iter_lines()
+            seen = next(line for line in lines if line.startswith("id: ")).removeprefix("id: ")
+        # The connection broke after the first event; the run goes on in the server.
+        headers = {"Last-Event-ID": seen}
+        with http.stream("GET", f"/threads/{thread}/stream", headers=headers) as response:
+            rest = [name for name, _, _ in _read_events(response)]
+        assert rest == ["skill_result", "step", "skill_result", "card"]
+
+
 # -- schemathesis on the app's own schema -----------------------------------------------------
 @pytest.fixture(scope="module")
 def api_schema() -> Iterator[Any]:

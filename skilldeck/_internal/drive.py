@@ -58,6 +58,12 @@ class Request(NamedTuple):
     # The thread before the run: the event stream must not report its earlier tool calls again.
     snapshot: StateSnapshot | None
     claim: Claim | None = None  # (thread_id, interrupt_id) of the card a resume answers
+    deltas: bool = False  # stream the models' text as it is generated (delta events)
+
+    @property
+    def modes(self) -> list[str]:
+        """The LangGraph stream modes the request needs."""
+        return ["updates", "messages"] if self.deltas else ["updates"]
 
     @property
     def thread_id(self) -> str:
@@ -231,7 +237,10 @@ class Driver(_Base):
         with checkpoint_errors():
             try:
                 for part in self.graph.stream(
-                    request.payload, request.config, stream_mode=["updates"], **self._run_options()
+                    request.payload,
+                    request.config,
+                    stream_mode=request.modes,
+                    **self._run_options(),
                 ):
                     if lease.due():
                         lease.renewed(self.claims.renew(*request.lease))
@@ -323,7 +332,10 @@ class AsyncDriver(_Base):
         with checkpoint_errors():
             try:
                 async for part in self.graph.astream(
-                    request.payload, request.config, stream_mode=["updates"], **self._run_options()
+                    request.payload,
+                    request.config,
+                    stream_mode=request.modes,
+                    **self._run_options(),
                 ):
                     if lease.due():
                         lease.renewed(await self.claims.arenew(*request.lease))

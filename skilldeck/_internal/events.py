@@ -1,10 +1,11 @@
-"""Translate LangGraph ``updates`` stream parts into skilldeck's typed stream events.
+"""Translate LangGraph ``updates`` (and ``messages``) stream parts into skilldeck's events.
 
 Each node update becomes a :class:`~skilldeck.types.StepEvent`; the tools node's new call
 records become :class:`~skilldeck.types.ToolCallEvent` (with the arguments the skill asked for,
 remembered from its ``turn.pending``); a skill's attempt record becomes a
-:class:`~skilldeck.types.SkillResultEvent`. The terminal event is built from the thread's final
-state, so it is the same whether the run was streamed or not.
+:class:`~skilldeck.types.SkillResultEvent`; a model's text chunk (``messages`` mode, when
+deltas are asked for) becomes a :class:`~skilldeck.types.DeltaEvent`. The terminal event is
+built from the thread's final state, so it is the same whether the run was streamed or not.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from skilldeck.nodes.context import CARD_NODE
+from skilldeck.nodes.model_call import ATTEMPT_KEY
+from skilldeck.nodes.route_model import ROUTER_KEY
+from skilldeck.scripted import SKILL_KEY
 from skilldeck.types import (
     CardEvent,
+    DeltaEvent,
     DoneEvent,
     ErrorEvent,
     Event,
@@ -59,13 +64,26 @@ class EventTranslator:
             self._args[str(call["id"])] = dict(call.get("args") or {})
 
     def feed(self, part: Mapping[str, Any]) -> Iterator[Event]:
-        """The events of one ``stream_mode="updates"`` part (``version="v2"``)."""
-        if part.get("type") != "updates" or part.get("ns"):
+        """The events of one ``updates`` or ``messages`` stream part (``version="v2"``)."""
+        if part.get("ns"):
+            return
+        if part.get("type") == "messages":
+            yield from self._delta(*part["data"])
+            return
+        if part.get("type") != "updates":
             return
         for node, update in (part.get("data") or {}).items():
             if node.startswith("__") or not isinstance(update, Mapping):
                 continue  # interrupts: the terminal card event reads them from the state
             yield from self._node(node, update)
+
+    def _delta(self, chunk: Any, meta: Mapping[str, Any]) -> Iterator[Event]:
+        """A skill's model text as it is generated (routing calls are not a skill's text)."""
+        skill = meta.get(SKILL_KEY)
+        text = getattr(chunk, "content", None)
+        if skill and skill != ROUTER_KEY and isinstance(text, str) and text:
+            attempt = meta.get(ATTEMPT_KEY)
+            yield DeltaEvent(self.thread_id, str(skill), attempt, text)
 
     def _node(self, node: str, update: Mapping[str, Any]) -> Iterator[Event]:
         turn = update.get("turn") or {}

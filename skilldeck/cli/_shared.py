@@ -68,7 +68,10 @@ CheckpointOpt = Annotated[
 ]
 ModelOpt = Annotated[
     str | None,
-    typer.Option("--model", help="Model for every skill: MODEL, PROVIDER:MODEL or scripted:FILE."),
+    typer.Option(
+        "--model",
+        help="Model for every skill: MODEL, PROVIDER:MODEL, scripted:FILE or rules (no model).",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 

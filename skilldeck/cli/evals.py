@@ -82,7 +82,8 @@ def run(
     ] = None,
     skills: SkillsOpt = None,
     model: Annotated[
-        str | None, typer.Option(help="Model for every skill: PROVIDER:MODEL or scripted:FILE.")
+        str | None,
+        typer.Option(help="Model for every skill: PROVIDER:MODEL, scripted:FILE or rules."),
     ] = None,
     judge_model: Annotated[
         str | None, typer.Option(help="Judge model; without it judge graders are not scored.")

@@ -47,7 +47,9 @@ def serve(
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option(help="Model for every skill: MODEL, PROVIDER:MODEL or scripted:FILE."),
+        typer.Option(
+            help="Model for every skill: MODEL, PROVIDER:MODEL, scripted:FILE or rules (no model)."
+        ),
     ] = None,
     max_body_bytes: Annotated[int, typer.Option(help="Larger request bodies get 413.", min=1)] = (
         1_000_000

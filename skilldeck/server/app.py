@@ -8,7 +8,9 @@ the card and posts the answers to ``POST /threads/{id}/resume``, which streams o
 Requests are checked before a stream starts, so every bad request is a real HTTP status with a
 JSON body ``{"error": {"code", "message"}}``. A run is driven by a worker thread, not by the
 response: a client that disconnects stops receiving events, not the run, which goes on to its
-card or its end and checkpoints every step.
+card or its end and checkpoints every step. Every event has an ``id``; a client that reconnects
+to ``GET /threads/{id}/stream`` with ``Last-Event-ID`` gets the events it missed, then the live
+ones (:mod:`skilldeck.server.runlog`).
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route annotations, which
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from uuid import uuid4
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Header
 from fastapi import Path as PathParam
 from fastapi.types import DecoratedCallable
 from langchain_core.runnables import RunnableConfig
@@ -42,6 +44,7 @@ from skilldeck.server.auth import current_user
 from skilldeck.server.errors import NotFound, install_error_handlers, responses
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit
+from skilldeck.server.runlog import RunLog, RunLogs
 from skilldeck.server.schemas import (
     CreatedThread,
     Health,
@@ -50,7 +53,7 @@ from skilldeck.server.schemas import (
     RunRequest,
     ThreadView,
 )
-from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse, format_event
+from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse
 from skilldeck.types import ErrorEvent, Event, RunResult
 
 __all__ = ["create_app"]
@@ -61,12 +64,14 @@ MatterCheck = Callable[[str, str], bool]
 
 _SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "Server-Sent Events: `step`, `tool_call`, `skill_result`, then exactly "
-        "one `card`, `done` or `error`. Each `data` line is the event as JSON.",
+        "description": "Server-Sent Events: `step`, `tool_call`, `skill_result` (and `delta`, "
+        "the models' text, with `stream_deltas`), then exactly one `card`, `done` or `error`. "
+        "Each event has an `id`; each `data` line is the event as JSON.",
         "content": {
             MEDIA_TYPE: {
                 "schema": {"type": "string"},
-                "example": 'event: card\ndata: {"event": "card", "thread_id": "..."}\n\n',
+                "example": "id: 1f2e3d4c5b6a-8\nevent: card\n"
+                'data: {"event": "card", "thread_id": "..."}\n\n',
             }
         },
     }
@@ -95,6 +100,9 @@ class Threads:
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="skilldeck-run")
         # Threads with a run in progress here; another run or resume of one of them is a 409.
         self.active: set[str] = set()
+        # Each thread's latest run, numbered, for the client that started it and any that
+        # reconnects (GET /threads/{id}/stream).
+        self.logs = RunLogs()
 
     # -- ownership (blocking: call in a worker thread) ------------------------------------
     def create(self, user_id: str) -> CreatedThread:
@@ -140,16 +148,16 @@ class Threads:
             self.active.discard(thread_id)
             raise
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        self.executor.submit(self._drain, events, thread_id, loop, queue)
-        return EventStreamResponse(_read(queue))
+        run_log = self.logs.start(thread_id)
+        self.executor.submit(self._drain, events, thread_id, loop, run_log)
+        return EventStreamResponse(run_log.follow())
 
     def _drain(
         self,
         events: Iterator[Event],
         thread_id: str,
         loop: asyncio.AbstractEventLoop,
-        queue: asyncio.Queue[Event | None],
+        events_log: RunLog,
     ) -> None:
         def post(callback: Callable[..., Any], *args: Any) -> None:
             # A closed loop (shutdown) has nobody listening; the run goes on regardless.
@@ -158,25 +166,20 @@ class Threads:
 
         try:
             for event in events:
-                post(queue.put_nowait, event)
+                post(events_log.append, event)
         except SkillDeckError as exc:
-            post(queue.put_nowait, ErrorEvent(thread_id, exc.code.value, str(exc)))
+            post(events_log.append, ErrorEvent(thread_id, exc.code.value, str(exc)))
         except Exception as exc:
             log_error(log, f"run of thread {thread_id} failed", exc)
             message = f"internal error ({type(exc).__name__}); the details are in the server log"
-            post(queue.put_nowait, ErrorEvent(thread_id, "INTERNAL_ERROR", message))
+            post(events_log.append, ErrorEvent(thread_id, "INTERNAL_ERROR", message))
         finally:
-            post(queue.put_nowait, None)
+            post(events_log.close)
             post(self.active.discard, thread_id)
 
     def shutdown(self) -> None:
         """Wait for the runs in progress to reach their card or end."""
         self.executor.shutdown(wait=True)
-
-
-async def _read(queue: asyncio.Queue[Event | None]) -> AsyncIterator[bytes]:
-    while (event := await queue.get()) is not None:
-        yield format_event(event)
 
 
 def _thread_view(thread_id: str, result: RunResult | None) -> ThreadView:
@@ -299,6 +302,7 @@ def create_app(
                 user_id=user,
                 matter_id=body.matter_id,
                 next_skill=body.next_skill,
+                stream_deltas=body.stream_deltas,
             ),
         )
 
@@ -310,8 +314,37 @@ def create_app(
             raise NoPendingCardError(thread_id, "new")
         return await threads.stream(
             thread_id,
-            lambda: deck.stream_resume(thread_id, body.answers, interrupt_id=body.interrupt_id),
+            lambda: deck.stream_resume(
+                thread_id,
+                body.answers,
+                interrupt_id=body.interrupt_id,
+                stream_deltas=body.stream_deltas,
+            ),
         )
+
+    @app.get(
+        "/threads/{thread_id}/stream",
+        response_class=EventStreamResponse,
+        responses={**_SSE_RESPONSE, **responses(401, 404, stream=True)},
+        tags=["threads"],
+    )
+    async def follow(
+        thread_id: ThreadId,
+        user: User,
+        last_event_id: Annotated[str | None, Header(max_length=200)] = None,
+    ) -> Any:
+        """The events of the thread's latest run in this process: those after
+        ``Last-Event-ID`` (all of them without it), then the live ones until the run's end.
+        Reconnect here when a run's stream breaks off."""
+        await run_in_threadpool(threads.owned, thread_id, user)
+        run_log = threads.logs.get(thread_id)
+        if run_log is None:
+            raise NotFound(
+                "NO_RUN_STREAM",
+                f"no run of thread {thread_id!r} has streamed in this server process; "
+                f"GET /threads/{thread_id} shows where it stands",
+            )
+        return EventStreamResponse(run_log.follow(run_log.after(last_event_id)))
 
     @read("/threads/{thread_id}", ThreadView)
     async def get_thread(thread_id: ThreadId, user: User) -> ThreadView:

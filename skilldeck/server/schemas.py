@@ -115,6 +115,9 @@ class RunRequest(BaseModel):
     context: str = Field(min_length=1, max_length=200, examples=["matter"])
     matter_id: str | None = Field(default=None, max_length=200, pattern=_ID)
     next_skill: str | None = Field(default=None, max_length=200)
+    stream_deltas: bool = Field(
+        default=False, description="Also stream the models' text as it is generated (delta)."
+    )
 
 
 class ResumeRequest(BaseModel):
@@ -126,6 +129,9 @@ class ResumeRequest(BaseModel):
         default=None,
         max_length=200,
         description="The card being answered; a stale id (another card is pending) is a 409.",
+    )
+    stream_deltas: bool = Field(
+        default=False, description="Also stream the models' text as it is generated (delta)."
     )
 
 

@@ -1,7 +1,8 @@
 """Server-Sent Events: the wire format of a run's stream.
 
-Each event is ``event: <name>`` and ``data: <one-line JSON>``, ended by a blank line; the JSON is
-the event's ``to_dict()``, so its ``event`` key repeats the name for clients that only read data.
+Each event is ``id: <id>`` (a run's events are numbered: see :mod:`skilldeck.server.runlog`),
+``event: <name>`` and ``data: <one-line JSON>``, ended by a blank line; the JSON is the event's
+``to_dict()``, so its ``event`` key repeats the name for clients that only read data.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ __all__ = ["MEDIA_TYPE", "EventStreamResponse", "format_event", "format_sse"]
 MEDIA_TYPE = "text/event-stream"
 
 
-def format_sse(name: str, data: Any) -> bytes:
+def format_sse(name: str, data: Any, id: str | None = None) -> bytes:
     """One SSE message; ``json.dumps`` escapes newlines, so ``data`` is a single line."""
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
+    head = f"id: {id}\n" if id is not None else ""
+    body = json.dumps(data, ensure_ascii=False, default=str)
+    return f"{head}event: {name}\ndata: {body}\n\n".encode()
 
 
-def format_event(event: Event) -> bytes:
+def format_event(event: Event, id: str | None = None) -> bytes:
     """The SSE message of a stream event."""
-    return format_sse(event.event, event.to_dict())
+    return format_sse(event.event, event.to_dict(), id)
 
 
 class EventStreamResponse(StreamingResponse):
