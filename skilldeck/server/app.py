@@ -18,14 +18,16 @@ ones (:mod:`skilldeck.server.runlog`).
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 from uuid import uuid4
 
+from ag_ui.core import RunAgentInput, RunErrorEvent
 from fastapi import Depends, FastAPI, Header
 from fastapi import Path as PathParam
 from fastapi.types import DecoratedCallable
@@ -40,12 +42,14 @@ from skilldeck.errors import (
     ThreadBusyError,
     ThreadNotFoundError,
 )
+from skilldeck.server.agui import agui_events, agui_request, encode_agui
 from skilldeck.server.auth import current_user
 from skilldeck.server.errors import NotFound, install_error_handlers, responses
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit
 from skilldeck.server.runlog import RunLog, RunLogs
 from skilldeck.server.schemas import (
+    THREAD_ID,
     CreatedThread,
     Health,
     History,
@@ -53,8 +57,8 @@ from skilldeck.server.schemas import (
     RunRequest,
     ThreadView,
 )
-from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse
-from skilldeck.types import ErrorEvent, Event, RunResult
+from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse, format_event
+from skilldeck.types import ErrorEvent, RunResult
 
 __all__ = ["create_app"]
 
@@ -83,6 +87,20 @@ def _version() -> str:
         return version("skilldeck")
     except PackageNotFoundError:
         return "0"
+
+
+class Protocol(NamedTuple):
+    """How a run's events go on the wire: each event's SSE message, and the event of an error
+    that ends a run."""
+
+    encode: Callable[[Any, str], bytes]
+    error: Callable[[str, str, str], Any]
+
+
+SKILLDECK_EVENTS = Protocol(format_event, ErrorEvent)
+AGUI_EVENTS = Protocol(
+    encode_agui, lambda thread_id, code, message: RunErrorEvent(message=message, code=code)
+)
 
 
 class Threads:
@@ -127,17 +145,35 @@ class Threads:
         except ThreadNotFoundError:
             return None
 
+    def adopt(self, thread_id: str, user_id: str) -> None:
+        """Make ``thread_id`` a thread of ``user_id`` if it is new (an AG-UI client names its
+        threads); one of another user answers 404 like an unknown one."""
+        if not re.fullmatch(THREAD_ID, thread_id) or len(thread_id) > 200:
+            raise SkillDeckError(
+                f"threadId {thread_id[:80]!r} must be 1-200 letters, digits and . _ : - "
+                "(starting with a letter or digit)"
+            )
+        if self.deck.index.get(thread_id) is None:
+            self.deck.index.create(thread_id, user_id)
+        self.owned(thread_id, user_id)
+
     def check_matter(self, user_id: str, matter_id: str | None) -> None:
         """Refuse a matter the user may not use, with the answer an unknown matter gets."""
         if matter_id is not None and not self.matter_check(user_id, matter_id):
             raise NotFound("MATTER_NOT_FOUND", f"matter {matter_id!r} not found for this API key")
 
     # -- streaming ------------------------------------------------------------------------
-    async def stream(self, thread_id: str, start: Callable[[], Iterator[Event]]) -> Any:
-        """Check and start a run with ``start`` (raises before the stream), then stream it.
+    async def stream(
+        self,
+        thread_id: str,
+        start: Callable[[], Iterator[Any]],
+        protocol: Protocol = SKILLDECK_EVENTS,
+    ) -> Any:
+        """Check and start a run with ``start`` (raises before the stream), then stream its
+        events in ``protocol`` (skilldeck's events, or AG-UI's).
 
-        The run is drained by a worker thread into a queue, so it does not depend on the
-        response: a client that goes away only stops the reading of the queue.
+        The run is drained by a worker thread into the thread's run log, so it does not depend
+        on the response: a client that goes away only stops reading the log.
         """
         if thread_id in self.active:
             raise ThreadBusyError(thread_id)
@@ -148,16 +184,17 @@ class Threads:
             self.active.discard(thread_id)
             raise
         loop = asyncio.get_running_loop()
-        run_log = self.logs.start(thread_id)
-        self.executor.submit(self._drain, events, thread_id, loop, run_log)
+        run_log = self.logs.start(thread_id, protocol.encode)
+        self.executor.submit(self._drain, events, thread_id, loop, run_log, protocol)
         return EventStreamResponse(run_log.follow())
 
     def _drain(
         self,
-        events: Iterator[Event],
+        events: Iterator[Any],
         thread_id: str,
         loop: asyncio.AbstractEventLoop,
         events_log: RunLog,
+        protocol: Protocol,
     ) -> None:
         def post(callback: Callable[..., Any], *args: Any) -> None:
             # A closed loop (shutdown) has nobody listening; the run goes on regardless.
@@ -168,11 +205,11 @@ class Threads:
             for event in events:
                 post(events_log.append, event)
         except SkillDeckError as exc:
-            post(events_log.append, ErrorEvent(thread_id, exc.code.value, str(exc)))
+            post(events_log.append, protocol.error(thread_id, exc.code.value, str(exc)))
         except Exception as exc:
             log_error(log, f"run of thread {thread_id} failed", exc)
             message = f"internal error ({type(exc).__name__}); the details are in the server log"
-            post(events_log.append, ErrorEvent(thread_id, "INTERNAL_ERROR", message))
+            post(events_log.append, protocol.error(thread_id, "INTERNAL_ERROR", message))
         finally:
             post(events_log.close)
             post(self.active.discard, thread_id)
@@ -345,6 +382,46 @@ def create_app(
                 f"GET /threads/{thread_id} shows where it stands",
             )
         return EventStreamResponse(run_log.follow(run_log.after(last_event_id)))
+
+    @app.post(
+        "/agui",
+        response_class=EventStreamResponse,
+        responses={**_SSE_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
+        tags=["agui"],
+    )
+    async def agui(body: RunAgentInput, user: User) -> Any:
+        """The deck as an AG-UI agent: ``RunAgentInput`` in, AG-UI events out. A run starts
+        from the last user message (routed by description) or ``forwardedProps`` (``input``,
+        ``context``, ``matter_id``); a card ends it with an interrupt outcome whose
+        ``responseSchema`` is the answers' schema; a ``resume`` entry answers the card."""
+        thread_id = body.thread_id
+        await run_in_threadpool(threads.adopt, thread_id, user)
+        kind, asked = agui_request(body)
+        if kind == "run":
+            await run_in_threadpool(threads.check_matter, user, asked["matter_id"])
+
+        def start() -> Iterator[Any]:
+            if kind == "run":
+                events = deck.stream(
+                    asked["input"],
+                    context=asked["context"],
+                    thread_id=thread_id,
+                    user_id=user,
+                    matter_id=asked["matter_id"],
+                    stream_deltas=True,
+                )
+            else:
+                events = deck.stream_resume(
+                    thread_id, asked["answers"], interrupt_id=asked["interrupt_id"],
+                    stream_deltas=True,
+                )  # fmt: skip
+
+            def state() -> dict[str, Any]:
+                return deck.get_thread(thread_id).state
+
+            return agui_events(thread_id, body.run_id, events, state)
+
+        return await threads.stream(thread_id, start, AGUI_EVENTS)
 
     @read("/threads/{thread_id}", ThreadView)
     async def get_thread(thread_id: ThreadId, user: User) -> ThreadView:

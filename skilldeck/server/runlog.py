@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from skilldeck.server.sse import format_event
-from skilldeck.types import Event
 
 __all__ = ["FINISHED_LOGS", "RunLog", "RunLogs"]
 
@@ -26,14 +26,16 @@ FINISHED_LOGS = 256
 class RunLog:
     """One run's numbered SSE messages; written and read on the server's event loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, encode: Callable[[Any, str], bytes] = format_event) -> None:
         self.run_id = uuid.uuid4().hex[:12]
+        self.encode = encode
         self.messages: list[bytes] = []
         self.done = False
         self._changed = asyncio.Event()
 
-    def append(self, event: Event) -> None:
-        self.messages.append(format_event(event, f"{self.run_id}-{len(self.messages)}"))
+    def append(self, event: Any) -> None:
+        """Number and encode ``event`` (a skilldeck event, or an AG-UI one)."""
+        self.messages.append(self.encode(event, f"{self.run_id}-{len(self.messages)}"))
         self._wake()
 
     def close(self) -> None:
@@ -69,8 +71,8 @@ class RunLogs:
     def __init__(self) -> None:
         self._logs: OrderedDict[str, RunLog] = OrderedDict()
 
-    def start(self, thread_id: str) -> RunLog:
-        log = self._logs[thread_id] = RunLog()
+    def start(self, thread_id: str, encode: Callable[[Any, str], bytes] = format_event) -> RunLog:
+        log = self._logs[thread_id] = RunLog(encode)
         self._logs.move_to_end(thread_id)
         finished = [t for t, lg in self._logs.items() if lg.done]
         for thread in finished[: max(len(finished) - FINISHED_LOGS, 0)]:

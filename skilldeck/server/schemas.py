@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from typing_extensions import TypeAliasType
 
 __all__ = [
+    "THREAD_ID",
     "Card",
     "CardOption",
     "CardQuestion",
@@ -26,7 +27,8 @@ __all__ = [
 #: ``new``: created with ``POST /threads`` and not run yet; the others as in the engine.
 ThreadState = Literal["new", "running", "interrupted", "finished", "failed", "no_skill"]
 
-_ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+#: A thread or matter id: a name, never a path.
+THREAD_ID = _ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 #: A JSON value a run can store: 64-bit integers (what a checkpoint holds) and finite numbers.
 #: Integers are documented within ±2**62 and accepted from -2**63 to 2**64-1: a client that
 #: checks bounds in floating point may round a value a little past the documented one.

@@ -1,0 +1,171 @@
+"""The AG-UI protocol: a deck run as an AG-UI agent, so AG-UI clients drive it unchanged.
+
+``POST /agui`` takes AG-UI's ``RunAgentInput`` and streams AG-UI events. A run starts from the
+last user message (the request, ``input.request``, routed by description in context ``auto``)
+or from ``forwardedProps`` (``input``, ``context``, ``matter_id``); a card is the run's interrupt
+outcome (``RUN_FINISHED`` with ``outcome.type = "interrupt"``, the card's questions and the
+answers' JSON Schema as ``responseSchema``), and a ``resume`` entry answers it.
+
+The event types and the encoder are the maintained ``ag-ui-protocol`` package's. The mapping
+is skilldeck's own, from its typed events: ``ag-ui-langgraph`` drives a compiled graph
+directly, which would bypass what a deck checks before a run (identity, the thread's owner,
+card claims, routing), so it is not used.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ag_ui.core import (
+    BaseEvent,
+    Interrupt,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    StateSnapshotEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+from ag_ui.encoder import EventEncoder
+
+from skilldeck.errors import SkillDeckError
+from skilldeck.nodes.router import AUTO_CONTEXT
+from skilldeck.types import (
+    CardEvent,
+    DeltaEvent,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    StepEvent,
+    ToolCallEvent,
+)
+
+__all__ = ["agui_events", "agui_request", "encode_agui"]
+
+_ENCODER = EventEncoder()
+
+
+def encode_agui(event: BaseEvent, id: str) -> bytes:
+    """One AG-UI event as an SSE message, with its id (for ``Last-Event-ID``)."""
+    return f"id: {id}\n{_ENCODER.encode(event)}".encode()
+
+
+def agui_request(body: RunAgentInput) -> tuple[str, dict[str, Any]]:
+    """The deck call an AG-UI input stands for: ``("run", {input, context, matter_id})`` or
+    ``("resume", {answers, interrupt_id})``.
+
+    Raises:
+        SkillDeckError: it has neither a user message nor an input, or resumes nothing usable.
+    """
+    if body.resume:
+        entry = body.resume[0]
+        if entry.status != "resolved":
+            raise SkillDeckError(
+                f"resume entry {entry.interrupt_id!r} is {entry.status!r}; a card is answered "
+                "with status 'resolved' and the answers as its payload"
+            )
+        if not isinstance(entry.payload, Mapping):
+            raise SkillDeckError("a resume payload is the card's answers: {field_key: value}")
+        return "resume", {"answers": dict(entry.payload), "interrupt_id": entry.interrupt_id}
+    props = body.forwarded_props if isinstance(body.forwarded_props, Mapping) else {}
+    given = props.get("input")
+    if given is not None and not isinstance(given, Mapping):
+        raise SkillDeckError("forwardedProps.input must be a JSON object")
+    run_input = dict(given or {})
+    said = [m for m in body.messages if getattr(m, "role", None) == "user"]
+    if said and "request" not in run_input:
+        run_input["request"] = _text(said[-1].content)
+    if not run_input:
+        raise SkillDeckError("nothing to run: send a user message, or forwardedProps.input")
+    return "run", {
+        "input": run_input,
+        "context": str(props.get("context") or AUTO_CONTEXT),
+        "matter_id": props.get("matter_id"),
+    }
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else []
+    return " ".join(str(getattr(p, "text", "")) for p in parts if getattr(p, "text", None))
+
+
+def agui_events(
+    thread_id: str, run_id: str, events: Iterator[Event], state: Any
+) -> Iterator[BaseEvent]:
+    """The AG-UI events of a run's skilldeck events; ``state()`` is the thread's state at the
+    end (its ``STATE_SNAPSHOT``)."""
+    yield RunStartedEvent(thread_id=thread_id, run_id=run_id)
+    # One text message per model reply: a reply's deltas come together, and any other event
+    # (a tool call, a step) ends the reply they belong to.
+    message: str | None = None
+    source: tuple[str, int | None] | None = None
+    replies = 0
+    for event in events:
+        here = (event.skill, event.attempt) if isinstance(event, DeltaEvent) else None
+        if message is not None and here != source:
+            yield TextMessageEndEvent(message_id=message)
+            message = None
+        if isinstance(event, DeltaEvent):
+            if message is None:
+                replies += 1
+                message, source = f"{run_id}-reply-{replies}", here
+                yield TextMessageStartEvent(message_id=message, role="assistant")
+            yield TextMessageContentEvent(message_id=message, delta=event.text)
+        elif isinstance(event, StepEvent):
+            yield StepStartedEvent(step_name=event.node)
+            yield StepFinishedEvent(step_name=event.node)
+        elif isinstance(event, ToolCallEvent):
+            yield ToolCallStartEvent(tool_call_id=event.call_id, tool_call_name=event.name)
+            yield ToolCallArgsEvent(tool_call_id=event.call_id, delta=json.dumps(event.args or {}))
+            yield ToolCallEndEvent(tool_call_id=event.call_id)
+            yield ToolCallResultEvent(
+                message_id=f"{event.call_id}-result",
+                tool_call_id=event.call_id,
+                content=event.status,
+                role="tool",
+            )
+        elif isinstance(event, CardEvent | DoneEvent | ErrorEvent):
+            yield from _end(thread_id, run_id, event, state)
+    if message is not None:
+        yield TextMessageEndEvent(message_id=message)
+
+
+def _end(
+    thread_id: str, run_id: str, event: CardEvent | DoneEvent | ErrorEvent, state: Any
+) -> Iterator[BaseEvent]:
+    if isinstance(event, ErrorEvent):
+        yield RunErrorEvent(message=event.message, code=event.code)
+        return
+    yield StateSnapshotEvent(snapshot=state())
+    if isinstance(event, CardEvent):
+        questions = [q.get("question") for q in event.questions]
+        interrupt = Interrupt(
+            id=event.interrupt_id,
+            reason=event.review_type,
+            message="; ".join(str(q) for q in questions if q),
+            response_schema=event.answers_schema,
+            metadata={"skill": event.skill, "questions": event.questions},
+        )
+        outcome: Any = RunFinishedInterruptOutcome(interrupts=[interrupt])
+        yield RunFinishedEvent(thread_id=thread_id, run_id=run_id, outcome=outcome)
+        return
+    yield RunFinishedEvent(
+        thread_id=thread_id,
+        run_id=run_id,
+        result={"status": event.status, "response": event.response},
+        outcome=RunFinishedSuccessOutcome(),
+    )

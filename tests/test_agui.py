@@ -1,0 +1,95 @@
+"""AG-UI: ``POST /agui`` drives a deck as an AG-UI agent (RunAgentInput in, AG-UI events out),
+and the stream passes the protocol's conformance validator (``ag-ui-validate``): a run to the
+demo's card (the card is the interrupt outcome, with the answers' schema), then the resume."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ag_ui_validate.pytest_plugin import assert_valid_agui
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT
+from fastapi.testclient import TestClient
+from jsonschema import Draft202012Validator
+
+from skilldeck import Settings, SkillDeck
+from skilldeck.server import create_app, hash_key
+
+pytestmark = pytest.mark.L2
+
+KEYS = {"alice": "sdk_alice_test_key_0123456789", "bob": "sdk_bob_test_key_9876543210"}
+
+
+def auth(user: str = "alice") -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[user]}"}
+
+
+@pytest.fixture
+def http(tmp_path: Path) -> Iterator[TestClient]:
+    settings = Settings(
+        model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES), output_mode="schema"
+    )
+    with SkillDeck(checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings) as deck:
+        app = create_app(deck, api_keys={hash_key(k): u for u, k in KEYS.items()})
+        with TestClient(app) as client:
+            yield client
+
+
+def events(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+
+
+def body(run: str, **fields: Any) -> dict[str, Any]:
+    return {"threadId": "agui-1", "runId": run, "messages": [], "tools": [], "context": [],
+            "state": {}, "forwardedProps": {}, **fields}  # fmt: skip
+
+
+def test_a_run_to_a_card_and_its_resume_are_valid_agui(http: TestClient) -> None:
+    start = body(
+        "run-1",
+        messages=[{"id": "m1", "role": "user", "content": "Open the matter"}],
+        forwardedProps={"input": {"documents": ["complaint.txt"]}, "context": "matter",
+                        "matter_id": "demo-matter"},
+    )  # fmt: skip
+    response = http.post("/agui", headers=auth(), json=start)
+    assert response.status_code == 200, response.text
+    first = events(response.text)
+    assert_valid_agui(first)
+    types = [e["type"] for e in first]
+    assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED"
+    assert {"TEXT_MESSAGE_CONTENT", "TOOL_CALL_START", "TOOL_CALL_RESULT", "STATE_SNAPSHOT"} <= set(
+        types
+    )
+    outcome = first[-1]["outcome"]
+    assert outcome["type"] == "interrupt"
+    (interrupt,) = outcome["interrupts"]
+    schema = interrupt["responseSchema"]
+    assert Draft202012Validator(schema).is_valid(DEMO_ANSWERS)
+    assert not Draft202012Validator(schema).is_valid({"profile.defendant.type": "robot"})
+    snapshot = next(e for e in first if e["type"] == "STATE_SNAPSHOT")["snapshot"]
+    assert snapshot["status"] == "interrupted"
+
+    answer = {"interruptId": interrupt["id"], "status": "resolved", "payload": DEMO_ANSWERS}
+    resume = body("run-2", resume=[answer])
+    done = events(http.post("/agui", headers=auth(), json=resume).text)
+    assert_valid_agui(done)
+    assert done[-1]["type"] == "RUN_FINISHED" and done[-1]["outcome"]["type"] == "success"
+    assert done[-1]["result"]["status"] == "finished"
+
+
+def test_bad_agui_requests_are_refused_before_a_stream(http: TestClient) -> None:
+    nothing = http.post("/agui", headers=auth(), json=body("r"))
+    assert nothing.status_code == 422 and "nothing to run" in nothing.text
+    cancelled = body("r", resume=[{"interruptId": "x", "status": "cancelled"}])
+    refused = http.post("/agui", headers=auth(), json=cancelled)
+    assert refused.status_code == 422 and "'cancelled'" in refused.text
+    path = http.post("/agui", headers=auth(), json=body("r", threadId="../etc"))
+    assert path.status_code == 422 and "threadId" in path.text
+    run = body("r", messages=[{"id": "m", "role": "user", "content": "hi"}])
+    assert http.post("/agui", headers=auth(), json=run).status_code == 200
+    theirs = http.post("/agui", headers=auth("bob"), json=run)
+    assert theirs.status_code == 404 and theirs.json()["error"]["code"] == "THREAD_NOT_FOUND"
+    assert http.post("/agui", json=run).status_code == 401
