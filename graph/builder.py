@@ -21,10 +21,12 @@ from skilldeck.nodes import (
     CARD_NODE,
     MODES,
     ROUTER_NODE,
+    START_NODE,
     TOOLS_NODE,
     CardNode,
     NodeContext,
     RouterNode,
+    StartNode,
     ToolsNode,
     entry,
 )
@@ -37,7 +39,7 @@ from skilldeck.types import Problem
 
 __all__ = ["build_graph", "deck_problems", "deck_tools"]
 
-_RESERVED_NODES = (ROUTER_NODE, TOOLS_NODE, CARD_NODE)
+_RESERVED_NODES = (ROUTER_NODE, TOOLS_NODE, CARD_NODE, START_NODE)
 
 
 def deck_tools(
@@ -122,8 +124,13 @@ def deck_problems(bundles: Sequence[SkillBundle], registry: ToolRegistry) -> lis
     return problems.items
 
 
-def build_graph(bundles: Sequence[SkillBundle], ctx: NodeContext) -> StateGraph[Any]:
+def build_graph(
+    bundles: Sequence[SkillBundle], ctx: NodeContext, *, routes_itself: bool = False
+) -> StateGraph[Any]:
     """The uncompiled graph of ``bundles``; compile it with a checkpointer and a store.
+
+    A deck routes a run's first step before the graph starts; ``routes_itself`` adds a
+    ``start`` node that does it inside the graph, for runs that LangGraph's own server starts.
 
     Raises:
         BundleError: the bundles do not form a deck (every problem of :func:`deck_problems`).
@@ -142,5 +149,9 @@ def build_graph(bundles: Sequence[SkillBundle], ctx: NodeContext) -> StateGraph[
         )
     graph.add_node(TOOLS_NODE, ToolsNode(ctx), destinations=skills)
     graph.add_node(CARD_NODE, CardNode(), destinations=(*skills, CARD_NODE, ROUTER_NODE))
-    graph.add_conditional_edges(START, entry, [*skills, END])
+    if routes_itself:
+        graph.add_node(START_NODE, StartNode(ctx), destinations=(*skills, END))
+        graph.add_edge(START, START_NODE)
+    else:
+        graph.add_conditional_edges(START, entry, [*skills, END])
     return cast("StateGraph[Any]", graph)

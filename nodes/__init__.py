@@ -1,13 +1,14 @@
 """Graph nodes: the router, one skill runner per skill, tool execution and the ask_user card."""
 
 from skilldeck.nodes.card import CardNode, answers_schema, apply_answers, validate_answers
-from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, TOOLS_NODE, NodeContext
+from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, START_NODE, TOOLS_NODE, NodeContext
 from skilldeck.nodes.planner import PlannerSkillNode
 from skilldeck.nodes.retrieval import RetrievalSkillNode
 from skilldeck.nodes.route_model import ModelRouter
 from skilldeck.nodes.router import (
     AUTO_CONTEXT,
     RouterNode,
+    StartNode,
     candidates,
     decide,
     entry,
@@ -29,6 +30,7 @@ __all__ = [
     "CARD_NODE",
     "MODES",
     "ROUTER_NODE",
+    "START_NODE",
     "TOOLS_NODE",
     "CardNode",
     "ModelRouter",
@@ -37,6 +39,7 @@ __all__ = [
     "RetrievalSkillNode",
     "RouterNode",
     "SkillNode",
+    "StartNode",
     "ToolsNode",
     "answers_schema",
     "apply_answers",

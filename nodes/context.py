@@ -14,9 +14,10 @@ from skilldeck.settings import Settings
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.tools.registry import ToolRegistry
 
-__all__ = ["CARD_NODE", "ROUTER_NODE", "TOOLS_NODE", "NodeContext"]
+__all__ = ["CARD_NODE", "ROUTER_NODE", "START_NODE", "TOOLS_NODE", "NodeContext"]
 
 ROUTER_NODE = "router"
+START_NODE = "start"
 TOOLS_NODE = "tools"
 CARD_NODE = "card"
 

@@ -74,16 +74,14 @@ class ModelRouter:
             RouteModelError: the call failed or its answer is not a routing answer.
         """
         schema = route_schema([b.name for b in bundles])
-        fmt: dict[str, Any] = (
-            {
-                "type": "json_schema",
-                "json_schema": {"name": "route", "strict": True, "schema": schema},
-            }
-            if self.mode() == "schema"
-            else {"type": "json_object"}
-        )
         meta = {SKILL_KEY: ROUTER_KEY, CALL_INDEX_KEY: index}
         try:
+            fmt: dict[str, Any] = (
+                {"type": "json_schema", "json_schema": {"name": "route", "strict": True,
+                                                        "schema": schema}}
+                if self.mode() == "schema"
+                else {"type": "json_object"}
+            )  # fmt: skip
             bound: Any = self.model().bind(response_format=fmt, timeout=self.timeout_s)
             reply = bound.invoke(route_prompt(bundles, request), config={"metadata": meta})
             answer = json.loads(str(reply.content))

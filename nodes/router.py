@@ -38,6 +38,7 @@ from skilldeck.types import RouteCandidate, RouteDecision
 __all__ = [
     "AUTO_CONTEXT",
     "RouterNode",
+    "StartNode",
     "candidates",
     "decide",
     "entry",
@@ -258,3 +259,17 @@ class RouterNode:
     def __call__(self, state: dict[str, Any]) -> Command[str]:
         goto, update = route(self.ctx, state)
         return Command(goto=goto, update=update)
+
+
+class StartNode:
+    """The first step of a run that comes into the graph itself, as from LangGraph's own
+    server (``langgraph dev``), not through a deck: it makes the run's first choice that
+    :func:`start_update` makes for a deck's requests."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    def __call__(self, state: dict[str, Any]) -> Command[str]:
+        fresh = {"status": "running", "error": None, "guard": None, "turn": None}
+        update = start_update(self.ctx, state, {**fresh, "next_skill": state.get("next_skill")})
+        return Command(goto=entry({**state, **update}), update=update)

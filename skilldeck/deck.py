@@ -6,7 +6,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
@@ -59,10 +59,12 @@ from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.skills.bundle import ExecutionConfig
 from skilldeck.tools import IDENTITY_KEYS, ToolRegistry, default_registry
 from skilldeck.tools.files import MATTER_ID
-from skilldeck.tools.knowledge import KnowledgeBase
 from skilldeck.tools.mcp import McpTool, tools_for_skills
-from skilldeck.tools.memory import Memory
 from skilldeck.types import Event, RouteDecision, RunResult, ThreadSummary
+
+if TYPE_CHECKING:  # the stores' modules pull in the vectors extra when used
+    from skilldeck.tools.knowledge import KnowledgeBase
+    from skilldeck.tools.memory import Memory
 
 __all__ = ["SkillDeck"]
 
@@ -172,6 +174,13 @@ class SkillDeck:
         self._loops = LoopGraphs(self._open_async)
 
     # -- lifecycle ------------------------------------------------------------------------
+    def server_graph(self) -> Any:
+        """The deck's graph for LangGraph's own server (``langgraph dev``, LangGraph
+        Platform), which brings its checkpointer and store: it routes a run's first step
+        itself, from the input the server passes in (``context``, ``input``, ``matter_id``);
+        identity comes from the run's ``configurable`` (``user_id``, ``matter_id``)."""
+        return build_graph(self.bundles, self._ctx, routes_itself=True).compile()
+
     def sibling(self, skills: SkillsSource, settings: Settings | None = None) -> SkillDeck:
         """A deck of other ``skills`` (or ``settings``: another model) on this deck's
         checkpoints, store, claims, thread index and tools; closing it leaves them open."""
@@ -287,8 +296,8 @@ class SkillDeck:
                 "router 'model' routes with the host's model: set SKILLDECK_MODEL (or use "
                 "SKILLDECK_ROUTER=lexical)"
             ) from None
-        if router == "auto" and spec.provider == "scripted":
-            return None  # a cassette replays skills' turns; the lexical ranker routes
+        if router == "auto" and spec.provider in ("scripted", "rules"):
+            return None  # a cassette or rules play skills' turns; the lexical ranker routes
         model = Lazy(lambda: build_model(spec, self.settings))
         return ModelRouter(
             model=model,

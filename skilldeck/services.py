@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from chromadb.api.types import Documents, EmbeddingFunction
-
+from skilldeck.errors import MissingExtraError
 from skilldeck.settings import Settings
 from skilldeck.tools.knowledge import KnowledgeBase
 from skilldeck.tools.memory import Memory
 from skilldeck.tools.messages import MessageStore
+
+if TYPE_CHECKING:  # chromadb is the vectors extra
+    from chromadb.api.types import Documents, EmbeddingFunction
 
 __all__ = ["Lazy", "open_knowledge", "open_memory"]
 
@@ -37,20 +39,30 @@ def _embedding(settings: Settings) -> EmbeddingFunction[Documents] | None:
 
 
 def open_memory(settings: Settings) -> Memory:
-    """The message store and its indexes, as ``settings`` locate them."""
-    from skilldeck.tools.vectors import VectorIndex, open_chroma
-
+    """The message store and its indexes, as ``settings`` locate them; without the vectors
+    extra (chromadb), lexical search only."""
     _budget(settings)
+    store = MessageStore(settings.messages_path, pool_size=settings.postgres_pool_size)
+    try:
+        from skilldeck.tools.vectors import VectorIndex, open_chroma
+    except ModuleNotFoundError:
+        return Memory(store, None)
     client = open_chroma(settings.chroma_path, settings.chroma_url)
     return Memory(
-        MessageStore(settings.messages_path, pool_size=settings.postgres_pool_size),
-        VectorIndex(client, embedding_function=_embedding(settings), write_behind=True),
+        store, VectorIndex(client, embedding_function=_embedding(settings), write_behind=True)
     )
 
 
 def open_knowledge(settings: Settings) -> KnowledgeBase:
-    """The knowledge base behind ``rag_retrieve`` and ``table_rag_retrieve``."""
-    from skilldeck.tools.vectors import open_chroma
+    """The knowledge base behind ``rag_retrieve`` and ``table_rag_retrieve``.
+
+    Raises:
+        MissingExtraError: chromadb (the vectors extra) is not installed.
+    """
+    try:
+        from skilldeck.tools.vectors import open_chroma
+    except ModuleNotFoundError:
+        raise MissingExtraError("chromadb", "vectors") from None
 
     _budget(settings)
     client = open_chroma(settings.chroma_path, settings.chroma_url)

@@ -159,6 +159,10 @@ def build_output_schema(
     return schema, data
 
 
+def _no_remote(uri: str) -> Any:
+    raise ValueError(f"remote reference {uri!r} is not fetched: put the schema in the bundle")
+
+
 def compile_schema(schema: Mapping[str, Any]) -> Validator:
     """``schema`` compiled for validating instances; it never fetches a remote ``$ref``.
 
@@ -167,7 +171,7 @@ def compile_schema(schema: Mapping[str, Any]) -> Validator:
             ``pattern`` the regex engine rejects); the message says which.
     """
     try:
-        return Validator(dict(schema), offline=True)
+        return Validator(dict(schema), retriever=_no_remote)
     except jsonschema_rs.ValidationError as exc:
         raise ValueError(str(exc).split("\n", 1)[0]) from None
 

@@ -80,12 +80,23 @@ def test_a_run_to_a_card_and_its_resume_are_valid_agui(http: TestClient) -> None
     assert done[-1]["result"]["status"] == "finished"
 
 
+def test_what_a_deck_cannot_do_ends_the_run_with_an_error_and_changes_nothing(
+    http: TestClient,
+) -> None:
+    for asked, code in (
+        (body("r"), "NOTHING_TO_RUN"),
+        (body("r", resume=[{"interruptId": "x", "status": "cancelled"}]), "RESUME_CANCELLED"),
+        (body("r", resume=[{"interruptId": "x", "status": "resolved", "payload": 3}]),
+         "INVALID_ANSWERS"),
+    ):  # fmt: skip
+        said = events(http.post("/agui", headers=auth(), json=asked).text)
+        assert_valid_agui(said)
+        assert [e["type"] for e in said] == ["RUN_STARTED", "RUN_ERROR"] and said[1]["code"] == code
+    view = http.get("/threads/agui-1", headers=auth()).json()
+    assert view["status"] == "new"  # nothing ran
+
+
 def test_bad_agui_requests_are_refused_before_a_stream(http: TestClient) -> None:
-    nothing = http.post("/agui", headers=auth(), json=body("r"))
-    assert nothing.status_code == 422 and "nothing to run" in nothing.text
-    cancelled = body("r", resume=[{"interruptId": "x", "status": "cancelled"}])
-    refused = http.post("/agui", headers=auth(), json=cancelled)
-    assert refused.status_code == 422 and "'cancelled'" in refused.text
     path = http.post("/agui", headers=auth(), json=body("r", threadId="../etc"))
     assert path.status_code == 422 and "threadId" in path.text
     run = body("r", messages=[{"id": "m", "role": "user", "content": "hi"}])

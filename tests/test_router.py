@@ -223,6 +223,7 @@ def test_route_picks_the_best_candidate_and_starts_the_guard(skills_dir: Path) -
         "skill": "z-high",
         "fingerprint": fingerprint(state, ctx.data_keys),
         "count": 1,
+        "route": {"strategy": "priority", "reason": "priority 3 is the highest of 2 candidates"},
     }
 
 

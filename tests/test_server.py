@@ -32,6 +32,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from langchain_core.tools import InjectedToolArg, StructuredTool
 from pydantic import BaseModel
+from schemathesis.checks import negative_data_rejection, positive_data_acceptance
 from typer.testing import CliRunner
 
 from skilldeck import Settings, SkillDeck, SkillDeckError
@@ -152,6 +153,8 @@ def test_health_and_openapi_document_every_route(client: TestClient) -> None:
         "/threads/{thread_id}/runs",
         "/threads/{thread_id}/resume",
         "/threads/{thread_id}/history",
+        "/threads/{thread_id}/stream",
+        "/agui",
     }
     assert set(spec["components"]["securitySchemes"]) == {"HTTPBearer", "APIKeyHeader"}
     resume = spec["paths"]["/threads/{thread_id}/resume"]["post"]["responses"]
@@ -583,4 +586,10 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 @schema.parametrize()
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 def test_fuzzed_requests_get_documented_answers_and_no_5xx(case: Any) -> None:
-    case.call_and_validate(headers=auth())
+    # /agui's body is ag-ui-protocol's RunAgentInput, whose schema and models disagree (it
+    # admits messages without the `role` its union discriminates on, a 422 the schema cannot
+    # foresee) and whose nesting makes bodies past the 413 limit; so whether a body is
+    # schema-valid says little there. The other checks hold on /agui too: documented
+    # statuses, documented bodies, no 5xx.
+    upstream = [positive_data_acceptance, negative_data_rejection] if case.path == "/agui" else []
+    case.call_and_validate(headers=auth(), excluded_checks=upstream)

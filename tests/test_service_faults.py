@@ -205,7 +205,8 @@ def test_kill_9_mid_run_then_the_same_run_request_continues_it(
     with one.client() as first, two.client() as second:
         thread = first.post("/threads").json()["thread_id"]
         with first.stream("POST", f"/threads/{thread}/runs", json=SLOW_RUN) as response:
-            assert next(response.iter_lines()).startswith("event: step")
+            lines = response.iter_lines()
+            assert next(lines).startswith("id: ") and next(lines).startswith("event: step")
             # warm's step is checkpointed; slow's preprocess is sleeping: kill now.
             deadline = time.monotonic() + 10
             while len(second.get(f"/threads/{thread}/history").json()["checkpoints"]) < 3:

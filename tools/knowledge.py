@@ -28,11 +28,9 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from chromadb.api import ClientAPI
-from chromadb.api.types import Documents, EmbeddingFunction
 
 from skilldeck.errors import ToolError
 from skilldeck.tools.bm25 import BM25Index
@@ -44,13 +42,16 @@ from skilldeck.tools.chunking import (
     chunk_id,
     document_chunks,
 )
-from skilldeck.tools.embeddings import default_embedding_function
 from skilldeck.tools.fusion import rrf
 from skilldeck.tools.index_cache import IndexCache, shared_cache
 from skilldeck.tools.local_files import walk_files
 from skilldeck.tools.tables import TABLE_SUFFIXES, Table, TableRow, read_tables, row_text
 from skilldeck.tools.tables import table_result as _table_result
 from skilldeck.tools.text import Tokenizer, parse_query
+
+if TYPE_CHECKING:  # chromadb is the vectors extra
+    from chromadb.api import ClientAPI
+    from chromadb.api.types import Documents, EmbeddingFunction
 
 __all__ = ["CHUNK_TOKENS", "Chunk", "KnowledgeBase", "chunk_document"]
 
@@ -207,7 +208,11 @@ class KnowledgeBase:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         self._tokenizer = tokenizer or Tokenizer(stem=True, stopwords=True)
-        ef = embedding_function or default_embedding_function()
+        if embedding_function is None:
+            from skilldeck.tools.embeddings import default_embedding_function
+
+            embedding_function = default_embedding_function()
+        ef = embedding_function
         self._chunk_vectors = _Vectors(client, CHUNKS_COLLECTION, ef)
         self._row_vectors = _Vectors(client, ROWS_COLLECTION, ef)
         self._conn = sqlite3.connect(

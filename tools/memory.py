@@ -20,7 +20,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,7 +30,9 @@ from skilldeck.tools.fusion import RRF_K, rrf
 from skilldeck.tools.index_cache import IndexCache, shared_cache
 from skilldeck.tools.messages import Message, MessageStore, parse_ts
 from skilldeck.tools.text import Tokenizer, parse_query
-from skilldeck.tools.vectors import VectorIndex
+
+if TYPE_CHECKING:  # chromadb is the vectors extra: imported where it is used
+    from skilldeck.tools.vectors import VectorIndex
 
 __all__ = ["CONTEXT_GAP_S", "HYBRID_WEIGHTS", "RRF_K", "Memory", "SearchFilter", "indexed_text"]
 

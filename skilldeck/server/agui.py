@@ -39,9 +39,10 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 from ag_ui.encoder import EventEncoder
+from pydantic import Field
 
-from skilldeck.errors import SkillDeckError
 from skilldeck.nodes.router import AUTO_CONTEXT
+from skilldeck.server.schemas import THREAD_ID
 from skilldeck.types import (
     CardEvent,
     DeltaEvent,
@@ -52,7 +53,7 @@ from skilldeck.types import (
     ToolCallEvent,
 )
 
-__all__ = ["agui_events", "agui_request", "encode_agui"]
+__all__ = ["AguiInput", "agui_events", "agui_request", "encode_agui", "refused"]
 
 _ENCODER = EventEncoder()
 
@@ -62,33 +63,48 @@ def encode_agui(event: BaseEvent, id: str) -> bytes:
     return f"id: {id}\n{_ENCODER.encode(event)}".encode()
 
 
-def agui_request(body: RunAgentInput) -> tuple[str, dict[str, Any]]:
-    """The deck call an AG-UI input stands for: ``("run", {input, context, matter_id})`` or
-    ``("resume", {answers, interrupt_id})``.
+class AguiInput(RunAgentInput):
+    """AG-UI's ``RunAgentInput``, with the thread id a deck accepts (a name, never a path)."""
 
-    Raises:
-        SkillDeckError: it has neither a user message nor an input, or resumes nothing usable.
-    """
+    thread_id: str = Field(alias="threadId", min_length=1, max_length=200, pattern=THREAD_ID)
+
+
+def agui_request(body: RunAgentInput) -> tuple[str, dict[str, Any]]:
+    """The deck call an AG-UI input stands for: ``("run", {input, context, matter_id})``,
+    ``("resume", {answers, interrupt_id})``, or ``("refuse", {code, message})`` for an input
+    that is valid AG-UI but asks nothing a deck can do (the run ends with ``RUN_ERROR`` and
+    nothing changes)."""
     if body.resume:
         entry = body.resume[0]
         if entry.status != "resolved":
-            raise SkillDeckError(
-                f"resume entry {entry.interrupt_id!r} is {entry.status!r}; a card is answered "
-                "with status 'resolved' and the answers as its payload"
-            )
+            return "refuse", {
+                "code": "RESUME_CANCELLED",
+                "message": f"the card {entry.interrupt_id!r} was not answered (status "
+                f"{entry.status!r}); it stays pending: resume it with status 'resolved' and "
+                "the answers as the payload",
+            }
         if not isinstance(entry.payload, Mapping):
-            raise SkillDeckError("a resume payload is the card's answers: {field_key: value}")
+            return "refuse", {
+                "code": "INVALID_ANSWERS",
+                "message": "a resume payload is the card's answers: {field_key: value}",
+            }
         return "resume", {"answers": dict(entry.payload), "interrupt_id": entry.interrupt_id}
     props = body.forwarded_props if isinstance(body.forwarded_props, Mapping) else {}
     given = props.get("input")
     if given is not None and not isinstance(given, Mapping):
-        raise SkillDeckError("forwardedProps.input must be a JSON object")
+        return "refuse", {
+            "code": "INVALID_INPUT",
+            "message": "forwardedProps.input must be an object",
+        }
     run_input = dict(given or {})
     said = [m for m in body.messages if getattr(m, "role", None) == "user"]
     if said and "request" not in run_input:
         run_input["request"] = _text(said[-1].content)
     if not run_input:
-        raise SkillDeckError("nothing to run: send a user message, or forwardedProps.input")
+        return "refuse", {
+            "code": "NOTHING_TO_RUN",
+            "message": "nothing to run: send a user message, or forwardedProps.input",
+        }
     return "run", {
         "input": run_input,
         "context": str(props.get("context") or AUTO_CONTEXT),
@@ -101,6 +117,12 @@ def _text(content: Any) -> str:
         return content
     parts = content if isinstance(content, list) else []
     return " ".join(str(getattr(p, "text", "")) for p in parts if getattr(p, "text", None))
+
+
+def refused(thread_id: str, run_id: str, code: str, message: str) -> Iterator[BaseEvent]:
+    """The AG-UI events of an input that asks nothing a deck can do: nothing ran."""
+    yield RunStartedEvent(thread_id=thread_id, run_id=run_id)
+    yield RunErrorEvent(message=message, code=code)
 
 
 def agui_events(

@@ -18,7 +18,6 @@ ones (:mod:`skilldeck.server.runlog`).
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 from uuid import uuid4
 
-from ag_ui.core import RunAgentInput, RunErrorEvent
+from ag_ui.core import RunErrorEvent
 from fastapi import Depends, FastAPI, Header
 from fastapi import Path as PathParam
 from fastapi.types import DecoratedCallable
@@ -42,14 +41,13 @@ from skilldeck.errors import (
     ThreadBusyError,
     ThreadNotFoundError,
 )
-from skilldeck.server.agui import agui_events, agui_request, encode_agui
+from skilldeck.server.agui import AguiInput, agui_events, agui_request, encode_agui, refused
 from skilldeck.server.auth import current_user
 from skilldeck.server.errors import NotFound, install_error_handlers, responses
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit
 from skilldeck.server.runlog import RunLog, RunLogs
 from skilldeck.server.schemas import (
-    THREAD_ID,
     CreatedThread,
     Health,
     History,
@@ -87,6 +85,28 @@ def _version() -> str:
         return version("skilldeck")
     except PackageNotFoundError:
         return "0"
+
+
+_AGUI_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "AG-UI events as Server-Sent Events: RUN_STARTED, then steps, "
+        "TEXT_MESSAGE_*, TOOL_CALL_*, STATE_SNAPSHOT, and RUN_FINISHED (a card is its "
+        "interrupt outcome) or RUN_ERROR. Each `data` line is one AG-UI event as JSON.",
+        "content": {
+            MEDIA_TYPE: {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "event": {"type": "string"},
+                        "data": {"type": "string"},
+                    },
+                },
+                "example": 'id: 1f2e3d4c5b6a-0\ndata: {"type": "RUN_STARTED", ...}\n\n',
+            }
+        },
+    }
+}
 
 
 class Protocol(NamedTuple):
@@ -148,11 +168,6 @@ class Threads:
     def adopt(self, thread_id: str, user_id: str) -> None:
         """Make ``thread_id`` a thread of ``user_id`` if it is new (an AG-UI client names its
         threads); one of another user answers 404 like an unknown one."""
-        if not re.fullmatch(THREAD_ID, thread_id) or len(thread_id) > 200:
-            raise SkillDeckError(
-                f"threadId {thread_id[:80]!r} must be 1-200 letters, digits and . _ : - "
-                "(starting with a letter or digit)"
-            )
         if self.deck.index.get(thread_id) is None:
             self.deck.index.create(thread_id, user_id)
         self.owned(thread_id, user_id)
@@ -386,10 +401,10 @@ def create_app(
     @app.post(
         "/agui",
         response_class=EventStreamResponse,
-        responses={**_SSE_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
+        responses={**_AGUI_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
         tags=["agui"],
     )
-    async def agui(body: RunAgentInput, user: User) -> Any:
+    async def agui(body: AguiInput, user: User) -> Any:
         """The deck as an AG-UI agent: ``RunAgentInput`` in, AG-UI events out. A run starts
         from the last user message (routed by description) or ``forwardedProps`` (``input``,
         ``context``, ``matter_id``); a card ends it with an interrupt outcome whose
@@ -401,6 +416,8 @@ def create_app(
             await run_in_threadpool(threads.check_matter, user, asked["matter_id"])
 
         def start() -> Iterator[Any]:
+            if kind == "refuse":
+                return refused(thread_id, body.run_id, asked["code"], asked["message"])
             if kind == "run":
                 events = deck.stream(
                     asked["input"],
