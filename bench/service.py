@@ -14,6 +14,10 @@ A. **one server + SQLite**: ``--runs`` flows against one ``skilldeck serve``.
 B. **two servers + PostgreSQL**: ``--runs`` flows against two ``skilldeck serve`` processes
    sharing a fresh database on a private PostgreSQL cluster (``.ci/services``); each thread runs
    on one server and is resumed on the other.
+``--only deltas``: time to the first event, the first ``delta`` and the run's end with
+``stream_deltas`` off and on (``--delta-runs`` each, interleaved, one server, ``schema`` mode;
+the model is ``SKILLDECK_MODEL`` when set, else the demo's cassette).
+
 Faults (configuration B, ``--fault-runs`` flows each, on a fresh database):
 
 a. ``kill -9`` of server 1 after 30% of the flows, of server 2 after 65%; each is restarted at
@@ -92,8 +96,9 @@ def free_port() -> int:
 class Server:
     """One ``skilldeck serve`` process on a fixed port; it can be killed and started again."""
 
-    def __init__(self, name: str, checkpoint: str, work: Path) -> None:
+    def __init__(self, name: str, checkpoint: str, work: Path, model: str | None = None) -> None:
         self.name, self.checkpoint, self.work = name, checkpoint, work
+        self.model = model or f"scripted:{demo.SCRIPT}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -105,7 +110,7 @@ class Server:
             sys.executable,
             *("-m", "skilldeck.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)),
             *("--keys", str(self.work / "keys.json"), "--checkpoint", self.checkpoint),
-            *("--model", f"scripted:{demo.SCRIPT}"),
+            *("--model", self.model),
             *("--skills", str(builtin_skills_dir() / "litigation-intake")),
         ]
 
@@ -666,6 +671,50 @@ def pg_restart(pg: Postgres) -> Callable[[], Awaitable[None]]:
     return action
 
 
+def measure_deltas(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Time to the first event, the first ``delta`` and the run's end (its card, or done),
+    with ``stream_deltas`` off and on, interleaved, one flow at a time on one server. The model
+    is ``SKILLDECK_MODEL`` when set (a real endpoint: SKILLDECK_BASE_URL), else the demo's
+    cassette; ``schema`` output mode, where replies are text to stream."""
+    work = workdir(tmp, "deltas")
+    model = os.environ.get("SKILLDECK_MODEL")
+    server = Server("d1", f"sqlite:///{work / 'checkpoints.sqlite'}", work, model)
+    os.environ["SKILLDECK_OUTPUT_MODE"] = "schema"
+    server.start()
+    headers = {"Authorization": f"Bearer {KEY}"}
+    times: dict[str, dict[str, list[float]]] = {"off": {}, "on": {}}
+    try:
+        with httpx.Client(base_url=server.url, headers=headers, timeout=600) as http:
+            for i in range(args.delta_runs * 2):
+                mode = "on" if i % 2 else "off"
+                thread = http.post("/threads").json()["thread_id"]
+                body = {"input": demo.INPUT, "context": "matter", "matter_id": demo.MATTER_ID,
+                        "stream_deltas": mode == "on"}  # fmt: skip
+                seen: dict[str, float] = {}
+                t0 = time.perf_counter()
+                with http.stream("POST", f"/threads/{thread}/runs", json=body) as response:
+                    for line in response.iter_lines():
+                        if not line.startswith("event: "):
+                            continue
+                        at = (time.perf_counter() - t0) * 1000
+                        seen.setdefault("first_event", at)
+                        if line == "event: delta":
+                            seen.setdefault("first_delta", at)
+                        if line in ("event: card", "event: done", "event: error"):
+                            seen["end"] = at
+                for what, at in seen.items():
+                    times[mode].setdefault(what, []).append(at)
+                log(f"deltas {mode}: run {i // 2 + 1}: {seen}")
+    finally:
+        server.stop()
+        os.environ.pop("SKILLDECK_OUTPUT_MODE", None)
+    out = {
+        mode: {f"{what}_ms": round(statistics.median(v), 1) for what, v in runs.items()}
+        for mode, runs in times.items()
+    }
+    return {"model": model or "scripted (the demo's cassette)", "runs": args.delta_runs, **out}
+
+
 def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     expected = reference_state()
     report: dict[str, Any] = {
@@ -683,6 +732,14 @@ def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     only = set(args.only or ["A", "B", "kill", "pg_restart", "disconnect"])
     if args.skip_faults:
         only -= {"kill", "pg_restart", "disconnect"}
+    if "deltas" in only:
+        log(f"deltas: {args.delta_runs} runs with stream_deltas off and on")
+        report["deltas"] = measure_deltas(args, tmp)
+        only.discard("deltas")
+        if not only:
+            report["wall_s"] = round(time.perf_counter() - t0, 1)
+            report["ok"] = True
+            return report
     if "A" in only:
         work = workdir(tmp, "a")
         log(f"A: 1 server + SQLite, {args.runs} flows, {args.concurrency} clients")
@@ -769,6 +826,8 @@ def print_report(report: dict[str, Any]) -> None:
                 wide.print(f"  failed request: {what} × {n}")
             for what, n in row["client_saw"].items():
                 wide.print(f"  client saw: {what} × {n}")
+    if "deltas" in report:
+        wide.print(f"stream_deltas off / on (medians, ms): {report['deltas']}")
     verdict = "[green]nothing lost[/green]" if report["ok"] else "[red]threads lost or wrong[/red]"
     wide.print(f"{verdict}; wall time {report['wall_s']} s")
 
@@ -784,11 +843,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["A", "B", "kill", "pg_restart", "disconnect"],
+        choices=["A", "B", "kill", "pg_restart", "disconnect", "deltas"],
         help="run only these measurements (repeatable)",
     )
     parser.add_argument(
         "--keep", action="store_true", help="keep the temporary directory and PostgreSQL"
+    )
+    parser.add_argument(
+        "--delta-runs", type=int, default=5, help="runs each way for --only deltas (default 5)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
