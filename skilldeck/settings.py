@@ -116,7 +116,8 @@ class Settings(BaseSettings):
     reference_token_budget: int = Field(
         default=4000,
         ge=0,
-        description="Tokens of a skill's references put in its system prompt (the rest is cut).",
+        description='Tokens of references/ that a skill with "references": "inline" puts in '
+        "its system prompt (the rest is cut); other skills read theirs on demand.",
     )
     planner_max_rounds: int = Field(
         default=3, ge=1, description="Planner-mode tool rounds, whatever the skill asks."
