@@ -21,18 +21,27 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from skilldeck.errors import PromptTooLongError
-from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.replies import SUBMIT_TOOL, to_wire
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import turn_schema
 
-__all__ = ["ATTEMPT_KEY", "DEADLINE_KEY", "RUN_TIMEOUT_KEY", "ModelCaller", "RetryableModelError"]
+if TYPE_CHECKING:  # the context imports the routing model, which imports this
+    from skilldeck.nodes.context import NodeContext
+
+__all__ = [
+    "ATTEMPT_KEY",
+    "DEADLINE_KEY",
+    "RUN_TIMEOUT_KEY",
+    "ModelCaller",
+    "RetryableModelError",
+    "response_format",
+]
 
 #: Config key of a run's deadline (epoch seconds), set by the deck from ``run_timeout_s``.
 DEADLINE_KEY = "skilldeck_deadline"
@@ -108,7 +117,7 @@ class ModelCaller:
         if cached is not None and cached[0] is model:
             return cached[1]
         if use.startswith("json:"):
-            bound = model.bind(response_format=_format(mode, use.split(":")[1], schema))
+            bound = model.bind(response_format=response_format(mode, use.split(":")[1], schema))
         elif mode == "tool":
             specs: list[Any] = [self.ctx.registry.get(t) for t in self.bundle.tools]
             bound = model.bind_tools([*(specs if use == "tools" else []), self._submit_spec()])
@@ -117,7 +126,7 @@ class ModelCaller:
         else:
             tools = self.tool_schemas() if use == "tools" else {}
             envelope = turn_schema(self.bundle.output_schema, tools)
-            bound = model.bind(response_format=_format(mode, "reply", envelope))
+            bound = model.bind(response_format=response_format(mode, "reply", envelope))
         self._binds[(mode, use)] = (model, bound)
         return bound
 
@@ -195,7 +204,9 @@ class ModelCaller:
         return result
 
 
-def _format(mode: str, name: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
+def response_format(mode: str, name: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``response_format`` of a JSON step: ``schema`` strict in ``schema`` mode, JSON
+    mode otherwise."""
     if mode != "schema" or schema is None:
         return {"type": "json_object"}
     return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}

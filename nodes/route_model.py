@@ -15,6 +15,7 @@ from jsonschema import Draft202012Validator
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
+from skilldeck.nodes.model_call import response_format
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 
@@ -76,12 +77,7 @@ class ModelRouter:
         schema = route_schema([b.name for b in bundles])
         meta = {SKILL_KEY: ROUTER_KEY, CALL_INDEX_KEY: index}
         try:
-            fmt: dict[str, Any] = (
-                {"type": "json_schema", "json_schema": {"name": "route", "strict": True,
-                                                        "schema": schema}}
-                if self.mode() == "schema"
-                else {"type": "json_object"}
-            )  # fmt: skip
+            fmt = response_format(self.mode(), "route", schema)
             bound: Any = self.model().bind(response_format=fmt, timeout=self.timeout_s)
             reply = bound.invoke(route_prompt(bundles, request), config={"metadata": meta})
             answer = json.loads(str(reply.content))
