@@ -122,6 +122,8 @@ def build_model(spec: ModelSpec, settings: Settings) -> BaseChatModel:
         # A timeout or a transient error is the skill's to re-ask (an attempt it records):
         # the client's own retries would make one call last several timeouts.
         max_retries=0,
+        # Streamed calls (stream_deltas) report their token usage too, as the attempt records it.
+        stream_usage=True,
     )
 
 
