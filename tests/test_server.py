@@ -143,6 +143,25 @@ def test_card_flow_run_streams_to_a_card_and_resume_streams_to_done(client: Test
     assert any(row["card"] for row in history["checkpoints"])
 
 
+def test_a_user_lists_their_own_threads_only(client: TestClient) -> None:
+    thread, _ = paused(client)
+    fresh = new_thread(client)
+    listed = client.get("/threads", headers=auth()).json()["threads"]
+    assert {(t["thread_id"], t["status"]) for t in listed} == {
+        (thread, "interrupted"),
+        (fresh, "new"),
+    }
+    waiting = client.get("/threads?status=interrupted", headers=auth()).json()["threads"]
+    assert [t["thread_id"] for t in waiting] == [thread]
+    assert waiting[0]["last_skill"] == "litigation-intake" and waiting[0]["steps"] > 0
+    assert client.get("/threads", headers=auth("bob")).json() == {"threads": []}
+    assert error_of(client.get("/threads?status=lost", headers=auth()), 422)
+    assert error_of(client.get("/threads?limit=0", headers=auth()), 422)
+    assert client.get("/threads").status_code == 401
+    options = client.options("/threads", headers=auth())
+    assert options.status_code == 405 and options.headers["allow"] == "GET, POST"
+
+
 def test_health_and_openapi_document_every_route(client: TestClient) -> None:
     assert client.get("/health").json()["status"] == "ok"
     spec = client.get("/openapi.json").json()

@@ -27,7 +27,7 @@ from typing import Annotated, Any, NamedTuple
 from uuid import uuid4
 
 from ag_ui.core import RunErrorEvent
-from fastapi import Depends, FastAPI, Header
+from fastapi import Depends, FastAPI, Header, Query
 from fastapi import Path as PathParam
 from fastapi.types import DecoratedCallable
 from langchain_core.runnables import RunnableConfig
@@ -53,6 +53,9 @@ from skilldeck.server.schemas import (
     History,
     ResumeRequest,
     RunRequest,
+    ThreadList,
+    ThreadRow,
+    ThreadState,
     ThreadView,
 )
 from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse, format_event
@@ -321,6 +324,16 @@ def create_app(
     async def create_thread(user: User) -> CreatedThread:
         """Create a thread owned by the caller; start it with ``POST /threads/{id}/runs``."""
         return await run_in_threadpool(threads.create, user)
+
+    @app.get("/threads", response_model=ThreadList, responses=responses(401), tags=["threads"])
+    async def list_threads(
+        user: User,
+        status: Annotated[ThreadState | None, Query()] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> ThreadList:
+        """The caller's threads (and no one else's), most recently run first."""
+        rows = await run_in_threadpool(deck.threads, user_id=user, status=status, limit=limit)
+        return ThreadList(threads=[ThreadRow.model_validate(r.to_dict()) for r in rows])
 
     # The routes of one thread share their documented errors: streams and reads each alike.
     def streamed(path: str) -> Callable[[DecoratedCallable], DecoratedCallable]:

@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Route
 
 from skilldeck._internal.postgres import connection_errors
 from skilldeck._internal.redact import log_error
@@ -140,7 +141,18 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
             422, "INVALID_REQUEST", f"invalid request: the body is not UTF-8 JSON ({exc.detail})"
         )
     code = _HTTP_CODES.get(exc.status_code, f"HTTP_{exc.status_code}")
-    return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # every method of the path, not just its first route's
+        headers["Allow"] = ", ".join(_allowed(request))
+    return error_response(exc.status_code, code, str(exc.detail), headers=headers)
+
+
+def _allowed(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= set(route.methods or ())
+    return sorted(methods)
 
 
 async def _internal(request: Request, exc: Exception) -> JSONResponse:

@@ -142,6 +142,24 @@ class CreatedThread(BaseModel):
     created_at: str
 
 
+class ThreadRow(BaseModel):
+    """One of the caller's threads in ``GET /threads``."""
+
+    thread_id: str
+    status: ThreadState
+    last_skill: str | None = None
+    matter_id: str | None = None
+    steps: int
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class ThreadList(BaseModel):
+    """The caller's threads, most recently run first."""
+
+    threads: list[ThreadRow]
+
+
 class ThreadView(BaseModel):
     """A thread's state, its pending card (status ``interrupted``) or its error (``failed``)."""
 
