@@ -24,6 +24,7 @@ import difflib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from langgraph.graph import END
@@ -104,51 +105,54 @@ def decide(ctx: NodeContext, state: Mapping[str, Any], *, explain: bool = False)
     """The routing decision for ``state`` (see the module docstring); ``explain`` fills in
     every skill's standing (``skills``), which the hot path of a run does without."""
     auto = state.get("context") == AUTO_CONTEXT
+    decision, ranked = _decide(ctx, state, auto)
+    return replace(decision, skills=_table(ctx, state, auto, ranked)) if explain else decision
+
+
+def _decide(
+    ctx: NodeContext, state: Mapping[str, Any], auto: bool
+) -> tuple[RouteDecision, Sequence[Ranked]]:
+    """The decision, and the lexical ranking when one was made."""
     explicit = state.get("next_skill")
     if explicit:
         bundle = ctx.bundles.get(explicit)
-        why = (
-            f"next_skill {explicit!r} is not a loaded skill"
-            if bundle is None
-            else bundle.why_not(state, any_context=auto)
-        )
-        table = _table(ctx, state, auto) if explain else ()
+        if bundle is None:
+            return RouteDecision(
+                None, "forced", f"next_skill {explicit!r} is not a loaded skill"
+            ), ()
+        why = bundle.why_not(state, any_context=auto)
         if why is not None:
-            if bundle is not None:
-                why = f"next_skill {explicit!r} cannot run now: {why}"
-            return RouteDecision(None, "forced", why, table)
-        return RouteDecision(explicit, "forced", "next_skill names it", table)
+            return RouteDecision(
+                None, "forced", f"next_skill {explicit!r} cannot run now: {why}"
+            ), ()
+        return RouteDecision(explicit, "forced", "next_skill names it"), ()
     qualified = [b for b in ctx.ranked if b.is_candidate(state, any_context=auto)]
-    tied = [b for b in qualified if b.priority == qualified[0].priority] if qualified else []
-    if not qualified or (not auto and len(qualified) == 1):
-        table = _table(ctx, state, auto) if explain else ()
-        if not qualified:
-            return RouteDecision(None, "conditions", "no skill's triggers and requires hold", table)
-        return RouteDecision(
-            qualified[0].name, "conditions", "the one skill whose triggers and requires hold", table
-        )
+    if not qualified:
+        return RouteDecision(None, "conditions", "no skill's triggers and requires hold"), ()
+    if not auto and len(qualified) == 1:
+        reason = "the one skill whose triggers and requires hold"
+        return RouteDecision(qualified[0].name, "conditions", reason), ()
+    tied = [b for b in qualified if b.priority == qualified[0].priority]
     if not auto and len(tied) == 1:
         reason = f"priority {tied[0].priority} is the highest of {len(qualified)} candidates"
-        table = _table(ctx, state, auto) if explain else ()
-        return RouteDecision(tied[0].name, "priority", reason, table)
-    return _by_description(ctx, state, tied, auto, explain)
+        return RouteDecision(tied[0].name, "priority", reason), ()
+    return _by_description(ctx, state, tied, auto)
 
 
 def _by_description(
-    ctx: NodeContext, state: Mapping[str, Any], tied: list[SkillBundle], auto: bool, explain: bool
-) -> RouteDecision:
+    ctx: NodeContext, state: Mapping[str, Any], tied: list[SkillBundle], auto: bool
+) -> tuple[RouteDecision, Sequence[Ranked]]:
     request = request_text(state)
     if request is None:
-        table = _table(ctx, state, auto) if explain else ()
         if auto:
             reason = "context 'auto' routes by the request, and the input has no input.request"
-            return RouteDecision(None, "none", reason, table)
+            return RouteDecision(None, "none", reason), ()
         reason = f"{len(tied)} candidates tie on priority and there is no input.request; load order"
-        return RouteDecision(tied[0].name, "order", reason, table)
-    names = [b.name for b in tied]
-    chosen, ranked = ctx.ranker.choose(request, names)
-    table = _table(ctx, state, auto, ranked) if explain else ()
+        return RouteDecision(tied[0].name, "order", reason), ()
+    chosen, ranked = ctx.ranker.choose(request, [b.name for b in tied])
     router = ctx.route_model
+    # Whenever the routing model was asked, the decision names it (a run counts the call).
+    asked = router.label if router is not None else None
     fallback = ""
     if router is not None:
         index = int((state.get("calls") or {}).get(ROUTER_KEY, 0))
@@ -157,17 +161,16 @@ def _by_description(
         except RouteModelError as exc:
             fallback = f"the routing model failed ({exc}); "
         else:
-            return RouteDecision(skill, "model" if skill else "none", why, table, router.label)
+            return RouteDecision(skill, "model" if skill else "none", why, model=asked), ranked
     best = ranked[0] if ranked else None
-    if chosen is not None:
-        assert best is not None
+    if chosen is not None and best is not None:
         reason = f"{fallback}its name and description cover {best.coverage:.0%} of the request"
-        return RouteDecision(chosen, "lexical", reason, table, router.label if router else None)
+        return RouteDecision(chosen, "lexical", reason, model=asked), ranked
     low = f"the best match covers {best.coverage:.0%}" if best else "no skill matched"
     low += f" of the request (threshold {ctx.ranker.threshold:.0%})"
     if auto:
-        return RouteDecision(None, "none", f"{fallback}{low}", table)
-    return RouteDecision(tied[0].name, "order", f"{fallback}{low}; load order", table)
+        return RouteDecision(None, "none", f"{fallback}{low}", model=asked), ranked
+    return RouteDecision(tied[0].name, "order", f"{fallback}{low}; load order", model=asked), ranked
 
 
 def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
