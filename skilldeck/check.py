@@ -92,12 +92,7 @@ def check_skills(
     # Tool names only: the stores behind the memory and knowledge tools are never opened.
     settings = settings or Settings()
     try:
-        mcp = tools_for_skills(
-            [t for b in bundles for t in (*b.tools, *b.allowed_tools)],
-            [b.path.parent for b in bundles],
-            settings.mcp_config,
-            settings.mcp_timeout_s,
-        )
+        mcp = tools_for_skills(bundles, settings.mcp_config, settings.mcp_timeout_s)
     except SkillDeckError as exc:  # the servers' tools are unknown: report it, check the rest
         problems.error(folders[0] if folders else ".", "$.tools", str(exc))
         mcp = []

@@ -112,12 +112,7 @@ class SkillDeck:
             or default_registry(
                 self.settings.files_root, memory=self._memory, knowledge=self._knowledge
             ),
-            tools_for_skills(
-                [t for b in loaded for t in (*b.tools, *b.allowed_tools)],
-                [b.path.parent for b in loaded],
-                self.settings.mcp_config,
-                self.settings.mcp_timeout_s,
-            ),
+            tools_for_skills(loaded, self.settings.mcp_config, self.settings.mcp_timeout_s),
         )
         self._models: dict[str, BaseChatModel] = {}
         self._model_lock = threading.Lock()

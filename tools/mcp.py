@@ -29,6 +29,7 @@ from langchain_core.tools import BaseTool, ToolException
 
 from skilldeck._internal.documents import DocumentError, parse_json
 from skilldeck.errors import MissingExtraError, SkillDeckError, ToolError
+from skilldeck.skills.bundle import SkillBundle
 from skilldeck.tools.registry import IDENTITY_KEYS
 
 __all__ = [
@@ -262,22 +263,23 @@ def mcp_tools(
 
 
 def tools_for_skills(
-    names: Iterable[str], folders: Iterable[Path], config: str | None, timeout_s: float
+    bundles: Sequence[SkillBundle], config: str | None, timeout_s: float
 ) -> list[tuple[McpTool, str]]:
-    """The tools of every MCP server that ``names`` (the skills' tool lists) refer to, from
-    ``config`` and the ``mcp.json`` of each of ``folders`` (the skills' folders); no server
-    is contacted when no skill names one.
+    """The tools of every MCP server that ``bundles`` name (in ``tools`` or ``allowed-tools``),
+    from ``config`` and the ``mcp.json`` beside the skills; no server is contacted when no
+    skill names one.
 
     Raises:
         SkillDeckError: a configuration is wrong, or a server is missing or does not answer.
     """
-    wanted = mcp_servers_in(names)
+    wanted = mcp_servers_in(t for b in bundles for t in (*b.tools, *b.allowed_tools))
     if not wanted:
         return []
     files = [Path(config)] if config else []
     if files and not files[0].is_file():
         raise SkillDeckError(f"SKILLDECK_MCP_CONFIG {config!r} is not a file")
-    files += [f for f in dict.fromkeys(Path(d) / "mcp.json" for d in folders) if f.is_file()]
+    beside = dict.fromkeys(b.path.parent / "mcp.json" for b in bundles)
+    files += [f for f in beside if f.is_file()]
     servers: dict[str, McpServer] = {}
     for file in files:
         for name, server in load_mcp_config(file).items():
