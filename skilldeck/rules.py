@@ -19,14 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable
-from langchain_core.tools import BaseTool
 
 from skilldeck.errors import ModelConfigError
-from skilldeck.scripted import turn_message
+from skilldeck.scripted import TurnModel, turn_message
 
 __all__ = ["DEFAULT_RULES", "RespondFn", "RulesChatModel", "read_turn"]
 
@@ -63,7 +60,7 @@ def read_turn(messages: Sequence[BaseMessage]) -> tuple[dict[str, Any], list[dic
     return state, results
 
 
-class RulesChatModel(BaseChatModel):
+class RulesChatModel(TurnModel):
     """Runs a bundle's ``scripts/rules.py`` in place of a model."""
 
     label: str
@@ -85,15 +82,6 @@ class RulesChatModel(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "rules"
-
-    def bind_tools(
-        self,
-        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
-        *,
-        tool_choice: str | None = None,
-        **kwargs: Any,
-    ) -> Runnable[LanguageModelInput, AIMessage]:
-        return self  # the rules know their tools; the runner checks the allowlist
 
     def _generate(
         self,

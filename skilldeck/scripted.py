@@ -66,6 +66,7 @@ __all__ = [
     "TURN_KEY",
     "Script",
     "ScriptedChatModel",
+    "TurnModel",
     "load_script",
     "request_digest",
     "turn_message",
@@ -157,7 +158,21 @@ class Script:
     recorded: dict[str, Any] = field(default_factory=dict)
 
 
-class ScriptedChatModel(BaseChatModel):
+class TurnModel(BaseChatModel):
+    """A chat model whose turns say themselves which tools they call (a cassette, a skill's
+    rules): binding tools changes nothing, and the runner checks the allowlist."""
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        return self
+
+
+class ScriptedChatModel(TurnModel):
     """A chat model that replays a script; see the module docstring for the format."""
 
     label: str
@@ -179,16 +194,6 @@ class ScriptedChatModel(BaseChatModel):
     @property
     def model_name(self) -> str:
         return f"scripted:{self.label}"
-
-    def bind_tools(
-        self,
-        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
-        *,
-        tool_choice: str | None = None,
-        **kwargs: Any,
-    ) -> Runnable[LanguageModelInput, AIMessage]:
-        # The script already says which tools it calls; the runner checks the allowlist.
-        return self
 
     def _generate(
         self,
