@@ -12,6 +12,7 @@ Script format::
         - output: {response: "...", profile: {...}, data: {...}, control: {action: finish}}
         - text: "raw model text, e.g. to test invalid output"
           invalid: true         # this turn is meant to be rejected (the re-ask gets the next)
+          latency_s: 2          # optional: the turn takes this long, its text streamed over it
     cases:                      # optional: per-case turns, e.g. an eval cassette
       card_event_meeting:       # picked by the run's metadata {"skilldeck_case": ...}
         skills:
@@ -42,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +84,7 @@ _TURN_KINDS = ("output", "text", "tool_calls", "error")
 #: What a recorded call that failed replays as (``error: KIND``): the same failure, so the run
 #: takes the same path (a re-ask) as it did live.
 ERROR_KINDS = ("length", "timeout", "unavailable")
-_TURN_KEYS = frozenset((*_TURN_KINDS, "invalid", "request"))
+_TURN_KEYS = frozenset((*_TURN_KINDS, "invalid", "request", "latency_s"))
 #: ``response_metadata`` of a scripted message: where its turn is, and if it is meant invalid.
 TURN_KEY = "scripted_turn"
 INVALID_KEY = "scripted_invalid"
@@ -137,14 +139,18 @@ def _turns(label: str, where: str, skills: Any) -> Turns:
                     f"{label}: {where}.{skill}[{i}]: a turn has exactly one of "
                     f"{', '.join(_TURN_KINDS)}"
                 )
+            at = f"{label}: {where}.{skill}[{i}]"
             unknown = sorted(set(turn) - _TURN_KEYS)
-            if unknown or not isinstance(turn.get("invalid", False), bool):
+            if unknown:
                 raise ModelConfigError(
-                    f"{label}: {where}.{skill}[{i}]: unknown key(s) {', '.join(unknown)}; a turn "
-                    f"has one of {', '.join(_TURN_KINDS)} and may say invalid: true"
-                    if unknown
-                    else f"{label}: {where}.{skill}[{i}].invalid: must be true or false"
+                    f"{at}: unknown key(s) {', '.join(unknown)}; a turn has one of "
+                    f"{', '.join(_TURN_KINDS)} and may say invalid: true and latency_s: SECONDS"
                 )
+            if not isinstance(turn.get("invalid", False), bool):
+                raise ModelConfigError(f"{at}.invalid: must be true or false")
+            latency = turn.get("latency_s", 0)
+            if isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0:
+                raise ModelConfigError(f"{at}.latency_s: must be a number of seconds, 0 or more")
     return {str(k): list(v) for k, v in skills.items()}
 
 
@@ -239,19 +245,26 @@ class ScriptedChatModel(TurnModel):
             INVALID_KEY: bool(turn.get("invalid", False)) or bool(self.recorded),
             **({"finish_reason": "length"} if turn.get("error") == "length" else {}),
         }
-        _emit_tokens(message, run_manager)
+        _emit_tokens(message, run_manager, float(turn.get("latency_s", 0)))
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
-def _emit_tokens(message: AIMessage, run_manager: CallbackManagerForLLMRun | None) -> None:
+def _emit_tokens(
+    message: AIMessage, run_manager: CallbackManagerForLLMRun | None, latency_s: float
+) -> None:
     """Report the reply's text in pieces as a streaming model does, so a stream that asks for
-    the text as it is generated (``stream_deltas``) gets deltas from a cassette too."""
+    the text as it is generated (``stream_deltas``) gets deltas from a cassette too. A turn's
+    ``latency_s`` is spread over its pieces, so a demo or a test can watch a run move."""
     text = message.content
-    if run_manager is None or not isinstance(text, str) or not text:
+    pieces = re.findall(r"\S+\s*|\s+", text) if isinstance(text, str) else []
+    if not pieces:
+        time.sleep(latency_s)
         return
-    for piece in re.findall(r"\S+\s*|\s+", text):
-        chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece, id=message.id))
-        run_manager.on_llm_new_token(piece, chunk=chunk)
+    for piece in pieces:
+        time.sleep(latency_s / len(pieces))
+        if run_manager is not None:
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece, id=message.id))
+            run_manager.on_llm_new_token(piece, chunk=chunk)
 
 
 class _Unavailable(Exception):

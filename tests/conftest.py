@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -145,13 +144,6 @@ def output(
             "control": {"action": action, **control},
         }
     }
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def write_serve_root(root: Path, key_hashes: Mapping[str, str], sleep_s: float) -> Path:

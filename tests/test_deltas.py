@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
 from fastapi.testclient import TestClient
 
-from skilldeck import Settings, SkillDeck
+from skilldeck import ModelConfigError, Settings, SkillDeck
+from skilldeck.scripted import load_script
 from skilldeck.server import create_app, hash_key
 from skilldeck.types import DeltaEvent, Event, SkillResultEvent
 
@@ -103,3 +105,24 @@ def test_every_event_has_an_id_and_a_reconnect_gets_the_rest(deck: SkillDeck) ->
         assert other.status_code == 404 and other.json()["error"]["code"] == "THREAD_NOT_FOUND"
         plain = _sse(http.post(f"/threads/{fresh}/runs", headers=AUTH, json=body).text)
         assert not any(e["event"] == "delta" for e in plain)
+
+
+def test_a_scripted_turns_latency_spreads_its_text_over_that_time(
+    skills_dir: Path, make_deck: Callable[..., SkillDeck]
+) -> None:
+    write_bundle(skills_dir, "slowpoke")
+    turn = output(response="one two three four five six", action="finish")
+    deck = make_deck(skills_dir, {"slowpoke": [{**turn, "latency_s": 0.6}]}, output_mode="schema")
+    arrived = [
+        time.monotonic()
+        for e in deck.stream({}, context="ctx", stream_deltas=True)
+        if isinstance(e, DeltaEvent)
+    ]
+    assert len(arrived) > 10 and arrived[-1] - arrived[0] >= 0.4  # a lower bound: sleeps only add
+
+
+@pytest.mark.parametrize("latency", [-1, "soon", True, None])
+def test_a_bad_latency_is_refused_where_it_is_written(tmp_path: Path, latency: Any) -> None:
+    script = {"skills": {"s": [{**output(), "latency_s": latency}]}}
+    with pytest.raises(ModelConfigError, match=r"\$\.skills\.s\[0\]\.latency_s: must be a number"):
+        load_script(script)

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, free_port
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT
 from langgraph_sdk import get_sync_client
+from serving import free_port
 
 pytestmark = pytest.mark.L2
 

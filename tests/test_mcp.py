@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import free_port, write_bundle
+from conftest import write_bundle
+from serving import free_port
 
 from skilldeck import SkillDeck
 from skilldeck.check import check_skills

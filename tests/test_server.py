@@ -4,9 +4,7 @@ process (streaming, client disconnect) and schemathesis on the app's own OpenAPI
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +19,6 @@ from conftest import (
     DEMO_ANSWERS,
     DEMO_FILES,
     DEMO_SCRIPT,
-    free_port,
     output,
     serve_command,
     write_bundle,
@@ -33,12 +30,14 @@ from hypothesis import HealthCheck, settings
 from langchain_core.tools import InjectedToolArg, StructuredTool
 from pydantic import BaseModel
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
+from serving import ServeProcess, free_port
 from typer.testing import CliRunner
 
 from skilldeck import Settings, SkillDeck, SkillDeckError
 from skilldeck.checkpoints.claims import RUN_LEASE
 from skilldeck.cli import app as cli
 from skilldeck.server import API_KEYS_ENV, ApiKeys, create_app, hash_key
+from skilldeck.skills import builtin_skills_dir
 from skilldeck.tools import ToolRegistry
 
 pytestmark = pytest.mark.L2
@@ -174,6 +173,7 @@ def test_health_and_openapi_document_every_route(client: TestClient) -> None:
         "/threads/{thread_id}/history",
         "/threads/{thread_id}/stream",
         "/agui",
+        "/skills",
     }
     assert set(spec["components"]["securitySchemes"]) == {"HTTPBearer", "APIKeyHeader"}
     resume = spec["paths"]["/threads/{thread_id}/resume"]["post"]["responses"]
@@ -182,6 +182,28 @@ def test_health_and_openapi_document_every_route(client: TestClient) -> None:
     assert {"RunRequest", "ResumeRequest", "ThreadView", "ErrorBody"} <= set(
         spec["components"]["schemas"]
     )
+
+
+def test_skills_lists_each_skill_with_its_contexts_and_whether_it_needs_a_matter(
+    client: TestClient,
+) -> None:
+    assert client.get("/skills").status_code == 401
+    skills = {s["name"]: s for s in client.get("/skills", headers=auth()).json()["skills"]}
+    intake = skills["litigation-intake"]
+    assert intake["contexts"] == ["matter"] and intake["needs_matter"] is True
+    meta = json.loads((builtin_skills_dir() / "litigation-intake" / "skill.meta.json").read_text())
+    assert intake["description"] == meta["description"]
+    assert skills["nomemory-recall"]["needs_matter"] is False
+
+
+def test_the_console_is_served_at_the_root_unless_turned_off(demo_deck: SkillDeck) -> None:
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as on:
+        assert "<title>skilldeck console</title>" in on.get("/").text
+        assert on.get("/console/console.js").status_code == 200
+    with TestClient(create_app(demo_deck, api_keys=HASHES, console=False)) as off:
+        assert off.get("/").status_code == 404
+        assert off.get("/console/console.js").status_code == 404
+        assert off.get("/threads", headers=auth()).status_code == 200
 
 
 def test_the_app_mounts_in_an_existing_app(demo_deck: SkillDeck) -> None:
@@ -491,31 +513,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = write_serve_root(tmp_path_factory.mktemp("serve"), HASHES, SLOW_S)
     port = free_port()
     command = serve_command(root, port, f"sqlite:///{root / 'serve.sqlite'}")
-    env = {**os.environ, "SKILLDECK_FILES_ROOT": str(DEMO_FILES)}
-    log = (root / "server.log").open("w")
-    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    server = ServeProcess(
+        command, port, root / "server.log", {"SKILLDECK_FILES_ROOT": str(DEMO_FILES)}
+    )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (root / "server.log").read_text()
-            try:
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
-        yield base
+        yield server.wait().url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            # uvicorn shuts down gracefully, then re-raises the signal it caught.
-            assert proc.wait(30) in (0, -signal.SIGTERM), (root / "server.log").read_text()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            log.close()
+        assert server.stop() in (0, -signal.SIGTERM), server.log.read_text()
 
 
 def _until(check: Callable[[], bool], timeout: float = 20) -> None:

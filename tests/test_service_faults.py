@@ -30,7 +30,6 @@ from conftest import (
     DEMO_ANSWERS,
     DEMO_FILES,
     DEMO_SCRIPT,
-    free_port,
     output,
     serve_command,
     write_bundle,
@@ -40,6 +39,7 @@ from fastapi.testclient import TestClient
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import StateSnapshot
 from servers import Services
+from serving import ServeProcess, free_port
 
 import skilldeck._internal.postgres as pg_internal
 from skilldeck import Settings, SkillDeck
@@ -72,50 +72,21 @@ def serve_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_serve_root(tmp_path_factory.mktemp("faults"), {hash_key(KEY): "carol"}, SLOW_S)
 
 
-class Server:
-    """One ``skilldeck serve`` process on a free port."""
+class Server(ServeProcess):
+    """One ``skilldeck serve`` process of ``serve_root`` on a free port."""
 
     def __init__(self, root: Path, checkpoint: str) -> None:
-        self.root, self.checkpoint = root, checkpoint
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = root / f"server-{self.port}.log"
-        command = serve_command(root, self.port, checkpoint)
-        env = {
-            **os.environ,
-            "SKILLDECK_FILES_ROOT": str(DEMO_FILES),
-            "SKILLDECK_DURABILITY": "sync",
-        }
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        port = free_port()
+        env = {"SKILLDECK_FILES_ROOT": str(DEMO_FILES), "SKILLDECK_DURABILITY": "sync"}
+        command = serve_command(root, port, checkpoint)
+        super().__init__(command, port, root / f"server-{port}.log", env)
 
-    def wait(self) -> Server:
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"server did not start:\n{self.log.read_text()}"
-            time.sleep(0.1)
+    def wait(self, timeout: float = 60) -> Server:
+        super().wait(timeout)
+        return self
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=AUTH, timeout=60)
-
-    def kill(self) -> None:
-        """``kill -9``: no shutdown; in-flight requests die with the process."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @pytest.fixture

@@ -66,6 +66,14 @@ def _env(home: Path) -> dict[str, str]:
     return {**keep, "SKILLDECK_HOME": str(home)}
 
 
+def test_the_wheel_holds_the_card_consoles_assets(installed: Path, tmp_path: Path) -> None:
+    code = "import skilldeck, pathlib; print(pathlib.Path(skilldeck.__file__).parent)"
+    where = Path(_run(installed / "python", "-c", code, cwd=tmp_path, env=_env(tmp_path)).strip())
+    static = where / "server" / "console" / "static"
+    assert "site-packages" in where.parts, where
+    assert sorted(p.name for p in static.iterdir()) == ["console.css", "console.js", "index.html"]
+
+
 def test_the_wheel_holds_every_bundle_file(installed: Path, tmp_path: Path) -> None:
     code = "import skilldeck.skills as s, pathlib; print(pathlib.Path(s.__file__).parent)"
     where = Path(_run(installed / "python", "-c", code, cwd=tmp_path, env=_env(tmp_path)).strip())

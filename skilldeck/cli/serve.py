@@ -68,8 +68,12 @@ def serve(
     docs: Annotated[
         bool, typer.Option(help="Serve /docs (its page loads Swagger UI from a CDN).")
     ] = False,
+    console: Annotated[
+        bool, typer.Option(help="Serve the card console, a web app for people, at /.")
+    ] = True,
 ) -> None:
-    """Serve the HTTP API (FastAPI + uvicorn): threads, SSE runs and card answers.
+    """Serve the HTTP API (FastAPI + uvicorn): threads, SSE runs and card answers, and the card
+    console, a web app where people sign in with their key and answer cards, at /.
 
     Runs several of these against one PostgreSQL (SKILLDECK_CHECKPOINT_URL=postgresql://...)
     behind a load balancer to scale out; the OpenAPI schema is at /openapi.json. A user may run
@@ -105,9 +109,13 @@ def serve(
                     "default, so the service never serves its working directory)"
                 )
             )
-        app = create_app(deck, api_keys=api_keys, max_body_bytes=max_body_bytes, docs=docs)
-        where = f"http://{host}:{port}/" + ("docs" if docs else "openapi.json")
-        typer.echo(f"skilldeck: {len(api_keys)} API key(s); {where}", err=True)
+        app = create_app(
+            deck, api_keys=api_keys, max_body_bytes=max_body_bytes, docs=docs, console=console
+        )
+        base = f"http://{host}:{port}/"
+        where = [f"console {base}"] if console else []
+        where.append(base + ("docs" if docs else "openapi.json"))
+        typer.echo(f"skilldeck: {len(api_keys)} API key(s); {'; '.join(where)}", err=True)
         uvicorn.run(app, host=host, port=port, log_level="info")
     finally:
         deck.close()

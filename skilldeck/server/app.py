@@ -43,6 +43,7 @@ from skilldeck.errors import (
 )
 from skilldeck.server.agui import AguiInput, agui_events, agui_request, encode_agui, refused
 from skilldeck.server.auth import current_user
+from skilldeck.server.console import mount_console
 from skilldeck.server.errors import NotFound, install_error_handlers, responses
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit
@@ -53,6 +54,8 @@ from skilldeck.server.schemas import (
     History,
     ResumeRequest,
     RunRequest,
+    SkillList,
+    SkillRow,
     ThreadList,
     ThreadRow,
     ThreadState,
@@ -251,6 +254,7 @@ def create_app(
     matter_check: MatterCheck | None = None,
     workers: int = 32,
     docs: bool = False,
+    console: bool = True,
 ) -> FastAPI:
     """The HTTP service of ``deck`` as a FastAPI app (mountable in another app).
 
@@ -267,6 +271,8 @@ def create_app(
         workers: runs that may go on at once in this process.
         docs: serve ``/docs`` and ``/redoc``, whose pages load their scripts from a CDN (off by
             default: deployments are often offline); ``/openapi.json`` is always served.
+        console: serve the card console, a web app for people, at ``/`` (its assets ship in
+            the package; it loads nothing from elsewhere).
 
     Raises:
         SkillDeckError: no API keys are configured, or the key file is malformed.
@@ -334,6 +340,23 @@ def create_app(
         """The caller's threads (and no one else's), most recently run first."""
         rows = await run_in_threadpool(deck.threads, user_id=user, status=status, limit=limit)
         return ThreadList(threads=[ThreadRow.model_validate(r.to_dict()) for r in rows])
+
+    @app.get("/skills", response_model=SkillList, responses=responses(401), tags=["service"])
+    async def list_skills(user: User) -> SkillList:
+        """The deck's skills: their descriptions, the contexts that run them, and whether a run
+        needs a matter."""
+        in_matter = set(await run_in_threadpool(deck.matter_skills))
+        return SkillList(
+            skills=[
+                SkillRow(
+                    name=b.name,
+                    description=b.description,
+                    contexts=list(b.contexts),
+                    needs_matter=b.name in in_matter,
+                )
+                for b in deck.bundles
+            ]
+        )
 
     # The routes of one thread share their documented errors: streams and reads each alike.
     def streamed(path: str) -> Callable[[DecoratedCallable], DecoratedCallable]:
@@ -465,4 +488,6 @@ def create_app(
         rows = [] if result is None else await run_in_threadpool(deck.history, thread_id)
         return History.model_validate({"thread_id": thread_id, "checkpoints": rows})
 
+    if console:
+        mount_console(app)
     return app

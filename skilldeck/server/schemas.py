@@ -21,6 +21,11 @@ __all__ = [
     "HistoryRow",
     "ResumeRequest",
     "RunRequest",
+    "SkillList",
+    "SkillRow",
+    "ThreadList",
+    "ThreadRow",
+    "ThreadState",
     "ThreadView",
 ]
 
@@ -158,6 +163,21 @@ class ThreadList(BaseModel):
     """The caller's threads, most recently run first."""
 
     threads: list[ThreadRow]
+
+
+class SkillRow(BaseModel):
+    """One skill of the deck in ``GET /skills``: what a client needs to start a run on it."""
+
+    name: str
+    description: str
+    contexts: list[str]
+    needs_matter: bool = Field(
+        description="Its tools work in a matter's files: a run of its contexts needs matter_id."
+    )
+
+
+class SkillList(BaseModel):
+    skills: list[SkillRow]
 
 
 class ThreadView(BaseModel):

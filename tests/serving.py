@@ -1,0 +1,73 @@
+"""Real ``skilldeck serve`` processes for the tests: a free port, and a process that is waited
+for until it answers ``/health`` and is stopped however the test ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import httpx
+
+__all__ = ["ServeProcess", "free_port"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServeProcess:
+    """A server process listening on ``port`` of 127.0.0.1; its output goes to ``log``."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        port: int,
+        log: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.port, self.log = port, log
+        self.url = f"http://127.0.0.1:{port}"
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(
+                list(command),
+                env={**os.environ, **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait(self, timeout: float = 60) -> ServeProcess:
+        """Return once ``/health`` answers 200; fail with the log if the process dies first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"server did not start:\n{self.log.read_text()}"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown; in-flight requests die with the process."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL after 30 s; the exit code (uvicorn shuts down gracefully, then
+        re-raises the signal it caught: ``-SIGTERM``)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
