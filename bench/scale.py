@@ -3,7 +3,8 @@
 Usage::
 
     python bench/scale.py [--users 1000] [--messages 1000] [--budget-mb 512]
-                          [--history 1000 10000 100000] [--reps 5] [--json]
+                          [--history 1000 10000 100000] [--semantic 1000 10000 100000]
+                          [--reps 5] [--only users|history|semantic] [--json]
 
 A. **Memory as users grow.** ``--users`` users with ``--messages`` messages each (30 words
    drawn from a Zipf vocabulary of 50,000 words; a thread per 20 turns) go into a SQLite
@@ -18,16 +19,25 @@ B. **Cold and warm search by history size.** One user with each ``--history`` si
    is a process restart that loads the snapshot (``cold_ms`` p50/p95). Then five warm searches
    per fresh ``Memory`` (``warm_ms`` p50).
 
+C. **Cold semantic and hybrid search by history size** (``--semantic`` sizes; embedded Chroma,
+   the offline USE model). One user's messages go into the store and, with random unit vectors
+   of the model's width, into the user's Chroma collection. Each probe is a new Python process
+   (a real restart: Chroma keeps an opened collection's index in its process) that loads the
+   model, then times one first search (:data:`PROBES`), ``--reps`` processes for each: p50 and
+   p95.
+
 Plots (matplotlib, offline) go to ``bench/scale_rss.png`` and ``bench/scale_cold.png``.
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import itertools
 import math
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from common import arguments, err, log, progress_bar, report_header, show_report
 from rich.table import Table
 
@@ -152,6 +163,85 @@ def bench_history(tmp: Path, sizes: Sequence[int], reps: int) -> list[dict[str, 
     return rows
 
 
+def _quantiles(values: Sequence[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return (
+        round(statistics.median(ordered), 1),
+        round(ordered[math.ceil(0.95 * (len(ordered) - 1))], 1),
+    )
+
+
+def _open_memory(folder: Path) -> Memory:
+    from skilldeck.tools.vectors import VectorIndex, open_chroma
+
+    vectors = VectorIndex(open_chroma(folder / "chroma"), cache=IndexCache())
+    return Memory(MessageStore(folder / "store.sqlite"), vectors, cache=IndexCache())
+
+
+#: The first searches a probe process may time: the memory tool's semantic search (its filter
+#: is explicit, so the user's vectors are copied out of Chroma and filtered here), the same
+#: ranking straight from Chroma's HNSW index (no filter), and the hybrid search.
+PROBES = ("semantic", "hnsw", "hybrid")
+
+
+def probe(folder: Path, kind: str) -> float:
+    """The ms of one process's first ``kind`` search of ``solo`` (``scale.py --probe``)."""
+    memory = _open_memory(folder)
+    vectors = memory.vectors
+    assert vectors is not None
+    width = vectors.embed(["load the model first"]).shape[1]  # not history-dependent
+    query = np.random.default_rng().standard_normal(width).tolist()
+    searches = {
+        "semantic": lambda: memory.semantic_search("solo", query_embedding=query, filter=ALL),
+        "hnsw": lambda: vectors.query("solo", embedding=query, top_k=10),
+        "hybrid": lambda: memory.hybrid_search("solo", "w17 w230 w4001", since=0.0),
+    }
+    started = time.perf_counter()
+    searches[kind]()
+    elapsed = (time.perf_counter() - started) * 1000
+    memory.close()
+    return elapsed
+
+
+def _probe_in_a_new_process(kind: str, folder: Path) -> float:
+    command = [sys.executable, str(Path(__file__)), "--probe", kind, str(folder)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[-1])
+
+
+def bench_semantic(tmp: Path, sizes: Sequence[int], reps: int) -> list[dict[str, Any]]:
+    rows = []
+    for size in sizes:
+        folder = tmp / f"semantic-{size}"
+        folder.mkdir()
+        memory = _open_memory(folder)
+        assert memory.vectors is not None
+        width = memory.vectors.embed(["width"]).shape[1]
+        rng = np.random.default_rng(size)
+        log(f"semantic {size}: writing")
+        for start in range(0, size, 5_000):
+            batch = messages("solo", min(5_000, size - start), seed=start, start=start)
+            memory.store.add(batch)
+            memory.vectors.add(
+                "solo",
+                [m.id for m in batch],
+                [m.text for m in batch],
+                [m.role for m in batch],
+                [m.ts_epoch for m in batch],
+                [m.thread_id for m in batch],
+                embeddings=rng.standard_normal((len(batch), width), dtype=np.float32),
+            )
+        memory.lexical_search("solo", query_text="w1", filter=ALL)  # saves the BM25 snapshot
+        memory.close()
+        row: dict[str, Any] = {"messages": size}
+        for kind in PROBES:
+            timings = [_probe_in_a_new_process(kind, folder) for _ in range(reps)]
+            row[f"{kind}_cold_ms_p50"], row[f"{kind}_cold_ms_p95"] = _quantiles(timings)
+        rows.append(row)
+        log(f"semantic {size}: {row}")
+    return rows
+
+
 def plot(report: dict[str, Any]) -> None:
     import matplotlib
 
@@ -177,23 +267,44 @@ def plot(report: dict[str, Any]) -> None:
     ax.loglog(sizes, [r["cold_ms_p50"] for r in report["history"]], marker="o",
               label="first search after a restart (snapshot), p50")  # fmt: skip
     ax.loglog(sizes, [r["warm_ms_p50"] for r in report["history"]], marker="o", label="warm p50")
+    semantic = report.get("semantic") or []
+    for key, label in (
+        ("semantic_cold_ms_p50", "semantic_search after a restart, p50"),
+        ("hnsw_cold_ms_p50", "Chroma HNSW query after a restart, p50"),
+        ("hybrid_cold_ms_p50", "hybrid after a restart, p50"),
+    ):
+        if semantic:
+            ax.loglog([r["messages"] for r in semantic], [r[key] for r in semantic],
+                      marker="s", linestyle="--", label=label)  # fmt: skip
     ax.set_xlabel("messages of the user")
-    ax.set_ylabel("first lexical search, ms")
-    ax.legend()
+    ax.set_ylabel("first search, ms")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(HERE / "scale_cold.png", dpi=100)
 
 
 def print_report(report: dict[str, Any]) -> None:
-    users = {k: v for k, v in report["users_run"].items() if k != "samples"}
-    err.print(users)
-    table = Table(title="lexical search by history size")
-    keys = ("messages", "first_build_ms", "cold_ms_p50", "cold_ms_p95", "warm_ms_p50")
-    for column in keys:
-        table.add_column(column)
-    for r in report["history"]:
-        table.add_row(*(str(r[k]) for k in keys))
-    err.print(table)
+    if report.get("users_run"):
+        err.print({k: v for k, v in report["users_run"].items() if k != "samples"})
+    if report.get("history"):
+        table = Table(title="lexical search by history size")
+        keys = ("messages", "first_build_ms", "cold_ms_p50", "cold_ms_p95", "warm_ms_p50")
+        for column in keys:
+            table.add_column(column)
+        for r in report["history"]:
+            table.add_row(*(str(r[k]) for k in keys))
+        err.print(table)
+    if report.get("semantic"):
+        table = Table(title="first semantic and hybrid search after a restart, ms (p50 / p95)")
+        table.add_column("messages")
+        for column in PROBES:
+            table.add_column(column)
+        for r in report["semantic"]:
+            table.add_row(
+                str(r["messages"]),
+                *(f"{r[f'{k}_cold_ms_p50']} / {r[f'{k}_cold_ms_p95']}" for k in PROBES),
+            )
+        err.print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,13 +314,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-mb", type=float, default=512.0)
     parser.add_argument("--history", type=int, nargs="+", default=[1000, 10_000, 100_000])
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--semantic", type=int, nargs="*", default=[1000, 10_000, 100_000])
+    parser.add_argument(
+        "--only", choices=("users", "history", "semantic"), help="Run one part (no plots)."
+    )
+    parser.add_argument("--probe", nargs=2, metavar=("KIND", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.probe:
+        print(probe(Path(args.probe[1]), args.probe[0]))
+        return 0
     report = report_header(command=" ".join(["python bench/scale.py", *(argv or sys.argv[1:])]))
     with tempfile.TemporaryDirectory(prefix="skilldeck-scale-") as name:
         tmp = Path(name)
-        report["history"] = bench_history(tmp, args.history, args.reps)
-        report["users_run"] = bench_users(tmp, args.users, args.messages, args.budget_mb)
-    plot(report)
+        if args.only in (None, "history"):
+            report["history"] = bench_history(tmp, args.history, args.reps)
+        if args.only in (None, "semantic"):
+            report["semantic"] = bench_semantic(tmp, args.semantic, args.reps)
+        if args.only in (None, "users"):
+            report["users_run"] = bench_users(tmp, args.users, args.messages, args.budget_mb)
+    if args.only is None:
+        plot(report)
     return show_report(report, args.json, print_report)
 
 

@@ -69,12 +69,15 @@ KINDS_QUESTIONS = [
 @dataclass(frozen=True)
 class Console:
     url: str
+    #: A second ``skilldeck serve --no-console`` on the same checkpoint database.
+    other: str
 
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     """``skilldeck serve`` with its console: the demo skill on the demo's script, slowed down
-    by ``latency_s``, and a ``kinds`` skill whose card asks every input type."""
+    by ``latency_s``, and a ``kinds`` skill whose card asks every input type; and another
+    process without the console on the same checkpoints."""
     root = tmp_path_factory.mktemp("console")
     script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
     turns = script["skills"]["litigation-intake"]
@@ -100,27 +103,30 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     )
     keys = {hash_key(ALICE): "alice", hash_key(BOB): "bob"}
     (root / "keys.json").write_text(json.dumps(keys), "utf-8")
-    port = free_port()
-    command = [
-        *(sys.executable, "-m", "skilldeck.cli"),
-        *("serve", "--port", str(port), "--keys", str(root / "keys.json")),
-        *("--checkpoint", f"sqlite:///{root / 'console.sqlite'}"),
-        *("--model", f"scripted:{root / 'script.yaml'}"),
-        *("--skills", str(builtin_skills_dir() / "litigation-intake")),
-        *("--skills", str(root / "skills" / "kinds")),
-    ]
-    server = ServeProcess(
-        command, port, root / "server.log", {"SKILLDECK_FILES_ROOT": str(DEMO_FILES)}
-    )
+
+    def serve(*options: str) -> ServeProcess:
+        port = free_port()
+        command = [
+            *(sys.executable, "-m", "skilldeck.cli"),
+            *("serve", "--port", str(port), "--keys", str(root / "keys.json"), *options),
+            *("--checkpoint", f"sqlite:///{root / 'console.sqlite'}"),
+            *("--model", f"scripted:{root / 'script.yaml'}"),
+            *("--skills", str(builtin_skills_dir() / "litigation-intake")),
+            *("--skills", str(root / "skills" / "kinds")),
+        ]
+        env = {"SKILLDECK_FILES_ROOT": str(DEMO_FILES)}
+        return ServeProcess(command, port, root / f"server-{port}.log", env)
+
+    servers = [serve(), serve("--no-console")]
     try:
-        yield Console(server.wait().url)
+        yield Console(*(server.wait().url for server in servers))
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
 
 
 @pytest.fixture
 def browser(console: Console) -> Iterator[Any]:
-
     chromium = program("chromium", CHROMIUM_INSTALL)
     with sync_playwright() as pw:
         launched = pw.chromium.launch(executable_path=chromium, args=ARGS)
@@ -303,6 +309,27 @@ def test_another_users_thread_is_the_same_404_as_an_unknown_one(
         seen[thread] = page.locator("#detail-error").inner_text().replace(thread, "ID")
         assert page.locator("#thread").is_hidden()
     assert seen[alices] == seen[unknown] and "not found" in seen[unknown]
+
+
+def test_a_run_driven_by_another_process_is_watched_until_its_card(
+    browser: Any, console: Console
+) -> None:
+    other = httpx.Client(base_url=console.other, headers={"X-API-Key": ALICE}, timeout=60)
+    assert other.get("/").status_code == 404  # --no-console
+    thread = other.post("/threads").json()["thread_id"]
+    body = {"input": {"documents": ["complaint.txt"]}, "context": "matter"}
+    with other.stream(
+        "POST", f"/threads/{thread}/runs", json={**body, "matter_id": "demo-matter"}
+    ) as events:
+        next(events.iter_lines())  # the run has begun; its stream goes on elsewhere
+        page = open_console(browser, console, [])
+        page.goto(f"{console.url}/#thread={thread}")
+        sign_in(page, ALICE)
+        expect(page.locator("#thread-status")).to_have_text("running")
+        expect(page.locator("#thread-note")).to_contain_text("from the thread's checkpoints")
+        page.locator("form#card").wait_for()
+        expect(page.locator("#thread-status")).to_have_text("interrupted")
+        assert page.locator("#timeline .entry").count() > 0
 
 
 def test_the_console_is_served_with_a_same_origin_policy(

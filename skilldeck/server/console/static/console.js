@@ -227,9 +227,12 @@ async function openThread(id) {
   } catch (error) {
     if (error.name === "AbortError") return;
     if (error.code !== "NO_RUN_STREAM") return say($("detail-error"), error.message);
-    // No run of this thread streamed in this process: its checkpoints tell its story.
+    // No run of this thread streamed in this process: its checkpoints tell its story, and a
+    // run that another process drives is watched until it moves on.
     await showHistory(view);
-    return settle(view);
+    const status = await settle(view);
+    if (status === "running") watch(view, status);
+    return;
   }
   await follow(view, response);
 }
@@ -274,19 +277,34 @@ async function follow(view, response) {
 }
 
 // After a stream: where the thread stands now is what the service says, not what the stream
-// last said (another process may have moved it on since).
+// last said (another process may have moved it on since). Returns that status.
 async function settle(view) {
   let thread;
   try {
     thread = await json(threadPath(view.id), { signal: view.abort.signal });
   } catch (error) {
-    return;
+    return null;
   }
-  if (view !== shown) return;
+  if (view !== shown) return null;
   setStatus(thread.status);
   if (thread.status === "interrupted" && thread.card) renderCard(view, thread.card);
   else $("card").hidden = true;
   await loadThreads();
+  return thread.status;
+}
+
+// Polls a thread whose run streams elsewhere; shows it afresh once its status changes.
+async function watch(view, status) {
+  while (view === shown) {
+    await sleep(2000);
+    if (view !== shown) return;
+    try {
+      const now = (await json(threadPath(view.id), { signal: view.abort.signal })).status;
+      if (now !== status) return openThread(view.id);
+    } catch (error) {
+      return;
+    }
+  }
 }
 
 // -- the timeline ------------------------------------------------------------------------------
