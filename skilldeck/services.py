@@ -48,9 +48,10 @@ def open_memory(settings: Settings) -> Memory:
     except ModuleNotFoundError:
         return Memory(store, None)
     client = open_chroma(settings.chroma_path, settings.chroma_url)
-    return Memory(
-        store, VectorIndex(client, embedding_function=_embedding(settings), write_behind=True)
+    vectors = VectorIndex(
+        client, embedding_function=_embedding(settings), write_behind=True, snapshots=store
     )
+    return Memory(store, vectors)
 
 
 def open_knowledge(settings: Settings) -> KnowledgeBase:

@@ -11,8 +11,9 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from skilldeck.tools.index_cache import IndexCache
-from skilldeck.tools.memory import SNAPSHOT_MIN, Memory, _joined, _Lexicon, _split
+from skilldeck.tools.memory import Memory, _Lexicon
 from skilldeck.tools.messages import Message, MessageStore
+from skilldeck.tools.snapshots import SNAPSHOT_MIN, joined, split
 from skilldeck.tools.text import Tokenizer
 
 pytestmark = pytest.mark.L2
@@ -156,4 +157,4 @@ def _drop_last(data: bytes) -> bytes:
 
 @pytest.mark.parametrize("strings", [[], [""], ["a"], ["a\\0b", "x\0y", "\\", "é中"], ["", ""]])
 def test_string_lists_survive_the_snapshot_encoding(strings: list[str]) -> None:
-    assert _split(_joined(strings), len(strings)) == strings
+    assert split(joined(strings), len(strings)) == strings

@@ -15,7 +15,6 @@ import base64
 import hashlib
 import io
 import json
-import re
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,6 +28,7 @@ from skilldeck.tools.bm25 import BM25Index
 from skilldeck.tools.fusion import RRF_K, rrf
 from skilldeck.tools.index_cache import IndexCache, shared_cache
 from skilldeck.tools.messages import Message, MessageStore, parse_ts
+from skilldeck.tools.snapshots import SNAPSHOT_MIN, joined, split
 from skilldeck.tools.text import Tokenizer, parse_query
 
 if TYPE_CHECKING:  # chromadb is the vectors extra: imported where it is used
@@ -118,11 +118,6 @@ def _query_key(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-#: Histories shorter than this build faster than a snapshot round trip pays back; a snapshot is
-#: rewritten once half this many messages came after it.
-SNAPSHOT_MIN = 500
-
-
 class _Column:
     """A growable numpy column, so per-message filters are vectorised without copies."""
 
@@ -169,16 +164,16 @@ class _Lexicon:
 
     def to_bytes(self) -> bytes:
         """The lexicon as one ``.npz`` blob (no pickle): numpy arrays, and each list of strings
-        as one NUL-joined UTF-8 array (see ``_joined``)."""
+        as one NUL-joined UTF-8 array (see :func:`~skilldeck.tools.snapshots.joined`)."""
         terms, arrays = self.index.to_arrays()
         out = io.BytesIO()
         named: dict[str, Any] = {
-            "terms": _joined(terms),
-            "ids": _joined(self.ids),
-            "texts": _joined(self.texts),
+            "terms": joined(terms),
+            "ids": joined(self.ids),
+            "texts": joined(self.texts),
             "roles": self.roles.view(),
             "ts": self.ts.view(),
-            "role_names": _joined(sorted(self.role_codes, key=self.role_codes.__getitem__)),
+            "role_names": joined(sorted(self.role_codes, key=self.role_codes.__getitem__)),
             "counts": np.array([len(terms), len(self.ids), len(self.role_codes)], dtype=np.int64),
             **{f"bm25_{k}": v for k, v in arrays.items()},
         }
@@ -192,12 +187,12 @@ class _Lexicon:
             arrays = {k[5:]: saved[k] for k in saved.files if k.startswith("bm25_")}
             terms, docs, roles = (int(n) for n in saved["counts"])
             lexicon = cls(
-                index=BM25Index.from_arrays(_split(saved["terms"], terms), arrays),
-                ids=_split(saved["ids"], docs),
-                texts=_split(saved["texts"], docs),
+                index=BM25Index.from_arrays(split(saved["terms"], terms), arrays),
+                ids=split(saved["ids"], docs),
+                texts=split(saved["texts"], docs),
                 roles=_Column.of(saved["roles"]),
                 ts=_Column.of(saved["ts"]),
-                role_codes={r: i for i, r in enumerate(_split(saved["role_names"], roles))},
+                role_codes={r: i for i, r in enumerate(split(saved["role_names"], roles))},
             )
         lexicon._string_bytes = sum(len(i) + 100 for i in lexicon.ids) + sum(
             len(t.encode()) for t in lexicon.texts
@@ -224,23 +219,6 @@ class _Lexicon:
         if flt.until is not None:
             keep &= ts < flt.until
         return keep
-
-
-def _joined(strings: Sequence[str]) -> np.ndarray:
-    """``strings`` as one uint8 array, NUL-separated (a string holding NUL is escaped)."""
-    text = "\0".join(s.replace("\\", "\\\\").replace("\0", "\\0") for s in strings)
-    return np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-
-
-def _split(data: np.ndarray, count: int) -> list[str]:
-    """The ``count`` strings :func:`_joined` joined."""
-    if count == 0:
-        return []
-    text = data.tobytes().decode("utf-8", "surrogatepass")
-    parts = text.split("\0")
-    if "\\" not in text:
-        return parts
-    return [re.sub(r"\\(.)", lambda m: "\0" if m.group(1) == "0" else m.group(1), p) for p in parts]
 
 
 def indexed_text(message: Message, previous: Message | None) -> str:
@@ -366,7 +344,8 @@ class Memory:
             if user_id in self._backfilled:
                 return 0
             self._backfilled.add(user_id)
-        if self.vectors.count(user_id) >= self.store.count(user_id):
+        stored = self.store.count(user_id)
+        if self.vectors.covers(user_id, stored) or self.vectors.count(user_id) >= stored:
             return 0
         indexed = self.vectors.ids(user_id)
         pairs = self._in_context(user_id, self.store.iter_user(user_id), seeded=False)
@@ -535,6 +514,7 @@ class Memory:
             since=flt.since,
             until=flt.until,
             min_score=min_score,
+            known=self.store.count(user_id),
         )
         messages = {m.id: m for m in self.store.get(user_id, [h.id for h in found])}
         hits = [messages[h.id].hit(round(h.score, 6)) for h in found if h.id in messages]
@@ -571,7 +551,13 @@ class Memory:
         if self.vectors is not None:
             self.backfill(user_id)
             found = self.vectors.query(
-                user_id, text=query_text, top_k=depth, role=flt.role, since=since, until=until
+                user_id,
+                text=query_text,
+                top_k=depth,
+                role=flt.role,
+                since=since,
+                until=until,
+                known=self.store.count(user_id),
             )
             dense = [hit.id for hit in found]
         best = rrf(lexical, dense, weights=HYBRID_WEIGHTS)[:top_k]

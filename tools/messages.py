@@ -16,10 +16,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 from skilldeck._internal.postgres import is_postgres_url, open_pool, setup_lock
 from skilldeck.errors import ToolError
+from skilldeck.tools.snapshots import SnapshotKind
 
 __all__ = ["Message", "MessageStore", "format_ts", "parse_ts"]
 
@@ -46,6 +47,13 @@ CREATE TABLE IF NOT EXISTS messages_lexicon_snapshots (
     version TEXT NOT NULL,
     data BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS messages_vectors_snapshots (
+    user_id TEXT PRIMARY KEY,
+    upto INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    version TEXT NOT NULL,
+    data BLOB NOT NULL
+);
 """
 _PG_TABLE = "skilldeck_messages"
 _PG_SCHEMA = f"""
@@ -66,6 +74,13 @@ CREATE INDEX IF NOT EXISTS {_PG_TABLE}_user_thread
     ON {_PG_TABLE} (user_id, thread_id, ts_epoch, seq);
 CREATE INDEX IF NOT EXISTS {_PG_TABLE}_user_thread_seq ON {_PG_TABLE} (user_id, thread_id, seq);
 CREATE TABLE IF NOT EXISTS {_PG_TABLE}_lexicon_snapshots (
+    user_id TEXT PRIMARY KEY,
+    upto BIGINT NOT NULL,
+    count BIGINT NOT NULL,
+    version TEXT NOT NULL,
+    data BYTEA NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {_PG_TABLE}_vectors_snapshots (
     user_id TEXT PRIMARY KEY,
     upto BIGINT NOT NULL,
     count BIGINT NOT NULL,
@@ -379,30 +394,43 @@ class MessageStore:
             yield from rows
             last = rows[-1].seq
 
-    # -- lexicon snapshots: what a cold start loads instead of re-tokenizing a history --------
+    # -- index snapshots: what a cold start loads instead of rebuilding an index -------------
     def save_snapshot(
-        self, user_id: str, *, upto: int, count: int, version: str, data: bytes
+        self,
+        user_id: str,
+        *,
+        upto: int,
+        count: int,
+        version: str,
+        data: bytes,
+        kind: SnapshotKind = "lexicon",
     ) -> None:
-        """Keep ``user_id``'s lexicon snapshot (one per user; a newer one replaces it): it
-        holds the user's ``count`` messages up to ``seq`` ``upto``."""
+        """Keep ``user_id``'s snapshot of ``kind`` (one per user and kind; a newer one replaces
+        it): an index of ``count`` items, up to position ``upto`` of its source."""
         self._db.execute(
-            f"INSERT INTO {self._table}_lexicon_snapshots (user_id, upto, count, version, data) "
+            f"INSERT INTO {self._snapshots(kind)} (user_id, upto, count, version, data) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET upto = excluded.upto, "
             "count = excluded.count, version = excluded.version, data = excluded.data",
             [user_id, upto, count, version, data],
         )
 
-    def load_snapshot(self, user_id: str) -> tuple[int, int, str, bytes] | None:
-        """``(upto, count, version, data)`` of ``user_id``'s snapshot, or ``None``."""
+    def load_snapshot(
+        self, user_id: str, kind: SnapshotKind = "lexicon"
+    ) -> tuple[int, int, str, bytes] | None:
+        """``(upto, count, version, data)`` of ``user_id``'s snapshot of ``kind``, or ``None``."""
         rows = self._db.query(
-            f"SELECT upto, count, version, data FROM {self._table}_lexicon_snapshots "
-            "WHERE user_id = ?",
+            f"SELECT upto, count, version, data FROM {self._snapshots(kind)} WHERE user_id = ?",
             [user_id],
         )
         if not rows:
             return None
         upto, count, version, data = rows[0]
         return int(upto), int(count), str(version), bytes(data)
+
+    def _snapshots(self, kind: str) -> str:
+        if kind not in get_args(SnapshotKind):  # the name goes into SQL
+            raise ValueError(f"no snapshots of kind {kind!r}; kinds: {get_args(SnapshotKind)}")
+        return f"{self._table}_{kind}_snapshots"
 
     def users(self) -> list[str]:
         return [r[0] for r in self._db.query(f"SELECT DISTINCT user_id FROM {self._table}", [])]

@@ -12,6 +12,7 @@ collection's count shows that another process added items, it fetches them befor
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ from chromadb.errors import NotFoundError
 
 from skilldeck.tools.embeddings import default_embedding_function
 from skilldeck.tools.index_cache import IndexCache, shared_cache
+from skilldeck.tools.snapshots import SNAPSHOT_MIN, SnapshotStore, joined, split
 
 __all__ = ["VectorHit", "VectorIndex", "open_chroma"]
 
@@ -42,6 +44,7 @@ T = TypeVar("T")
 
 _BATCH = 256  # texts per embedding call and per upsert
 _PAGE = 5_000  # items per page when loading a user's vectors from Chroma
+_SNAPSHOT_LAYOUT = "v1"  # bumped when the snapshot's arrays change
 
 
 def open_chroma(path: str | Path | None = None, url: str | None = None) -> ClientAPI:
@@ -120,6 +123,8 @@ class _UserVectors:
         # Chroma lists items in insertion order; its first ``synced`` items are all cached, so
         # items added by other processes can only be after that position.
         self.synced = 0
+        # How many of those its last snapshot held (loaded or saved).
+        self.saved = 0
         self.ids: list[str] = []
         self.rows: dict[str, int] = {}
         self._id_bytes = 0
@@ -160,6 +165,35 @@ class _UserVectors:
         codes = self.role_codes
         self._roles[rows] = [codes.setdefault(role, len(codes)) for role in roles]
         self._ts[rows] = ts
+
+    def to_bytes(self) -> bytes:
+        """The copy as one ``.npz`` blob (no pickle), for :meth:`from_bytes`."""
+        n = self.size
+        out = io.BytesIO()
+        np.savez(
+            out,
+            matrix=self._matrix[:n],
+            roles=self._roles[:n],
+            ts=self._ts[:n],
+            ids=joined(self.ids),
+            role_names=joined(sorted(self.role_codes, key=self.role_codes.__getitem__)),
+            counts=np.array([n, len(self.role_codes), self.synced], dtype=np.int64),
+        )
+        return out.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> _UserVectors:
+        with np.load(io.BytesIO(data), allow_pickle=False) as saved:
+            n, roles, synced = (int(c) for c in saved["counts"])
+            copy = cls()
+            copy.ids = split(saved["ids"], n)
+            copy._matrix, copy._roles, copy._ts = saved["matrix"], saved["roles"], saved["ts"]
+            names = split(saved["role_names"], roles)
+        copy.rows = {item: row for row, item in enumerate(copy.ids)}
+        copy._id_bytes = sum(len(item) + 170 for item in copy.ids)
+        copy.role_codes = {role: code for code, role in enumerate(names)}
+        copy.synced = copy.saved = synced
+        return copy
 
     def _grow(self, filled: int, dim: int) -> None:
         """Make room for every id, keeping the first ``filled`` rows."""
@@ -241,6 +275,9 @@ class VectorIndex:
             source of truth) by :meth:`skilldeck.tools.memory.Memory.backfill`.
         cache: Where users' vector copies are kept (default: the process's shared
             :class:`~skilldeck.tools.index_cache.IndexCache`).
+        snapshots: Where a user's vector copy is saved once it is large (the message
+            store), so a new process, or a user evicted from the cache, loads it in one read
+            and fetches from Chroma only the items added after it.
     """
 
     def __init__(
@@ -251,8 +288,10 @@ class VectorIndex:
         prefix: str = "skilldeck_messages",
         write_behind: bool = False,
         cache: IndexCache | None = None,
+        snapshots: SnapshotStore | None = None,
     ) -> None:
         self._client = client
+        self._snapshots = snapshots
         self._ef = embedding_function or default_embedding_function()
         self._prefix = prefix
         self._collections: dict[str, Collection] = {}
@@ -367,6 +406,7 @@ class VectorIndex:
         since: float | None = None,
         until: float | None = None,
         min_score: float | None = None,
+        known: int | None = None,
     ) -> list[VectorHit]:
         """The user's messages most similar to ``text`` or ``embedding``.
 
@@ -379,6 +419,8 @@ class VectorIndex:
             since: Only messages with ``ts >= since``.
             until: Only messages with ``ts < until``.
             min_score: Drop hits whose cosine similarity is below this.
+            known: How many messages the user has (the message store's count): a filtered
+                query whose copy of the vectors holds as many asks Chroma nothing.
 
         Returns:
             Hits by score descending, then id ascending; empty for an unknown user.
@@ -400,7 +442,7 @@ class VectorIndex:
         if role is None and since is None and until is None:
             hits = self._with_collection(user_id, lambda c: self._approximate(c, vector, top_k))
             return [hit for hit in hits or [] if min_score is None or hit.score >= min_score]
-        cache = self._with_collection(user_id, lambda c: self._fresh_cache(user_id, c))
+        cache = self._with_collection(user_id, lambda c: self._fresh_cache(user_id, c, known))
         if cache is None:
             return []
         with self._lock:
@@ -493,20 +535,73 @@ class VectorIndex:
         # Chroma's cosine distance is 1 - cosine similarity.
         return _ranked(result["ids"][0], [1.0 - d for d in distances], top_k)
 
-    def _fresh_cache(self, user_id: str, collection: Collection) -> _UserVectors:
-        """The user's cached vectors, first catching up with items added elsewhere."""
+    def covers(self, user_id: str, count: int) -> bool:
+        """Whether this process's copy of the user's vectors (cached, or loaded from its
+        snapshot) holds ``count`` items or more, learnt without asking Chroma anything: its
+        first question about a large collection loads the collection's index, which a
+        filtered query does not need."""
+        self.flush(user_id)
+        copy = self._with_collection(user_id, lambda c: self._copy(user_id, c))
+        return copy is not None and copy.size >= count
+
+    def _copy(self, user_id: str, collection: Collection) -> _UserVectors | None:
+        """The cached copy, else the saved one (then cached), if it was made of this very
+        collection (a reset makes a new one)."""
+        key = (self._space, user_id)
+        cache: _UserVectors | None = self._cache.get(key)
+        if cache is not None or self._snapshots is None:
+            return cache
+        saved = self._snapshots.load_snapshot(user_id, "vectors")
+        if saved is None or saved[2] != self._snapshot_version(collection):
+            return None
+        cache = _UserVectors.from_bytes(saved[3])
+        self._cache.put(key, cache)
+        return cache
+
+    def _snapshot_version(self, collection: Collection) -> str:
+        return f"{_SNAPSHOT_LAYOUT}/{collection.name}/{collection.id}"
+
+    def _fresh_cache(
+        self, user_id: str, collection: Collection, known: int | None = None
+    ) -> _UserVectors:
+        """The user's copy, first catching up with items added elsewhere; a copy that holds
+        ``known`` items (the message store's count) is taken as it is."""
+        key = (self._space, user_id)
+        cache = self._copy(user_id, collection)
+        if cache is not None and known is not None and cache.size >= known:
+            return cache
         count = collection.count()
-        cache: _UserVectors | None = self._cache.get((self._space, user_id))
         if cache is not None:
             if cache.size != count:
                 self._pull(collection, cache)
             if cache.size >= count:
+                self._save(user_id, collection, cache)
+                self._cache.put(key, cache)  # weighed again: it may have grown
                 return cache
-        # No cache yet, or catching up did not account for every item: load from scratch.
+        # No copy yet, or catching up did not account for every item (it lacks items before
+        # its position): load everything.
         cache = _UserVectors()
         self._pull(collection, cache)
-        self._cache.put((self._space, user_id), cache)
+        self._save(user_id, collection, cache)
+        self._cache.put(key, cache)
         return cache
+
+    def _save(self, user_id: str, collection: Collection, cache: _UserVectors) -> None:
+        """Save a large copy's snapshot the first time, then once many items came after it."""
+        fetched = cache.synced - cache.saved
+        if self._snapshots is None or cache.size < SNAPSHOT_MIN or fetched <= 0:
+            return
+        if cache.saved and fetched < SNAPSHOT_MIN // 2:
+            return
+        self._snapshots.save_snapshot(
+            user_id,
+            upto=cache.synced,
+            count=cache.size,
+            version=self._snapshot_version(collection),
+            data=cache.to_bytes(),
+            kind="vectors",
+        )
+        cache.saved = cache.synced
 
     def _pull(self, collection: Collection, cache: _UserVectors) -> None:
         """Copy the collection's items after ``cache.synced`` into ``cache``, page by page."""

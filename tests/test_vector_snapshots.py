@@ -1,0 +1,151 @@
+"""Vector snapshots: a cold start (a new process, or a user evicted from the index cache) loads
+the user's vector copy from the message store and fetches from Chroma only what came after it;
+a copy that holds every stored message asks Chroma nothing (real Chroma, SQLite and
+PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from skilldeck.tools.embeddings import default_embedding_function
+from skilldeck.tools.index_cache import IndexCache
+from skilldeck.tools.messages import MessageStore
+from skilldeck.tools.snapshots import SNAPSHOT_MIN
+from skilldeck.tools.vectors import VectorIndex, _UserVectors, open_chroma
+
+pytestmark = pytest.mark.L2
+
+USER = "ada"
+N = SNAPSHOT_MIN + 100
+WIDTH = 512
+
+
+class CountingPulls(VectorIndex):
+    """A vector index that records where each copy out of Chroma started."""
+
+    pulled: list[int]
+
+    def _pull(self, collection: Any, cache: _UserVectors) -> None:
+        self.pulled.append(cache.synced)
+        super()._pull(collection, cache)
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Any:
+    return default_embedding_function()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MessageStore]:
+    where = (
+        str(request.getfixturevalue("postgres_url"))
+        if request.param == "postgres"
+        else str(tmp_path / "m.sqlite")
+    )
+    opened = MessageStore(where)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def open_index(tmp_path: Path, embedder: Any, store: MessageStore) -> Any:
+    client = open_chroma(tmp_path / "chroma")
+
+    def make() -> CountingPulls:
+        index = CountingPulls(
+            client, embedding_function=embedder, cache=IndexCache(), snapshots=store
+        )
+        index.pulled = []
+        return index
+
+    return make
+
+
+def _vectors(count: int, seed: int) -> npt.NDArray[np.float32]:
+    matrix = np.random.default_rng(seed).standard_normal((count, WIDTH), dtype=np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def _add(index: VectorIndex, vectors: npt.NDArray[np.float32], start: int = 0) -> None:
+    ids = [f"m{i}" for i in range(start, start + len(vectors))]
+    roles = ["user" if i % 2 else "assistant" for i in range(start, start + len(vectors))]
+    ts = [1_700_000_000.0 + i for i in range(start, start + len(vectors))]
+    index.add(USER, ids, ids, roles, ts, ["t"] * len(ids), embeddings=vectors)
+
+
+def _expected(vectors: npt.NDArray[np.float32], query: npt.NDArray[np.float32]) -> list[str]:
+    """The ten best of every vector, ``role`` assistant (even rows), by exact cosine."""
+    scores = vectors.astype(np.float64) @ query.astype(np.float64)
+    rows = sorted((r for r in range(len(vectors)) if r % 2 == 0), key=lambda r: -scores[r])
+    return [f"m{r}" for r in rows[:10]]
+
+
+def _ask(index: VectorIndex, query: npt.NDArray[np.float32], known: int | None) -> list[str]:
+    hits = index.query(USER, embedding=query.tolist(), role="assistant", since=0.0, known=known)
+    return [hit.id for hit in hits]
+
+
+def test_a_cold_index_loads_the_snapshot_and_fetches_only_what_came_after(
+    open_index: Any, store: MessageStore
+) -> None:
+    first = open_index()
+    vectors = _vectors(N, seed=1)
+    _add(first, vectors)
+    query = _vectors(1, seed=9)[0]
+    assert _ask(first, query, known=N) == _expected(vectors, query)
+    assert first.pulled == [0]  # the first filtered query copies everything, then saves it
+    saved = store.load_snapshot(USER, "vectors")
+    assert saved is not None and saved[:2] == (N, N)
+
+    # Another process adds 40 messages; a new one loads the snapshot and fetches those 40.
+    more = _vectors(40, seed=2)
+    _add(open_index(), more, start=N)
+    every = np.vstack([vectors, more])
+    cold = open_index()
+    assert _ask(cold, query, known=N + 40) == _expected(every, query)
+    assert cold.pulled == [N]
+    # A copy that holds every stored message is used as it is: nothing is fetched.
+    warm_start = open_index()
+    assert warm_start.covers(USER, N) and not warm_start.covers(USER, N + 41)
+    assert _ask(warm_start, query, known=N) == _expected(vectors, query)
+    assert warm_start.pulled == []
+
+
+def test_a_snapshot_of_a_reset_collection_is_not_used(open_index: Any) -> None:
+    first = open_index()
+    _add(first, _vectors(N, seed=1))
+    query = _vectors(1, seed=9)[0]
+    _ask(first, query, known=N)  # saves the snapshot
+    first.reset(USER)
+    rebuilt = _vectors(N, seed=3)
+    _add(first, rebuilt)
+    cold = open_index()
+    assert not cold.covers(USER, 1)
+    assert _ask(cold, query, known=N) == _expected(rebuilt, query)
+    assert cold.pulled == [0]
+
+
+def test_a_copy_round_trips_through_its_bytes() -> None:
+    copy = _UserVectors()
+    copy.put(["a", "b\0c", "ü"], _vectors(3, seed=4), ["user", "assistant", "user"], [1, 2, 3])
+    copy.synced = 3
+    back = _UserVectors.from_bytes(copy.to_bytes())
+    assert back.ids == copy.ids and back.rows == copy.rows and back.synced == back.saved == 3
+    assert back.role_codes == copy.role_codes and back.nbytes <= copy.nbytes
+    query = _vectors(1, seed=5)[0]
+    assert back.search(query, 3, None, None, None, None) == copy.search(
+        query, 3, None, None, None, None
+    )
+
+
+def test_an_unknown_snapshot_kind_is_refused(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path / "m.sqlite")
+    with pytest.raises(ValueError, match="no snapshots of kind 'tables'"):
+        store.load_snapshot(USER, "tables")  # type: ignore[arg-type]
+    store.close()
