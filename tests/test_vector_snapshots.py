@@ -16,7 +16,7 @@ import pytest
 from skilldeck.tools.embeddings import default_embedding_function
 from skilldeck.tools.index_cache import IndexCache
 from skilldeck.tools.messages import MessageStore
-from skilldeck.tools.snapshots import SNAPSHOT_MIN
+from skilldeck.tools.snapshots import SNAPSHOT_MIN, pack, unpack
 from skilldeck.tools.vectors import VectorIndex, _UserVectors, open_chroma
 
 pytestmark = pytest.mark.L2
@@ -149,3 +149,20 @@ def test_an_unknown_snapshot_kind_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no snapshots of kind 'tables'"):
         store.load_snapshot(USER, "tables")  # type: ignore[arg-type]
     store.close()
+
+
+def test_a_loaded_copy_is_copied_on_its_first_write() -> None:
+    copy = _UserVectors()
+    copy.put(["a", "b"], _vectors(2, seed=6), ["user", "user"], [1, 2])
+    back = _UserVectors.from_bytes(copy.to_bytes())
+    new = _vectors(1, seed=7)
+    back.put(["a"], new, ["assistant"], [3])  # an overwrite, no growth: the views are read-only
+    assert back.search(new[0], 1, "assistant", None, None, None)[0].id == "a"
+
+
+def test_packed_arrays_round_trip_and_a_foreign_blob_is_refused() -> None:
+    arrays = {"m": _vectors(3, seed=8), "n": np.arange(5, dtype=np.int64), "e": np.empty(0)}
+    back = unpack(pack(arrays))
+    assert all(np.array_equal(back[k], v) and back[k].dtype == v.dtype for k, v in arrays.items())
+    with pytest.raises(ValueError, match="not a packed array snapshot"):
+        unpack(b"PK\x03\x04 a zip")

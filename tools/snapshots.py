@@ -1,19 +1,23 @@
 """Snapshots of in-process search indexes, kept in the message store so that a cold start (a
 new process, or a user evicted from the index cache) loads an index instead of rebuilding it.
 
-A snapshot is one ``.npz`` blob: numpy arrays, with each list of strings stored as one
-NUL-joined UTF-8 array (:func:`joined`), so loading one never unpickles anything.
+A snapshot is one blob of numpy arrays, with each list of strings stored as one NUL-joined
+UTF-8 array (:func:`joined`), so loading one never unpickles anything: a lexicon's is an
+``.npz``; a vector copy's is :func:`pack`'s layout, whose arrays :func:`unpack` reads in place
+(``numpy.frombuffer``), since copying a large matrix out of a zip costs more than the rest of
+the load.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
-from typing import Literal, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
-__all__ = ["SNAPSHOT_MIN", "SnapshotKind", "SnapshotStore", "joined", "split"]
+__all__ = ["SNAPSHOT_MIN", "SnapshotKind", "SnapshotStore", "joined", "pack", "split", "unpack"]
 
 #: Indexes of fewer items rebuild faster than a snapshot round trip pays back; a snapshot is
 #: rewritten once half as many items again came after it.
@@ -58,3 +62,49 @@ def split(data: np.ndarray, count: int) -> list[str]:
     if "\\" not in text:
         return parts
     return [re.sub(r"\\(.)", lambda m: "\0" if m.group(1) == "0" else m.group(1), p) for p in parts]
+
+
+_MAGIC = b"skilldeck-arrays-1\n"
+_ALIGN = 64
+
+
+def pack(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """``arrays`` as one blob: a magic line, the length of a JSON header (name, dtype, shape and
+    offset of each array), the header, then each array's bytes at an aligned offset."""
+    entries: list[dict[str, Any]] = []
+    offset = 0
+    for name, array in arrays.items():
+        offset = -(-offset // _ALIGN) * _ALIGN
+        entries.append({"name": name, "dtype": array.dtype.str, "shape": array.shape,
+                        "offset": offset})  # fmt: skip
+        offset += array.nbytes
+    header = json.dumps(entries).encode()
+    start = -(-(len(_MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
+    out = bytearray(start + offset)
+    out[: len(_MAGIC)] = _MAGIC
+    out[len(_MAGIC) : len(_MAGIC) + 8] = len(header).to_bytes(8, "little")
+    out[len(_MAGIC) + 8 : len(_MAGIC) + 8 + len(header)] = header
+    for entry, array in zip(entries, arrays.values(), strict=True):
+        at = start + int(entry["offset"])
+        out[at : at + array.nbytes] = np.ascontiguousarray(array).tobytes()
+    return bytes(out)
+
+
+def unpack(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays :func:`pack` packed, as read-only views of ``data`` (no copy).
+
+    Raises:
+        ValueError: ``data`` is not such a blob.
+    """
+    if not data.startswith(_MAGIC):
+        raise ValueError("not a packed array snapshot")
+    length = int.from_bytes(data[len(_MAGIC) : len(_MAGIC) + 8], "little")
+    header = json.loads(data[len(_MAGIC) + 8 : len(_MAGIC) + 8 + length])
+    start = -(-(len(_MAGIC) + 8 + length) // _ALIGN) * _ALIGN
+    out = {}
+    for entry in header:
+        dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])
+        count = int(np.prod(shape, dtype=np.int64))
+        array = np.frombuffer(data, dtype=dtype, count=count, offset=start + entry["offset"])
+        out[entry["name"]] = array.reshape(shape)
+    return out

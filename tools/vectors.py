@@ -12,7 +12,6 @@ collection's count shows that another process added items, it fetches them befor
 from __future__ import annotations
 
 import hashlib
-import io
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ from chromadb.errors import NotFoundError
 
 from skilldeck.tools.embeddings import default_embedding_function
 from skilldeck.tools.index_cache import IndexCache, shared_cache
-from skilldeck.tools.snapshots import SNAPSHOT_MIN, SnapshotStore, joined, split
+from skilldeck.tools.snapshots import SNAPSHOT_MIN, SnapshotStore, joined, pack, split, unpack
 
 __all__ = ["VectorHit", "VectorIndex", "open_chroma"]
 
@@ -44,7 +43,7 @@ T = TypeVar("T")
 
 _BATCH = 256  # texts per embedding call and per upsert
 _PAGE = 5_000  # items per page when loading a user's vectors from Chroma
-_SNAPSHOT_LAYOUT = "v1"  # bumped when the snapshot's arrays change
+_SNAPSHOT_LAYOUT = "v2"  # bumped when the snapshot's arrays change
 
 
 def open_chroma(path: str | Path | None = None, url: str | None = None) -> ClientAPI:
@@ -161,37 +160,46 @@ class _UserVectors:
                 self._id_bytes += len(item_id) + 170  # the str, its list slot and dict entry
             rows[i] = row
         self._grow(filled, vectors.shape[1])
+        if not self._matrix.flags.writeable:  # loaded from a snapshot: copy on first write
+            self._matrix, self._roles, self._ts = (
+                self._matrix.copy(),
+                self._roles.copy(),
+                self._ts.copy(),
+            )
         self._matrix[rows] = vectors
         codes = self.role_codes
         self._roles[rows] = [codes.setdefault(role, len(codes)) for role in roles]
         self._ts[rows] = ts
 
     def to_bytes(self) -> bytes:
-        """The copy as one ``.npz`` blob (no pickle), for :meth:`from_bytes`."""
+        """The copy as one blob (:func:`~skilldeck.tools.snapshots.pack`), for
+        :meth:`from_bytes`."""
         n = self.size
-        out = io.BytesIO()
-        np.savez(
-            out,
-            matrix=self._matrix[:n],
-            roles=self._roles[:n],
-            ts=self._ts[:n],
-            ids=joined(self.ids),
-            role_names=joined(sorted(self.role_codes, key=self.role_codes.__getitem__)),
-            counts=np.array([n, len(self.role_codes), self.synced], dtype=np.int64),
+        return pack(
+            {
+                "matrix": self._matrix[:n],
+                "roles": self._roles[:n],
+                "ts": self._ts[:n],
+                "ids": joined(self.ids),
+                "role_names": joined(sorted(self.role_codes, key=self.role_codes.__getitem__)),
+                "counts": np.array([n, len(self.role_codes), self.synced], dtype=np.int64),
+            }
         )
-        return out.getvalue()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> _UserVectors:
-        with np.load(io.BytesIO(data), allow_pickle=False) as saved:
-            n, roles, synced = (int(c) for c in saved["counts"])
-            copy = cls()
-            copy.ids = split(saved["ids"], n)
-            copy._matrix, copy._roles, copy._ts = saved["matrix"], saved["roles"], saved["ts"]
-            names = split(saved["role_names"], roles)
+        """The copy :meth:`to_bytes` saved; its arrays are read-only views of ``data`` until
+        the first write copies them."""
+        saved = unpack(data)
+        n, roles, synced = (int(c) for c in saved["counts"])
+        copy = cls()
+        copy.ids = split(saved["ids"], n)
+        copy._matrix, copy._roles, copy._ts = saved["matrix"], saved["roles"], saved["ts"]
         copy.rows = {item: row for row, item in enumerate(copy.ids)}
         copy._id_bytes = sum(len(item) + 170 for item in copy.ids)
-        copy.role_codes = {role: code for code, role in enumerate(names)}
+        copy.role_codes = {
+            role: code for code, role in enumerate(split(saved["role_names"], roles))
+        }
         copy.synced = copy.saved = synced
         return copy
 
