@@ -25,7 +25,9 @@ C. **Cold semantic and hybrid search by history size** (``--semantic`` sizes; em
    (a real restart: Chroma keeps an opened collection's index in its process) that loads the
    model, then times one first search (:data:`PROBES`), ``--reps`` processes for each: p50 and
    p95. The first probe of all (``semantic_first_ms``) copies the vectors out of Chroma and
-   saves their snapshot in the message store; the later ones load it.
+   saves their snapshot in the message store; the later ones load it. A last process times
+   warm filtered queries (:func:`probe_warm`): the size check through the message store
+   against Chroma's count, alternated, and ``semantic_search`` itself.
 
 Plots (matplotlib, offline) go to ``bench/scale_rss.png`` and ``bench/scale_cold.png``.
 """
@@ -205,10 +207,36 @@ def probe(folder: Path, kind: str) -> float:
     return elapsed
 
 
-def _probe_in_a_new_process(kind: str, folder: Path) -> float:
+def probe_warm(folder: Path, rounds: int = 30) -> list[float]:
+    """p50 ms of warm filtered vector queries that learn the user's size from the message
+    store (``known``, as ``Memory`` asks), and of the same asking Chroma's count instead (as
+    before snapshots), alternated in one process (``scale.py --probe warm``); then of
+    ``semantic_search`` itself."""
+    memory = _open_memory(folder)
+    vectors = memory.vectors
+    assert vectors is not None
+    width = vectors.embed(["load the model first"]).shape[1]
+    rng = np.random.default_rng()
+    memory.semantic_search("solo", query_embedding=[1.0] * width, filter=ALL)  # the cold one
+    store, chroma, product = [], [], []
+    for _ in range(rounds):
+        query = rng.standard_normal(width).tolist()
+        for times, known in ((store, True), (chroma, False)):
+            started = time.perf_counter()
+            count = memory.store.count("solo") if known else None
+            vectors.query("solo", embedding=query, role="user", since=0.0, known=count)
+            times.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        memory.semantic_search("solo", query_embedding=query, filter=ALL)
+        product.append((time.perf_counter() - started) * 1000)
+    memory.close()
+    return [statistics.median(times) for times in (store, chroma, product)]
+
+
+def _probe_in_a_new_process(kind: str, folder: Path) -> list[float]:
     command = [sys.executable, str(Path(__file__)), "--probe", kind, str(folder)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
-    return float(done.stdout.split()[-1])
+    return [float(x) for x in done.stdout.splitlines()[-1].split()]
 
 
 def bench_semantic(tmp: Path, sizes: Sequence[int], reps: int) -> list[dict[str, Any]]:
@@ -239,11 +267,15 @@ def bench_semantic(tmp: Path, sizes: Sequence[int], reps: int) -> list[dict[str,
         # snapshot that the later ones, each in a new process, load.
         row: dict[str, Any] = {
             "messages": size,
-            "semantic_first_ms": round(_probe_in_a_new_process("semantic", folder), 1),
+            "semantic_first_ms": round(_probe_in_a_new_process("semantic", folder)[0], 1),
         }
         for kind in PROBES:
-            timings = [_probe_in_a_new_process(kind, folder) for _ in range(reps)]
+            timings = [_probe_in_a_new_process(kind, folder)[0] for _ in range(reps)]
             row[f"{kind}_cold_ms_p50"], row[f"{kind}_cold_ms_p95"] = _quantiles(timings)
+        warm = _probe_in_a_new_process("warm", folder)
+        row["warm_query_store_count_ms_p50"] = round(warm[0], 2)
+        row["warm_query_chroma_count_ms_p50"] = round(warm[1], 2)
+        row["warm_semantic_search_ms_p50"] = round(warm[2], 2)
         rows.append(row)
         log(f"semantic {size}: {row}")
     return rows
@@ -330,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", nargs=2, metavar=("KIND", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
-        print(probe(Path(args.probe[1]), args.probe[0]))
+        kind, folder = args.probe[0], Path(args.probe[1])
+        print(*(probe_warm(folder) if kind == "warm" else [probe(folder, kind)]))
         return 0
     report = report_header(command=" ".join(["python bench/scale.py", *(argv or sys.argv[1:])]))
     with tempfile.TemporaryDirectory(prefix="skilldeck-scale-") as name:
