@@ -166,3 +166,33 @@ def test_packed_arrays_round_trip_and_a_foreign_blob_is_refused() -> None:
     assert all(np.array_equal(back[k], v) and back[k].dtype == v.dtype for k, v in arrays.items())
     with pytest.raises(ValueError, match="not a packed array snapshot"):
         unpack(b"PK\x03\x04 a zip")
+
+
+class RefusingStore(MessageStore):
+    """A message store whose database refuses snapshots (a full disk, a size limit)."""
+
+    def save_snapshot(self, *args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full")
+
+
+def test_a_snapshot_that_cannot_be_saved_fails_no_search(
+    tmp_path: Path, embedder: Any, caplog: pytest.LogCaptureFixture, monkeypatch: Any
+) -> None:
+    client = open_chroma(tmp_path / "chroma")
+    refusing = RefusingStore(tmp_path / "m.sqlite")
+    index = VectorIndex(client, embedding_function=embedder, cache=IndexCache(), snapshots=refusing)
+    vectors = _vectors(N, seed=1)
+    _add(index, vectors)
+    query = _vectors(1, seed=9)[0]
+    assert _ask(index, query, known=N) == _expected(vectors, query)
+    assert "could not save the vector snapshot" in caplog.text and "disk full" in caplog.text
+
+    # Too large to keep: not saved, and nothing is logged.
+    caplog.clear()
+    monkeypatch.setattr("skilldeck.tools.vectors.SNAPSHOT_MAX_BYTES", 1000)
+    store = MessageStore(tmp_path / "m2.sqlite")
+    small = VectorIndex(client, embedding_function=embedder, cache=IndexCache(), snapshots=store)
+    assert _ask(small, query, known=N) == _expected(vectors, query)
+    assert store.load_snapshot(USER, "vectors") is None and not caplog.text
+    refusing.close()
+    store.close()

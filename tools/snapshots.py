@@ -17,11 +17,25 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-__all__ = ["SNAPSHOT_MIN", "SnapshotKind", "SnapshotStore", "joined", "pack", "split", "unpack"]
+__all__ = [
+    "SNAPSHOT_MAX_BYTES",
+    "SNAPSHOT_MIN",
+    "SnapshotKind",
+    "SnapshotStore",
+    "joined",
+    "pack",
+    "split",
+    "unpack",
+]
 
 #: Indexes of fewer items rebuild faster than a snapshot round trip pays back; a snapshot is
 #: rewritten once half as many items again came after it.
 SNAPSHOT_MIN = 500
+
+#: A snapshot larger than this is not saved, and such a user's cold start copies from Chroma:
+#: PostgreSQL's ``bytea`` holds 1 GB at most, and rows of hundreds of MB strain a shared
+#: database (a vector copy of about 130,000 messages is 256 MB).
+SNAPSHOT_MAX_BYTES = 256 * 2**20
 
 #: The lexicon of a user's messages (BM25), or the copy of the user's vectors.
 SnapshotKind = Literal["lexicon", "vectors"]

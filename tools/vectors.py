@@ -12,6 +12,7 @@ collection's count shows that another process added items, it fetches them befor
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -32,9 +33,18 @@ from chromadb.api.types import Documents, EmbeddingFunction
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
+from skilldeck._internal.redact import log_error
 from skilldeck.tools.embeddings import default_embedding_function
 from skilldeck.tools.index_cache import IndexCache, shared_cache
-from skilldeck.tools.snapshots import SNAPSHOT_MIN, SnapshotStore, joined, pack, split, unpack
+from skilldeck.tools.snapshots import (
+    SNAPSHOT_MAX_BYTES,
+    SNAPSHOT_MIN,
+    SnapshotStore,
+    joined,
+    pack,
+    split,
+    unpack,
+)
 
 __all__ = ["VectorHit", "VectorIndex", "open_chroma"]
 
@@ -43,7 +53,9 @@ T = TypeVar("T")
 
 _BATCH = 256  # texts per embedding call and per upsert
 _PAGE = 5_000  # items per page when loading a user's vectors from Chroma
-_SNAPSHOT_LAYOUT = "v2"  # bumped when the snapshot's arrays change
+_SNAPSHOT_LAYOUT = "v2"
+
+log = logging.getLogger(__name__)  # bumped when the snapshot's arrays change
 
 
 def open_chroma(path: str | Path | None = None, url: str | None = None) -> ClientAPI:
@@ -601,14 +613,21 @@ class VectorIndex:
             return
         if cache.saved and fetched < SNAPSHOT_MIN // 2:
             return
-        self._snapshots.save_snapshot(
-            user_id,
-            upto=cache.synced,
-            count=cache.size,
-            version=self._snapshot_version(collection),
-            data=cache.to_bytes(),
-            kind="vectors",
-        )
+        data = cache.to_bytes()
+        # A search never fails for its snapshot: a copy too large to keep, or a store that
+        # refuses it, only costs the next cold start the copy out of Chroma.
+        if len(data) <= SNAPSHOT_MAX_BYTES:
+            try:
+                self._snapshots.save_snapshot(
+                    user_id,
+                    upto=cache.synced,
+                    count=cache.size,
+                    version=self._snapshot_version(collection),
+                    data=data,
+                    kind="vectors",
+                )
+            except Exception as exc:
+                log_error(log, f"could not save the vector snapshot of {len(data):,} bytes", exc)
         cache.saved = cache.synced
 
     def _pull(self, collection: Collection, cache: _UserVectors) -> None:
