@@ -4,7 +4,8 @@ Usage::
 
     python bench/scale.py [--users 1000] [--messages 1000] [--budget-mb 512]
                           [--history 1000 10000 100000] [--semantic 1000 10000 100000]
-                          [--reps 5] [--only users|history|semantic] [--json]
+                          [--reps 5] [--only users|history|semantic|processes] [--json]
+    python bench/scale.py --only processes [--postgres URL] [--chroma URL] [--solo 100000]
 
 A. **Memory as users grow.** ``--users`` users with ``--messages`` messages each (30 words
    drawn from a Zipf vocabulary of 50,000 words; a thread per 20 turns) go into a SQLite
@@ -29,6 +30,13 @@ C. **Cold semantic and hybrid search by history size** (``--semantic`` sizes; em
    warm filtered queries (:func:`probe_warm`): the size check through the message store
    against Chroma's count, alternated, and ``semantic_search`` itself.
 
+D. **Two serving processes** (``--only processes``; ``--postgres URL --chroma URL``, by default
+   ``.ci/services env``'s). ``--users`` × ``--messages`` go into a new database on the
+   PostgreSQL server, and a ``--solo`` user's messages also into the Chroma server. Then two
+   processes start at once, each with the ``--budget-mb`` cache: each of its half of the users
+   searches once (lexical), then ``solo`` once (semantic), and each reports its RSS. Both are
+   then restarted and do the same again, now from the snapshots in PostgreSQL.
+
 Plots (matplotlib, offline) go to ``bench/scale_rss.png`` and ``bench/scale_cold.png``.
 """
 
@@ -37,16 +45,21 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
+import json
 import math
+import os
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 from common import arguments, err, log, progress_bar, report_header, show_report
@@ -281,6 +294,113 @@ def bench_semantic(tmp: Path, sizes: Sequence[int], reps: int) -> list[dict[str,
     return rows
 
 
+@contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """An empty database on the PostgreSQL server of ``server_url``, dropped afterwards."""
+    import psycopg
+
+    name = f"scale_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _served_memory(database: str, chroma: str, prefix: str, budget_mb: float) -> Memory:
+    from skilldeck.tools.vectors import VectorIndex, open_chroma
+
+    store = MessageStore(database)
+    cache = IndexCache(budget_mb=budget_mb)
+    vectors = VectorIndex(open_chroma(url=chroma), prefix=prefix, cache=cache, snapshots=store)
+    return Memory(store, vectors, cache=cache)
+
+
+def worker(database: str, chroma: str, prefix: str, budget_mb: float, names: list[str]) -> None:
+    """One serving process of part D (``scale.py --worker``): each of ``names`` searches once
+    (lexical), then ``solo`` searches semantically; prints a JSON line."""
+    memory = _served_memory(database, chroma, prefix, budget_mb)
+    assert memory.vectors is not None
+    width = memory.vectors.embed(["load the model first"]).shape[1]
+    start_rss = rss_mb()
+    first = []
+    for user in names:
+        started = time.perf_counter()
+        memory.lexical_search(user, query_text="w17 w230 w4001", filter=ALL)
+        first.append((time.perf_counter() - started) * 1000)
+    query = np.random.default_rng().standard_normal(width).tolist()
+    started = time.perf_counter()
+    memory.semantic_search("solo", query_embedding=query, filter=ALL)
+    semantic = (time.perf_counter() - started) * 1000
+    print(json.dumps({"rss_before_mb": start_rss, "rss_after_mb": rss_mb(), "lexical_ms": first,
+                      "semantic_ms": semantic}))  # fmt: skip
+    memory.close()
+
+
+def _spawn_worker(
+    database: str, chroma: str, prefix: str, budget_mb: float, names: list[str]
+) -> subprocess.Popen[str]:
+    command = [sys.executable, str(Path(__file__)), "--worker", database, chroma, prefix]
+    command += [str(budget_mb), ",".join(names)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+
+
+def bench_processes(
+    server: str, chroma: str, users: int, count: int, solo: int, budget_mb: float
+) -> dict[str, Any]:
+    """Part D: two serving processes on one PostgreSQL and one Chroma server, twice (the second
+    time is a restart of both)."""
+    prefix = f"scale_{uuid.uuid4().hex[:8]}"
+    names = [f"user{i:05d}" for i in range(users)]
+    with fresh_database(server) as database:
+        memory = _served_memory(database, chroma, prefix, budget_mb)
+        assert memory.vectors is not None
+        fill(memory.store, names, count)
+        width = memory.vectors.embed(["width"]).shape[1]
+        log(f"processes: solo user with {solo} messages")
+        for start in range(0, solo, 5_000):
+            batch = messages("solo", min(5_000, solo - start), seed=start, start=start)
+            memory.store.add(batch)
+            memory.vectors.add(
+                "solo",
+                [m.id for m in batch],
+                [m.text for m in batch],
+                [m.role for m in batch],
+                [m.ts_epoch for m in batch],
+                [m.thread_id for m in batch],
+                embeddings=np.random.default_rng(start).standard_normal(
+                    (len(batch), width), dtype=np.float32
+                ),
+            )
+        memory.close()
+        runs = []
+        for label in ("first start", "restart"):
+            halves = [names[: users // 2], names[users // 2 :]]
+            procs = [_spawn_worker(database, chroma, prefix, budget_mb, half) for half in halves]
+            outs = [json.loads(p.communicate()[0].splitlines()[-1]) for p in procs]
+            assert all(p.returncode == 0 for p in procs)
+            lexical = [ms for out in outs for ms in out["lexical_ms"]]
+            runs.append(
+                {
+                    "run": label,
+                    "rss_after_mb": [round(out["rss_after_mb"], 1) for out in outs],
+                    "lexical_first_ms_p50_p95": _quantiles(lexical),
+                    "semantic_first_ms": [round(out["semantic_ms"], 1) for out in outs],
+                }
+            )
+            log(f"processes, {label}: {runs[-1]}")
+    return {
+        "users": users,
+        "messages_per_user": count,
+        "solo_messages": solo,
+        "budget_mb": budget_mb,
+        "target_rss_mb": budget_mb + 300,
+        "runs": runs,
+    }
+
+
 def plot(report: dict[str, Any]) -> None:
     import matplotlib
 
@@ -333,6 +453,16 @@ def print_report(report: dict[str, Any]) -> None:
         for r in report["history"]:
             table.add_row(*(str(r[k]) for k in keys))
         err.print(table)
+    if report.get("processes"):
+        part = report["processes"]
+        table = Table(title=f"two processes, {part['users']} users (PostgreSQL, Chroma server)")
+        for column in ("run", "RSS after, MB", "first lexical p50 / p95 ms", "first semantic ms"):
+            table.add_column(column)
+        for run in part["runs"]:
+            lexical = "{} / {}".format(*run["lexical_first_ms_p50_p95"])
+            table.add_row(run["run"], str(run["rss_after_mb"]), lexical,
+                          str(run["semantic_first_ms"]))  # fmt: skip
+        err.print(table)
     if report.get("semantic"):
         table = Table(title="first semantic and hybrid search after a restart, ms (p50 / p95)")
         table.add_column("messages")
@@ -357,10 +487,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--semantic", type=int, nargs="*", default=[1000, 10_000, 100_000])
     parser.add_argument(
-        "--only", choices=("users", "history", "semantic"), help="Run one part (no plots)."
+        "--only",
+        choices=("users", "history", "semantic", "processes"),
+        help="Run one part (no plots); 'processes' is part D, which the full run leaves out.",
     )
+    parser.add_argument("--postgres", default=os.environ.get("SKILLDECK_TEST_POSTGRES_URL"))
+    parser.add_argument("--chroma", default=os.environ.get("SKILLDECK_TEST_CHROMA_URL"))
+    parser.add_argument("--solo", type=int, default=100_000)
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--probe", nargs=2, metavar=("KIND", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.worker:
+        database, chroma, prefix, budget, names = args.worker
+        worker(database, chroma, prefix, float(budget), names.split(","))
+        return 0
     if args.probe:
         kind, folder = args.probe[0], Path(args.probe[1])
         print(*(probe_warm(folder) if kind == "warm" else [probe(folder, kind)]))
@@ -374,6 +514,15 @@ def main(argv: list[str] | None = None) -> int:
             report["semantic"] = bench_semantic(tmp, args.semantic, args.reps)
         if args.only in (None, "users"):
             report["users_run"] = bench_users(tmp, args.users, args.messages, args.budget_mb)
+        if args.only == "processes":
+            if not (args.postgres and args.chroma):
+                parser.error(
+                    "--only processes needs --postgres URL and --chroma URL (or "
+                    '`eval "$(.ci/services env)"` after `.ci/services start all`)'
+                )
+            report["processes"] = bench_processes(
+                args.postgres, args.chroma, args.users, args.messages, args.solo, args.budget_mb
+            )
     if args.only is None:
         plot(report)
     return show_report(report, args.json, print_report)
