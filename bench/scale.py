@@ -34,8 +34,10 @@ D. **Two serving processes** (``--only processes``; ``--postgres URL --chroma UR
    ``.ci/services env``'s). ``--users`` × ``--messages`` go into a new database on the
    PostgreSQL server, and a ``--solo`` user's messages also into the Chroma server. Then two
    processes start at once, each with the ``--budget-mb`` cache: each of its half of the users
-   searches once (lexical), then ``solo`` once (semantic), and each reports its RSS. Both are
-   then restarted and do the same again, now from the snapshots in PostgreSQL.
+   searches once (lexical), then ``solo`` once (semantic); each reports its RSS once the model
+   is loaded, after its users and after ``solo``. Both are then restarted and do the same
+   again, now from the snapshots in PostgreSQL. Target: RSS after the users ≤ the budget +
+   300 MB.
 
 Plots (matplotlib, offline) go to ``bench/scale_rss.png`` and ``bench/scale_cold.png``.
 """
@@ -330,11 +332,13 @@ def worker(database: str, chroma: str, prefix: str, budget_mb: float, names: lis
         started = time.perf_counter()
         memory.lexical_search(user, query_text="w17 w230 w4001", filter=ALL)
         first.append((time.perf_counter() - started) * 1000)
+    lexical_rss = rss_mb()
     query = np.random.default_rng().standard_normal(width).tolist()
     started = time.perf_counter()
     memory.semantic_search("solo", query_embedding=query, filter=ALL)
     semantic = (time.perf_counter() - started) * 1000
-    print(json.dumps({"rss_before_mb": start_rss, "rss_after_mb": rss_mb(), "lexical_ms": first,
+    print(json.dumps({"rss_before_mb": start_rss, "rss_after_lexical_mb": lexical_rss,
+                      "rss_after_mb": rss_mb(), "lexical_ms": first,
                       "semantic_ms": semantic}))  # fmt: skip
     memory.close()
 
@@ -385,6 +389,8 @@ def bench_processes(
             runs.append(
                 {
                     "run": label,
+                    "rss_before_mb": [round(out["rss_before_mb"], 1) for out in outs],
+                    "rss_after_users_mb": [round(out["rss_after_lexical_mb"], 1) for out in outs],
                     "rss_after_mb": [round(out["rss_after_mb"], 1) for out in outs],
                     "lexical_first_ms_p50_p95": _quantiles(lexical),
                     "semantic_first_ms": [round(out["semantic_ms"], 1) for out in outs],
@@ -456,12 +462,22 @@ def print_report(report: dict[str, Any]) -> None:
     if report.get("processes"):
         part = report["processes"]
         table = Table(title=f"two processes, {part['users']} users (PostgreSQL, Chroma server)")
-        for column in ("run", "RSS after, MB", "first lexical p50 / p95 ms", "first semantic ms"):
+        columns = ("run", "RSS: model loaded / users searched / solo searched, MB",
+                   "first lexical p50 / p95 ms", "first semantic ms")  # fmt: skip
+        for column in columns:
             table.add_column(column)
         for run in part["runs"]:
             lexical = "{} / {}".format(*run["lexical_first_ms_p50_p95"])
-            table.add_row(run["run"], str(run["rss_after_mb"]), lexical,
-                          str(run["semantic_first_ms"]))  # fmt: skip
+            rss = " ; ".join(
+                f"{a} / {b} / {c}"
+                for a, b, c in zip(
+                    run["rss_before_mb"],
+                    run["rss_after_users_mb"],
+                    run["rss_after_mb"],
+                    strict=True,
+                )
+            )
+            table.add_row(run["run"], rss, lexical, str(run["semantic_first_ms"]))
         err.print(table)
     if report.get("semantic"):
         table = Table(title="first semantic and hybrid search after a restart, ms (p50 / p95)")
