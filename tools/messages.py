@@ -146,7 +146,9 @@ def _row(row: Sequence[Any]) -> Message:
 class _Backend(Protocol):
     table: str
 
-    def query(self, sql: str, params: Sequence[Any]) -> list[Sequence[Any]]: ...
+    def query(
+        self, sql: str, params: Sequence[Any], *, binary: bool = False
+    ) -> list[Sequence[Any]]: ...
 
     def insert(self, rows: list[tuple[Any, ...]]) -> list[int | None]: ...
 
@@ -170,7 +172,9 @@ class _Sqlite:
         self._conn.executescript(_SCHEMA)
         self._lock = threading.Lock()
 
-    def query(self, sql: str, params: Sequence[Any]) -> list[Sequence[Any]]:
+    def query(
+        self, sql: str, params: Sequence[Any], *, binary: bool = False
+    ) -> list[Sequence[Any]]:
         with self._lock:
             return list(self._conn.execute(sql, params).fetchall())
 
@@ -208,9 +212,13 @@ class _Postgres:
         with self._pool.connection() as conn, setup_lock(conn, error=ToolError):
             conn.execute(_PG_SCHEMA)
 
-    def query(self, sql: str, params: Sequence[Any]) -> list[Sequence[Any]]:
+    def query(
+        self, sql: str, params: Sequence[Any], *, binary: bool = False
+    ) -> list[Sequence[Any]]:
+        """Rows of ``sql``; ``binary`` fetches them in PostgreSQL's binary format (a large
+        ``bytea`` then arrives as its bytes, not twice as many hex digits to decode)."""
         with self._pool.connection() as conn:
-            return list(conn.execute(sql.replace("?", "%s"), params).fetchall())
+            return list(conn.execute(sql.replace("?", "%s"), params, binary=binary).fetchall())
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
         with self._pool.connection() as conn:
@@ -421,6 +429,7 @@ class MessageStore:
         rows = self._db.query(
             f"SELECT upto, count, version, data FROM {self._snapshots(kind)} WHERE user_id = ?",
             [user_id],
+            binary=True,
         )
         if not rows:
             return None
