@@ -53,9 +53,9 @@ T = TypeVar("T")
 
 _BATCH = 256  # texts per embedding call and per upsert
 _PAGE = 5_000  # items per page when loading a user's vectors from Chroma
-_SNAPSHOT_LAYOUT = "v2"
+_SNAPSHOT_LAYOUT = "v2"  # bumped when the snapshot's arrays change
 
-log = logging.getLogger(__name__)  # bumped when the snapshot's arrays change
+log = logging.getLogger(__name__)
 
 
 def open_chroma(path: str | Path | None = None, url: str | None = None) -> ClientAPI:
@@ -182,6 +182,12 @@ class _UserVectors:
         codes = self.role_codes
         self._roles[rows] = [codes.setdefault(role, len(codes)) for role in roles]
         self._ts[rows] = ts
+
+    @property
+    def array_bytes(self) -> int:
+        """The bytes of its filled rows: what its snapshot holds at the least."""
+        n = self.size
+        return self._matrix[:n].nbytes + self._roles[:n].nbytes + self._ts[:n].nbytes
 
     def to_bytes(self) -> bytes:
         """The copy as one blob (:func:`~skilldeck.tools.snapshots.pack`), for
@@ -592,11 +598,13 @@ class VectorIndex:
             return cache
         count = collection.count()
         if cache is not None:
+            before = cache.synced
             if cache.size != count:
                 self._pull(collection, cache)
             if cache.size >= count:
-                self._save(user_id, collection, cache)
-                self._cache.put(key, cache)  # weighed again: it may have grown
+                if cache.synced != before:  # it grew: save it if due, and weigh it again
+                    self._save(user_id, collection, cache)
+                    self._cache.put(key, cache)
                 return cache
         # No copy yet, or catching up did not account for every item (it lacks items before
         # its position): load everything.
@@ -613,10 +621,11 @@ class VectorIndex:
             return
         if cache.saved and fetched < SNAPSHOT_MIN // 2:
             return
-        data = cache.to_bytes()
         # A search never fails for its snapshot: a copy too large to keep, or a store that
-        # refuses it, only costs the next cold start the copy out of Chroma.
-        if len(data) <= SNAPSHOT_MAX_BYTES:
+        # refuses it, only costs the next cold start the copy out of Chroma. The arrays alone
+        # tell most too-large copies, before packing them.
+        data = b"" if cache.array_bytes > SNAPSHOT_MAX_BYTES else cache.to_bytes()
+        if data and len(data) <= SNAPSHOT_MAX_BYTES:
             try:
                 self._snapshots.save_snapshot(
                     user_id,
