@@ -254,28 +254,34 @@ def _probe_in_a_new_process(kind: str, folder: Path) -> list[float]:
     return [float(x) for x in done.stdout.splitlines()[-1].split()]
 
 
+def write_solo(memory: Memory, count: int) -> None:
+    """``count`` messages of ``solo`` into the store and, with random unit vectors of the
+    model's width, into the user's Chroma collection."""
+    assert memory.vectors is not None
+    width = memory.vectors.embed(["width"]).shape[1]
+    rng = np.random.default_rng(count)
+    for start in range(0, count, 5_000):
+        batch = messages("solo", min(5_000, count - start), seed=start, start=start)
+        memory.store.add(batch)
+        memory.vectors.add(
+            "solo",
+            [m.id for m in batch],
+            [m.text for m in batch],
+            [m.role for m in batch],
+            [m.ts_epoch for m in batch],
+            [m.thread_id for m in batch],
+            embeddings=rng.standard_normal((len(batch), width), dtype=np.float32),
+        )
+
+
 def bench_semantic(tmp: Path, sizes: Sequence[int], reps: int) -> list[dict[str, Any]]:
     rows = []
     for size in sizes:
         folder = tmp / f"semantic-{size}"
         folder.mkdir()
         memory = _open_memory(folder)
-        assert memory.vectors is not None
-        width = memory.vectors.embed(["width"]).shape[1]
-        rng = np.random.default_rng(size)
         log(f"semantic {size}: writing")
-        for start in range(0, size, 5_000):
-            batch = messages("solo", min(5_000, size - start), seed=start, start=start)
-            memory.store.add(batch)
-            memory.vectors.add(
-                "solo",
-                [m.id for m in batch],
-                [m.text for m in batch],
-                [m.role for m in batch],
-                [m.ts_epoch for m in batch],
-                [m.thread_id for m in batch],
-                embeddings=rng.standard_normal((len(batch), width), dtype=np.float32),
-            )
+        write_solo(memory, size)
         memory.lexical_search("solo", query_text="w1", filter=ALL)  # saves the BM25 snapshot
         memory.close()
         # The first filtered search ever copies every vector out of Chroma and saves the
@@ -360,24 +366,9 @@ def bench_processes(
     names = [f"user{i:05d}" for i in range(users)]
     with fresh_database(server) as database:
         memory = _served_memory(database, chroma, prefix, budget_mb)
-        assert memory.vectors is not None
         fill(memory.store, names, count)
-        width = memory.vectors.embed(["width"]).shape[1]
         log(f"processes: solo user with {solo} messages")
-        for start in range(0, solo, 5_000):
-            batch = messages("solo", min(5_000, solo - start), seed=start, start=start)
-            memory.store.add(batch)
-            memory.vectors.add(
-                "solo",
-                [m.id for m in batch],
-                [m.text for m in batch],
-                [m.role for m in batch],
-                [m.ts_epoch for m in batch],
-                [m.thread_id for m in batch],
-                embeddings=np.random.default_rng(start).standard_normal(
-                    (len(batch), width), dtype=np.float32
-                ),
-            )
+        write_solo(memory, solo)
         memory.close()
         runs = []
         for label in ("first start", "restart"):
