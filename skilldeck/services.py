@@ -46,12 +46,15 @@ def open_memory(settings: Settings) -> Memory:
     try:
         from skilldeck.tools.vectors import VectorIndex, open_chroma
     except ModuleNotFoundError:
-        return Memory(store, None)
+        return Memory(store, None, snapshots=settings.index_snapshots)
     client = open_chroma(settings.chroma_path, settings.chroma_url)
     vectors = VectorIndex(
-        client, embedding_function=_embedding(settings), write_behind=True, snapshots=store
+        client,
+        embedding_function=_embedding(settings),
+        write_behind=True,
+        snapshots=store if settings.index_snapshots else None,
     )
-    return Memory(store, vectors)
+    return Memory(store, vectors, snapshots=settings.index_snapshots)
 
 
 def open_knowledge(settings: Settings) -> KnowledgeBase:

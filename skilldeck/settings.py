@@ -69,6 +69,12 @@ class Settings(BaseSettings):
         "and vector copy, each knowledge base's lexicon) may hold together; the least recently "
         "used are dropped and rebuilt from the stores on their next use.",
     )
+    index_snapshots: bool = Field(
+        default=True,
+        description="Save each user's large search indexes (500 messages up) in the message "
+        "store, so a cold start loads them instead of re-reading the history and copying every "
+        "vector out of Chroma; about 1 KB of store per message. Off: nothing is saved or read.",
+    )
     model_context_tokens: int | None = Field(
         default=None,
         ge=256,

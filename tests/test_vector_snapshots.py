@@ -80,8 +80,9 @@ def _add(index: VectorIndex, vectors: npt.NDArray[np.float32], start: int = 0) -
 
 
 def _expected(vectors: npt.NDArray[np.float32], query: npt.NDArray[np.float32]) -> list[str]:
-    """The ten best of every vector, ``role`` assistant (even rows), by exact cosine."""
-    scores = vectors.astype(np.float64) @ query.astype(np.float64)
+    """The ten best of every vector, ``role`` assistant (even rows), by exact cosine over the
+    vectors at half precision, as the copy holds them."""
+    scores = vectors.astype(np.float16).astype(np.float64) @ query.astype(np.float64)
     rows = sorted((r for r in range(len(vectors)) if r % 2 == 0), key=lambda r: -scores[r])
     return [f"m{r}" for r in rows[:10]]
 
@@ -151,13 +152,45 @@ def test_an_unknown_snapshot_kind_is_refused(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_loaded_copy_is_copied_on_its_first_write() -> None:
+def test_a_loaded_copy_takes_writes_and_its_snapshot_is_half_precision() -> None:
     copy = _UserVectors()
-    copy.put(["a", "b"], _vectors(2, seed=6), ["user", "user"], [1, 2])
-    back = _UserVectors.from_bytes(copy.to_bytes())
+    vectors = _vectors(2, seed=6)
+    copy.put(["a", "b"], vectors, ["user", "user"], [1, 2])
+    data = copy.to_bytes()
+    assert unpack(data)["matrix"].dtype == np.float16
+    assert len(data) < vectors.nbytes // 2 + 1024
+    back = _UserVectors.from_bytes(data)
     new = _vectors(1, seed=7)
-    back.put(["a"], new, ["assistant"], [3])  # an overwrite, no growth: the views are read-only
+    back.put(["a"], new, ["assistant"], [3])  # an overwrite in place, no growth
     assert back.search(new[0], 1, "assistant", None, None, None)[0].id == "a"
+    assert copy.search(new[0], 1, "assistant", None, None, None) == []  # the original is apart
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_the_operator_can_turn_snapshots_off(tmp_path: Path, keep: bool) -> None:
+    from skilldeck import Settings
+    from skilldeck.services import open_memory
+    from skilldeck.tools.messages import Message
+
+    settings = Settings(
+        messages_path=str(tmp_path / "m.sqlite"),
+        chroma_path=str(tmp_path / "chroma"),
+        index_snapshots=keep,
+    )
+    memory = open_memory(settings)
+    stamp = "2026-01-01T00:{:02d}:{:02d}Z"
+    memory.add(
+        Message(f"m{i}", USER, "t", "user", stamp.format(i // 60, i % 60), f"{i}: topic {i % 7}")
+        for i in range(N)
+    )
+    memory.close()  # a new process: nothing cached
+    memory = open_memory(settings)
+    since = {"role": "any", "time_range": {"since": "2020-01-01T00:00:00Z"}}
+    assert memory.lexical_search(USER, query_text="topic 3", filter=since)["hits"]
+    assert memory.semantic_search(USER, query_text="topic 3", filter=since)["hits"]
+    kept = [memory.store.load_snapshot(USER, kind) for kind in ("lexicon", "vectors")]
+    assert [saved is not None for saved in kept] == [keep, keep]
+    memory.close()
 
 
 def test_packed_arrays_round_trip_and_a_foreign_blob_is_refused() -> None:

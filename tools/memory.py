@@ -246,6 +246,8 @@ class Memory:
             Chinese, by default).
         cache: where users' lexicons are kept (default: the process's shared
             :class:`~skilldeck.tools.index_cache.IndexCache`).
+        snapshots: Save a user's large lexicon in the store and load it on a cold start,
+            rather than re-reading every message (``False``: always re-read).
     """
 
     def __init__(
@@ -255,9 +257,11 @@ class Memory:
         *,
         tokenizer: Tokenizer | None = None,
         cache: IndexCache | None = None,
+        snapshots: bool = True,
     ) -> None:
         self.store = store
         self.vectors = vectors
+        self.snapshots = snapshots
         # Stemming and stop words: +5.6 R@5 on LoCoMo, SciFact nDCG@10 0.660 -> 0.697 (train).
         self.tokenizer = tokenizer or Tokenizer(stem=True, stopwords=True)
         # Lexicons live in the process's index cache (bounded by bytes, LRU): an evicted one
@@ -391,7 +395,7 @@ class Memory:
         cold start work."""
         lexicon: _Lexicon | None = None
         upto = 0
-        saved = None if fresh else self.store.load_snapshot(user_id)
+        saved = None if fresh or not self.snapshots else self.store.load_snapshot(user_id)
         if saved is not None and saved[2] == self._snapshot_version:
             upto, _, _, data = saved
             lexicon = _Lexicon.from_bytes(data)
@@ -406,7 +410,7 @@ class Memory:
         for m, text in self._in_context(user_id, newer, seeded=base > 0):
             lexicon.add(m, self.tokenizer.tokens(text))
         rewrite = fresh or len(newer) >= SNAPSHOT_MIN // 2
-        if newer and len(lexicon.ids) >= SNAPSHOT_MIN and rewrite:
+        if self.snapshots and newer and len(lexicon.ids) >= SNAPSHOT_MIN and rewrite:
             self.store.save_snapshot(
                 user_id,
                 upto=newer[-1].seq,

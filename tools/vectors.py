@@ -4,9 +4,10 @@ Each user has one Chroma collection (cosine space) whose items are message ids w
 ``role``, ``ts`` (epoch seconds) and ``thread_id``; texts live in the message store, not here.
 Unfiltered queries go to Chroma's HNSW index. Queries filtered by role or time do not use
 Chroma's ``where`` (about 150-200 ms at 100k vectors): they scan an in-process copy of the user's
-vectors, which is exact and costs a few milliseconds whatever the filter keeps. The copy is
-loaded on the first filtered query and follows this object's own ``add`` calls; when the
-collection's count shows that another process added items, it fetches them before querying.
+vectors, which is exact (over the vectors at half precision) and costs a few milliseconds
+whatever the filter keeps. The copy is loaded on the first filtered query and follows this
+object's own ``add`` calls; when the collection's count shows that another process added items,
+it fetches them before querying.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ T = TypeVar("T")
 
 _BATCH = 256  # texts per embedding call and per upsert
 _PAGE = 5_000  # items per page when loading a user's vectors from Chroma
-_SNAPSHOT_LAYOUT = "v2"  # bumped when the snapshot's arrays change
+_SNAPSHOT_LAYOUT = "v3"  # bumped when the snapshot's arrays change
 
 log = logging.getLogger(__name__)
 
@@ -172,22 +173,20 @@ class _UserVectors:
                 self._id_bytes += len(item_id) + 170  # the str, its list slot and dict entry
             rows[i] = row
         self._grow(filled, vectors.shape[1])
-        if not self._matrix.flags.writeable:  # loaded from a snapshot: copy on first write
-            self._matrix, self._roles, self._ts = (
-                self._matrix.copy(),
-                self._roles.copy(),
-                self._ts.copy(),
-            )
-        self._matrix[rows] = vectors
+        # Held at half precision (in float32, which the scan needs): the snapshot then stores
+        # float16 without loss, half the bytes a cold start reads, and every process, whether
+        # it loaded its copy or built it, ranks alike. A score moves by about 1e-4.
+        self._matrix[rows] = vectors.astype(np.float16)
         codes = self.role_codes
         self._roles[rows] = [codes.setdefault(role, len(codes)) for role in roles]
         self._ts[rows] = ts
 
     @property
     def array_bytes(self) -> int:
-        """The bytes of its filled rows: what its snapshot holds at the least."""
+        """The bytes of its filled rows as saved (the matrix at half precision): what its
+        snapshot holds at the least."""
         n = self.size
-        return self._matrix[:n].nbytes + self._roles[:n].nbytes + self._ts[:n].nbytes
+        return self._matrix[:n].nbytes // 2 + self._roles[:n].nbytes + self._ts[:n].nbytes
 
     def to_bytes(self) -> bytes:
         """The copy as one blob (:func:`~skilldeck.tools.snapshots.pack`), for
@@ -195,7 +194,7 @@ class _UserVectors:
         n = self.size
         return pack(
             {
-                "matrix": self._matrix[:n],
+                "matrix": self._matrix[:n].astype(np.float16),
                 "roles": self._roles[:n],
                 "ts": self._ts[:n],
                 "ids": joined(self.ids),
@@ -206,13 +205,13 @@ class _UserVectors:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> _UserVectors:
-        """The copy :meth:`to_bytes` saved; its arrays are read-only views of ``data`` until
-        the first write copies them."""
+        """The copy :meth:`to_bytes` saved."""
         saved = unpack(data)
         n, roles, synced = (int(c) for c in saved["counts"])
         copy = cls()
         copy.ids = split(saved["ids"], n)
-        copy._matrix, copy._roles, copy._ts = saved["matrix"], saved["roles"], saved["ts"]
+        copy._matrix = saved["matrix"].astype(np.float32)
+        copy._roles, copy._ts = saved["roles"].copy(), saved["ts"].copy()
         copy.rows = {item: row for row, item in enumerate(copy.ids)}
         copy._id_bytes = sum(len(item) + 170 for item in copy.ids)
         copy.role_codes = {
