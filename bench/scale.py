@@ -34,8 +34,9 @@ D. **Two serving processes** (``--only processes``; ``--postgres URL --chroma UR
    ``.ci/services env``'s). ``--users`` × ``--messages`` go into a new database on the
    PostgreSQL server, and a ``--solo`` user's messages also into the Chroma server. Then two
    processes start at once, each with the ``--budget-mb`` cache: each of its half of the users
-   searches once (lexical), then ``solo`` once (semantic); each reports its RSS once the model
-   is loaded, after its users and after ``solo``. Both are then restarted and do the same
+   searches once (lexical); then ``solo`` searches once (semantic) in each process, one
+   process at a time; each reports its RSS once the model is loaded, after its users and after
+   ``solo``. Both are then restarted and do the same
    again, now from the snapshots in PostgreSQL. Target: RSS after the users ≤ the budget +
    300 MB.
 
@@ -60,7 +61,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -328,7 +329,9 @@ def _served_memory(database: str, chroma: str, prefix: str, budget_mb: float) ->
 
 def worker(database: str, chroma: str, prefix: str, budget_mb: float, names: list[str]) -> None:
     """One serving process of part D (``scale.py --worker``): each of ``names`` searches once
-    (lexical), then ``solo`` searches semantically; prints a JSON line."""
+    (lexical); then, when a line comes on stdin (the processes take turns, so that one user's
+    cold search is not timed against the other process doing the same at that instant),
+    ``solo`` searches semantically; prints a JSON line after each."""
     memory = _served_memory(database, chroma, prefix, budget_mb)
     assert memory.vectors is not None
     width = memory.vectors.embed(["load the model first"]).shape[1]
@@ -338,14 +341,14 @@ def worker(database: str, chroma: str, prefix: str, budget_mb: float, names: lis
         started = time.perf_counter()
         memory.lexical_search(user, query_text="w17 w230 w4001", filter=ALL)
         first.append((time.perf_counter() - started) * 1000)
-    lexical_rss = rss_mb()
+    print(json.dumps({"rss_before_mb": start_rss, "rss_after_lexical_mb": rss_mb(),
+                      "lexical_ms": first}), flush=True)  # fmt: skip
+    sys.stdin.readline()
     query = np.random.default_rng().standard_normal(width).tolist()
     started = time.perf_counter()
     memory.semantic_search("solo", query_embedding=query, filter=ALL)
     semantic = (time.perf_counter() - started) * 1000
-    print(json.dumps({"rss_before_mb": start_rss, "rss_after_lexical_mb": lexical_rss,
-                      "rss_after_mb": rss_mb(), "lexical_ms": first,
-                      "semantic_ms": semantic}))  # fmt: skip
+    print(json.dumps({"rss_after_mb": rss_mb(), "semantic_ms": semantic}), flush=True)
     memory.close()
 
 
@@ -354,7 +357,15 @@ def _spawn_worker(
 ) -> subprocess.Popen[str]:
     command = [sys.executable, str(Path(__file__)), "--worker", database, chroma, prefix]
     command += [str(budget_mb), ",".join(names)]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _line(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"a part D worker ended early (exit code {proc.wait()})")
+    return cast(dict[str, Any], json.loads(line))
 
 
 def bench_processes(
@@ -374,8 +385,13 @@ def bench_processes(
         for label in ("first start", "restart"):
             halves = [names[: users // 2], names[users // 2 :]]
             procs = [_spawn_worker(database, chroma, prefix, budget_mb, half) for half in halves]
-            outs = [json.loads(p.communicate()[0].splitlines()[-1]) for p in procs]
-            assert all(p.returncode == 0 for p in procs)
+            outs = [_line(p) for p in procs]
+            for proc, out in zip(procs, outs, strict=True):  # one cold solo search at a time
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                out.update(_line(proc))
+            assert all(p.wait() == 0 for p in procs)
             lexical = [ms for out in outs for ms in out["lexical_ms"]]
             runs.append(
                 {

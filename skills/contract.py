@@ -22,6 +22,8 @@ from typing import Any
 
 import jsonschema_rs
 
+from skilldeck.skills.grammar import for_grammar
+
 __all__ = [
     "ACTIONS",
     "CARD_SCHEMA",
@@ -327,30 +329,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Keywords for people, not for a grammar: a constrained decoder needs none of them, and some
 # (a default of null on a string) contradict the types.
-_PROSE = frozenset(("title", "description", "default", "examples", "$schema", "$id", "$comment"))
-
-
-def _grammar(schema: Any, prefix: str) -> Any:
-    """``schema`` without prose, its ``$defs`` references renamed under ``prefix``."""
-    if isinstance(schema, Mapping):
-        out: dict[str, Any] = {}
-        for key, value in schema.items():
-            if key in _PROSE or key == "$defs":
-                continue
-            if key == "$ref" and isinstance(value, str) and value.startswith("#/$defs/"):
-                out[key] = f"#/$defs/{prefix}{value.removeprefix('#/$defs/')}"
-            elif key == "properties" and isinstance(value, Mapping):
-                out[key] = {k: _grammar(v, prefix) for k, v in value.items()}  # names as they are
-            else:
-                out[key] = _grammar(value, prefix)
-        return out
-    if isinstance(schema, list):
-        return [_grammar(item, prefix) for item in schema]
-    return schema
-
-
 def _defs(schema: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    return {f"{prefix}{k}": _grammar(v, prefix) for k, v in (schema.get("$defs") or {}).items()}
+    return {f"{prefix}{k}": for_grammar(v, prefix) for k, v in (schema.get("$defs") or {}).items()}
 
 
 def turn_schema(
@@ -363,7 +343,7 @@ def turn_schema(
     a card's field keys) is checked after the reply as before."""
     final = {
         "type": "object",
-        "properties": {"final": _grammar(output_schema, "out_")},
+        "properties": {"final": for_grammar(output_schema, "out_")},
         "required": ["final"],
         "additionalProperties": False,
     }
@@ -375,7 +355,10 @@ def turn_schema(
         branches.append(
             {
                 "type": "object",
-                "properties": {"tool": {"const": name}, "arguments": _grammar(arguments, prefix)},
+                "properties": {
+                    "tool": {"const": name},
+                    "arguments": for_grammar(arguments, prefix),
+                },
                 "required": ["tool", "arguments"],
                 "additionalProperties": False,
             }

@@ -1,0 +1,157 @@
+"""Conditionals unfolded for a grammar-constrained endpoint mean exactly what they meant: every
+instance from a pool of likely and unlikely values gets the same verdict from the unfolded
+schema as from the original."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import jsonschema
+import pytest
+
+from skilldeck.skills import builtin_skills_dir
+from skilldeck.skills.contract import CONTROL_SCHEMA, QUESTION_SCHEMA, turn_schema
+from skilldeck.skills.grammar import for_grammar
+from skilldeck.skills.loader import load_skills
+
+MISSING = object()
+
+SAVE_OR_SKIP: dict[str, Any] = {
+    "type": "object",
+    "required": ["action", "files", "insight", "reason"],
+    "additionalProperties": False,
+    "properties": {
+        "action": {"enum": ["saved", "skipped"]},
+        "files": {"type": "array", "items": {"type": "string"}},
+        "insight": {"type": ["string", "null"], "minLength": 1},
+        "reason": {"type": ["string", "null"], "minLength": 1},
+    },
+    "if": {"properties": {"action": {"const": "saved"}}},
+    "then": {"properties": {"files": {"minItems": 1}, "insight": {"type": "string"}}},
+    "else": {"properties": {"files": {"maxItems": 0}, "insight": {"type": "null"}}},
+}
+
+
+def _instances(pools: Mapping[str, Sequence[Any]]) -> Iterator[dict[str, Any]]:
+    names = list(pools)
+    for values in itertools.product(*(pools[name] for name in names)):
+        yield {n: v for n, v in zip(names, values, strict=True) if v is not MISSING}
+
+
+def _same_verdicts(schema: Mapping[str, Any], instances: Iterator[Any]) -> int:
+    original = jsonschema.Draft202012Validator(schema)
+    unfolded = jsonschema.Draft202012Validator(for_grammar(schema, "p_"))
+    valid = 0
+    for instance in instances:
+        verdict = original.is_valid(instance)
+        assert unfolded.is_valid(instance) == verdict, json.dumps(instance)
+        valid += verdict
+    return valid
+
+
+def _has_conditional(schema: Any) -> bool:
+    if isinstance(schema, Mapping):
+        return "if" in schema or any(_has_conditional(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_conditional(v) for v in schema)
+    return False
+
+
+def test_a_save_or_skip_conditional_becomes_two_branches_that_mean_the_same() -> None:
+    unfolded = for_grammar(SAVE_OR_SKIP, "p_")
+    assert not _has_conditional(unfolded) and len(unfolded["anyOf"]) == 2
+    saved, skipped = unfolded["anyOf"]
+    assert saved["properties"]["files"]["minItems"] == 1
+    assert saved["properties"]["insight"] == {"type": "string", "minLength": 1}
+    assert skipped["properties"]["action"] == {"enum": ["skipped"]}
+    pools = {
+        "action": ["saved", "skipped", "other", MISSING],
+        "files": [[], ["a.md"], ["a.md", "b.md"], "a.md", MISSING],
+        "insight": [None, "x", "", 3, MISSING],
+        "reason": [None, "why", MISSING],
+        "extra": [MISSING, 1],
+    }
+    assert _same_verdicts(SAVE_OR_SKIP, _instances(pools)) > 0
+
+
+def test_the_card_controls_conditionals_unfold_and_mean_the_same() -> None:
+    question = {"question": "Who?", "field_key": "profile.x", "required": True}
+    options = [{"label": "A", "value": "a"}]
+    questions = [
+        {**question, "input_type": kind, **({"options": options} if with_options else {})}
+        for kind in ("text", "select", "multi_select", "boolean", "oops")
+        for with_options in (False, True)
+    ]
+    assert not _has_conditional(for_grammar(QUESTION_SCHEMA, "p_"))
+    assert _same_verdicts(QUESTION_SCHEMA, iter(questions)) == 6  # not "oops", not bare selects
+    assert not _has_conditional(for_grammar(CONTROL_SCHEMA, "p_"))
+    pools = {
+        "action": ["ask_user", "finish", "continue", "wait", MISSING],
+        "review_type": ["clarify", "nope", MISSING],
+        "questions": [[], questions[:1], questions[2:3], questions[1:2], MISSING],
+        "retry_prompt": ["again", MISSING],
+    }
+    assert _same_verdicts(CONTROL_SCHEMA, _instances(pools)) > 0
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        # The property is optional: ``if`` also holds when it is missing.
+        {**SAVE_OR_SKIP, "required": ["files", "insight", "reason"]},
+        # ``then`` says something a branch cannot narrow to.
+        {**SAVE_OR_SKIP, "then": {"properties": {"files": {"uniqueItems": True}}}},
+        # ``then`` adds a property the object does not declare.
+        {**SAVE_OR_SKIP, "then": {"properties": {"note": {"type": "string"}}}},
+        # The tested property does not list its values.
+        {**SAVE_OR_SKIP, "properties": {**SAVE_OR_SKIP["properties"], "action": {}}},
+        # ``if`` tests two properties.
+        {**SAVE_OR_SKIP, "if": {"properties": {"action": {"const": "saved"}, "files": {}}}},
+    ],
+)
+def test_a_conditional_that_cannot_unfold_exactly_is_left_for_validation(
+    schema: dict[str, Any],
+) -> None:
+    assert _has_conditional(for_grammar(schema, "p_"))
+
+
+def test_narrowing_keeps_the_stricter_bound_and_the_common_type() -> None:
+    schema = {
+        "type": "object",
+        "required": ["kind", "n", "tags"],
+        "properties": {
+            "kind": {"type": "boolean"},
+            "n": {"type": "number", "minimum": 0, "maximum": 10},
+            "tags": {"type": "array", "minItems": 1, "maxItems": 5},
+        },
+        "allOf": [
+            {
+                "if": {"properties": {"kind": {"const": True}}},
+                "then": {
+                    "properties": {
+                        "n": {"type": "integer", "minimum": 2, "maximum": 20},
+                        "tags": {"minItems": 0, "maxItems": 2},
+                    }
+                },
+            }
+        ],
+    }
+    unfolded = for_grammar(schema, "p_")
+    assert not _has_conditional(unfolded)
+    yes = unfolded["anyOf"][0]["properties"]
+    assert yes["n"] == {"type": "integer", "minimum": 2, "maximum": 10}
+    assert yes["tags"] == {"type": "array", "minItems": 1, "maxItems": 2}
+    pools = {
+        "kind": [True, False, MISSING],
+        "n": [0, 1, 2, 2.5, 10, 11, MISSING],
+        "tags": [[], ["a"], ["a", "b", "c"], MISSING],
+    }
+    assert _same_verdicts(schema, _instances(pools)) > 0
+
+
+def test_no_built_in_skill_leaves_a_conditional_to_the_grammar() -> None:
+    for bundle in load_skills(builtin_skills_dir()):
+        assert not _has_conditional(turn_schema(bundle.output_schema)), bundle.name
