@@ -36,7 +36,7 @@ D. **Two serving processes** (``--only processes``; ``--postgres URL --chroma UR
    processes start at once, each with the ``--budget-mb`` cache: each of its half of the users
    searches once (lexical); then ``solo`` searches once (semantic) in each process, one
    process at a time; each reports its RSS once the model is loaded, after its users and after
-   ``solo``. Both are then restarted and do the same
+   ``solo``. Both are then restarted (``--restarts`` times) and do the same
    again, now from the snapshots in PostgreSQL. Target: RSS after the users ≤ the budget +
    300 MB.
 
@@ -369,10 +369,10 @@ def _line(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 
 def bench_processes(
-    server: str, chroma: str, users: int, count: int, solo: int, budget_mb: float
+    server: str, chroma: str, users: int, count: int, solo: int, budget_mb: float, restarts: int
 ) -> dict[str, Any]:
-    """Part D: two serving processes on one PostgreSQL and one Chroma server, twice (the second
-    time is a restart of both)."""
+    """Part D: two serving processes on one PostgreSQL and one Chroma server, started, then
+    restarted ``restarts`` times."""
     prefix = f"scale_{uuid.uuid4().hex[:8]}"
     names = [f"user{i:05d}" for i in range(users)]
     with fresh_database(server) as database:
@@ -382,7 +382,7 @@ def bench_processes(
         write_solo(memory, solo)
         memory.close()
         runs = []
-        for label in ("first start", "restart"):
+        for label in ["first start"] + [f"restart {i + 1}" for i in range(restarts)]:
             halves = [names[: users // 2], names[users // 2 :]]
             procs = [_spawn_worker(database, chroma, prefix, budget_mb, half) for half in halves]
             outs = [_line(p) for p in procs]
@@ -404,6 +404,7 @@ def bench_processes(
                 }
             )
             log(f"processes, {label}: {runs[-1]}")
+    later = runs[1:]
     return {
         "users": users,
         "messages_per_user": count,
@@ -411,6 +412,12 @@ def bench_processes(
         "budget_mb": budget_mb,
         "target_rss_mb": budget_mb + 300,
         "runs": runs,
+        "after_restarts": {
+            "rss_after_users_mb_max": max(mb for r in later for mb in r["rss_after_users_mb"]),
+            "semantic_first_ms_p50_p95": _quantiles(
+                [ms for r in later for ms in r["semantic_first_ms"]]
+            ),
+        },
     }
 
 
@@ -486,6 +493,7 @@ def print_report(report: dict[str, Any]) -> None:
             )
             table.add_row(run["run"], rss, lexical, str(run["semantic_first_ms"]))
         err.print(table)
+        err.print({"after the restarts": part["after_restarts"]})
     if report.get("semantic"):
         table = Table(title="first semantic and hybrid search after a restart, ms (p50 / p95)")
         table.add_column("messages")
@@ -517,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", default=os.environ.get("SKILLDECK_TEST_POSTGRES_URL"))
     parser.add_argument("--chroma", default=os.environ.get("SKILLDECK_TEST_CHROMA_URL"))
     parser.add_argument("--solo", type=int, default=100_000)
+    parser.add_argument("--restarts", type=int, default=3, help="part D: restarts of both")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--probe", nargs=2, metavar=("KIND", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -544,7 +553,13 @@ def main(argv: list[str] | None = None) -> int:
                     '`eval "$(.ci/services env)"` after `.ci/services start all`)'
                 )
             report["processes"] = bench_processes(
-                args.postgres, args.chroma, args.users, args.messages, args.solo, args.budget_mb
+                args.postgres,
+                args.chroma,
+                args.users,
+                args.messages,
+                args.solo,
+                args.budget_mb,
+                args.restarts,
             )
     if args.only is None:
         plot(report)

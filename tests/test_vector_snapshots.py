@@ -5,6 +5,8 @@ PostgreSQL)."""
 
 from __future__ import annotations
 
+import platform
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -229,3 +231,28 @@ def test_a_snapshot_that_cannot_be_saved_fails_no_search(
     assert store.load_snapshot(USER, "vectors") is None and not caplog.text
     refusing.close()
     store.close()
+
+
+def test_a_copy_of_many_pages_hands_the_freed_heap_back(
+    open_index: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr("skilldeck.tools.vectors._PAGE", 100)
+    monkeypatch.setattr("skilldeck.tools.vectors.release_free_memory", lambda: calls.append(1))
+    index = open_index()
+    vectors = _vectors(N, seed=1)
+    _add(index, vectors)
+    query = _vectors(1, seed=9)[0]
+    assert _ask(index, query, known=N) == _expected(vectors, query)
+    assert calls == [1]  # the first filtered query copied N items, 100 a page
+    _add(index, _vectors(10, seed=2), start=N)  # this process's own add: no copy
+    assert len(_ask(open_index(), query, known=N + 10)) == 10  # snapshot + 10 items: one page
+    assert calls == [1]
+
+
+def test_freed_heap_memory_goes_back_where_the_c_library_can() -> None:
+    from skilldeck._internal import heap
+
+    assert heap.release_free_memory() is (heap._malloc_trim() is not None)
+    if sys.platform == "linux" and platform.libc_ver()[0] == "glibc":
+        assert heap.release_free_memory()
