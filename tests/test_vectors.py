@@ -98,13 +98,14 @@ def index(tmp_path: Path, corpus_vectors: npt.NDArray[np.float32]) -> VectorInde
 def _brute_force(
     index: VectorIndex, query: str, *, role: str, since: float, until: float, top_k: int
 ) -> list[tuple[str, float]]:
-    """Exact cosine ranking over the filtered corpus, computed independently in float64."""
+    """Exact cosine ranking over the filtered corpus, computed independently in float64 from
+    the vectors at half precision (as the index's copy holds them)."""
     keep = [
         i
         for i in range(len(CORPUS.ids))
         if CORPUS.roles[i] == role and since <= CORPUS.ts[i] < until
     ]
-    matrix = index.embed([CORPUS.texts[i] for i in keep]).astype(np.float64)
+    matrix = index.embed([CORPUS.texts[i] for i in keep]).astype(np.float16).astype(np.float64)
     scores = matrix @ index.embed([query])[0].astype(np.float64)
     ranked = sorted(zip([CORPUS.ids[i] for i in keep], scores, strict=True), key=lambda h: -h[1])
     return [(item_id, float(score)) for item_id, score in ranked[:top_k]]
@@ -338,7 +339,7 @@ def test_fast_path_matches_numpy_on_sparse_and_dense_filters(
         embeddings=vectors,
     )
     query = rng.normal(size=32)
-    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float16)
     scores = unit.astype(np.float64) @ (query / np.linalg.norm(query))
     keep = [i for i in range(600) if role in (None, roles[i]) and since <= i < until]
     expected = sorted(keep, key=lambda i: -scores[i])[:10]
@@ -390,7 +391,7 @@ def test_add_accepts_precomputed_embeddings(tmp_path: Path) -> None:
     query = vectors[7] * 3.0  # not normalised: the index normalises it
     hits = index.query(USER, embedding=query.tolist(), top_k=3, role="assistant", until=300.0)
     assert hits[0].id == "r7"
-    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert hits[0].score == pytest.approx(1.0, abs=1e-3)  # the copy is at half precision
     assert index.query(USER, embedding=query.tolist(), top_k=1)[0].id == "r7"
 
 

@@ -104,13 +104,19 @@ def _normalised(vectors: npt.ArrayLike) -> Matrix:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     if matrix.size and not np.all(norms > 0):
         raise ValueError("cannot normalise a zero vector")
+    # Rows of unit length already stay as they are, so normalising twice changes nothing: a
+    # copy read back from Chroma then holds the very numbers this process added, down to the
+    # half-precision rounding of the copy.
+    norms[np.abs(norms - 1) < 1e-5] = 1
     return cast(Matrix, matrix / norms)
 
 
 def _ranked(ids: Sequence[str], scores: Sequence[float], top_k: int) -> list[VectorHit]:
-    """Hits by score descending, then id ascending, at most ``top_k``."""
-    hits = sorted(zip(ids, scores, strict=True), key=lambda hit: (-hit[1], hit[0]))
-    return [VectorHit(item_id, float(score)) for item_id, score in hits[:top_k]]
+    """Hits by score descending, then id ascending, at most ``top_k``; a score past +-1 by
+    rounding (a vector against itself at half precision) is reported as +-1."""
+    clipped = [min(1.0, max(-1.0, float(score))) for score in scores]
+    hits = sorted(zip(ids, clipped, strict=True), key=lambda hit: (-hit[1], hit[0]))
+    return [VectorHit(item_id, score) for item_id, score in hits[:top_k]]
 
 
 def _upsert(collection: Collection, ids: list[str], vectors: Matrix, metadatas: list[Any]) -> int:
