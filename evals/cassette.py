@@ -122,14 +122,18 @@ class CassetteRecorder(BaseCallbackHandler):
             return
         key, (digest, _) = pending
         name = type(error).__name__
+        turn: dict[str, Any] = {}
         if name == "LengthFinishReasonError":
-            kind = "length"
+            turn["error"] = "length"
         elif "Timeout" in name or isinstance(error, TimeoutError):
-            kind = "timeout"
+            turn["error"] = "timeout"
         else:
-            kind = "unavailable"
+            turn["error"] = "unavailable"
+            status = getattr(error, "status_code", None)
+            if isinstance(status, int) and 500 <= status <= 599:
+                turn["status"] = status  # the re-ask names it: replayed, it must be the same
         with self._lock:
-            self._turns.setdefault(key, {"error": kind, "request": digest})
+            self._turns.setdefault(key, {**turn, "request": digest})
 
     def cassette(self, recorded: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The recorded turns in the scripted format, in call-index order, under the

@@ -84,7 +84,7 @@ _TURN_KINDS = ("output", "text", "tool_calls", "error")
 #: What a recorded call that failed replays as (``error: KIND``): the same failure, so the run
 #: takes the same path (a re-ask) as it did live.
 ERROR_KINDS = ("length", "timeout", "unavailable")
-_TURN_KEYS = frozenset((*_TURN_KINDS, "invalid", "request", "latency_s"))
+_TURN_KEYS = frozenset((*_TURN_KINDS, "invalid", "request", "latency_s", "status"))
 #: ``response_metadata`` of a scripted message: where its turn is, and if it is meant invalid.
 TURN_KEY = "scripted_turn"
 INVALID_KEY = "scripted_invalid"
@@ -151,6 +151,17 @@ def _turns(label: str, where: str, skills: Any) -> Turns:
             latency = turn.get("latency_s", 0)
             if isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0:
                 raise ModelConfigError(f"{at}.latency_s: must be a number of seconds, 0 or more")
+            status = turn.get("status")
+            if status is not None and (
+                turn.get("error") != "unavailable"
+                or isinstance(status, bool)
+                or not isinstance(status, int)
+                or not 500 <= status <= 599
+            ):
+                raise ModelConfigError(
+                    f"{at}.status: only an 'error: unavailable' turn has one, an HTTP status "
+                    f"500-599, not {status!r}"
+                )
     return {str(k): list(v) for k, v in skills.items()}
 
 
@@ -235,7 +246,7 @@ class ScriptedChatModel(TurnModel):
                 "again with `skilldeck eval run ... --record`"
             )
         if "error" in turn:
-            _fail_as_recorded(str(turn["error"]), where, index)
+            _fail_as_recorded(turn, where, index)
         message = turn_message(turn, skill, index, kwargs.get("response_format"))
         message.response_metadata = {
             "model_name": self.model_name,
@@ -268,17 +279,21 @@ def _emit_tokens(
 
 
 class _Unavailable(Exception):
-    """A recorded 5xx of the endpoint, replayed."""
+    """A recorded 5xx of the endpoint, replayed with its status (the re-ask names it)."""
 
-    status_code = 503
+    def __init__(self, message: str, status_code: int) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
-def _fail_as_recorded(kind: str, where: str, index: int) -> None:
+def _fail_as_recorded(turn: Mapping[str, Any], where: str, index: int) -> None:
     """Raise what a recorded failed call raised live (a cut-off returns, see ``_generate``)."""
+    kind = str(turn["error"])
     if kind == "timeout":
         raise TimeoutError(f"recorded timeout ({where}[{index}])")
     if kind == "unavailable":
-        raise _Unavailable(f"recorded endpoint failure ({where}[{index}])")
+        status = int(turn.get("status", 503))
+        raise _Unavailable(f"recorded endpoint failure ({where}[{index}])", status)
     if kind != "length":
         raise ScriptedModelError(
             f"{where}[{index}]: error must be one of {', '.join(ERROR_KINDS)}, not {kind!r}"

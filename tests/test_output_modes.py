@@ -17,13 +17,13 @@ from endpoint import Answer, call, serve, text
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from skilldeck import Settings, SkillDeck
-from skilldeck.errors import PromptTooLongError
+from skilldeck.errors import ModelConfigError, PromptTooLongError
 from skilldeck.evals.cassette import CassetteRecorder
 from skilldeck.models import build_model, output_mode, resolve_model
 from skilldeck.nodes.model_call import estimate_tokens, fit_context
 from skilldeck.nodes.replies import read_reply, to_wire
 from skilldeck.nodes.transcript import read_messages
-from skilldeck.scripted import CALL_INDEX_KEY, CASE_KEY, SKILL_KEY
+from skilldeck.scripted import CALL_INDEX_KEY, CASE_KEY, SKILL_KEY, load_script
 from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.skills.bundle import ExecutionConfig
 from skilldeck.skills.contract import skeleton, turn_schema
@@ -358,18 +358,29 @@ def test_turn_schema_strips_prose_and_keeps_references_apart() -> None:
     assert turn_schema(output_schema)["required"] == ["final"]
 
 
+class _ServerError(Exception):
+    status_code = 500
+
+
 @pytest.mark.parametrize(
-    ("kind", "reason"),
-    [("length", "cut off"), ("timeout", "timed out"), ("unavailable", "HTTP 503")],
+    ("failed", "reason"),
+    [
+        ({"error": "length"}, "cut off"),
+        ({"error": "timeout"}, "timed out"),
+        ({"error": "unavailable"}, "HTTP 503"),
+        ({"error": "unavailable", "status": 500}, "HTTP 500"),
+    ],
 )
 def test_a_recorded_failed_call_replays_as_the_same_failure(
-    kind: str, reason: str, tmp_path: Path
+    failed: dict[str, Any], reason: str, tmp_path: Path
 ) -> None:
-    """A cassette turn ``error: KIND`` fails as the live call did, so the run re-asks as it
-    did live (and a recorder writes such a turn for a call that raised)."""
+    """A cassette turn ``error: KIND`` fails as the live call did (an endpoint failure with its
+    status, which the re-ask names), so the run re-asks as it did live; and a recorder writes
+    such a turn for a call that raised."""
+    kind = failed["error"]
     script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
     turns = script["skills"]["litigation-intake"]
-    script["skills"]["litigation-intake"] = [{"error": kind}, *turns]
+    script["skills"]["litigation-intake"] = [failed, *turns]
     cassette = tmp_path / "recorded.yaml"
     cassette.write_text(yaml.safe_dump({**script, "recorded": {"date": "2026-11-24"}}), "utf-8")
     settings = Settings(
@@ -386,7 +397,18 @@ def test_a_recorded_failed_call_replays_as_the_same_failure(
     meta = {CASE_KEY: "c", SKILL_KEY: "s", CALL_INDEX_KEY: 0}
     recorder.on_chat_model_start({}, [[HumanMessage("hi")]], run_id=run_id, metadata=meta)
     error = type("LengthFinishReasonError", (Exception,), {})() if kind == "length" else (
-        TimeoutError() if kind == "timeout" else ConnectionError())  # fmt: skip
+        TimeoutError() if kind == "timeout" else
+        _ServerError() if "status" in failed else ConnectionError())  # fmt: skip
     recorder.on_llm_error(error, run_id=run_id)
     (turn,) = recorder.cassette()["cases"]["c"]["skills"]["s"]
-    assert turn["error"] == kind and len(turn["request"]) == 16
+    assert {k: v for k, v in turn.items() if k != "request"} == failed
+    assert len(turn["request"]) == 16
+
+
+@pytest.mark.parametrize(
+    "turn", [{"error": "length", "status": 500}, {"error": "unavailable", "status": 404}]
+)
+def test_a_status_belongs_to_an_endpoint_failure_only(turn: dict[str, Any]) -> None:
+    script = {"skills": {"s": [turn]}}
+    with pytest.raises(ModelConfigError, match=r"s\[0\]\.status: only an 'error: unavailable'"):
+        load_script(script)
