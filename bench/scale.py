@@ -542,12 +542,14 @@ def main(argv: list[str] | None = None) -> int:
     report = report_header(command=" ".join(["python bench/scale.py", *(argv or sys.argv[1:])]))
     with tempfile.TemporaryDirectory(prefix="skilldeck-scale-") as name:
         tmp = Path(name)
+        # Part A first: its RSS figures must not hold what the other parts leave in this
+        # process (their Chroma collections, the large users' indexes).
+        if args.only in (None, "users"):
+            report["users_run"] = bench_users(tmp, args.users, args.messages, args.budget_mb)
         if args.only in (None, "history"):
             report["history"] = bench_history(tmp, args.history, args.reps)
         if args.only in (None, "semantic"):
             report["semantic"] = bench_semantic(tmp, args.semantic, args.reps)
-        if args.only in (None, "users"):
-            report["users_run"] = bench_users(tmp, args.users, args.messages, args.budget_mb)
         if args.only == "processes":
             if not (args.postgres and args.chroma):
                 parser.error(

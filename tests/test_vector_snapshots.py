@@ -154,18 +154,35 @@ def test_an_unknown_snapshot_kind_is_refused(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_loaded_copy_takes_writes_and_its_snapshot_is_half_precision() -> None:
+@pytest.mark.parametrize("half", [False, True])
+def test_a_loaded_copy_is_exact_and_copied_on_its_first_write(half: bool) -> None:
     copy = _UserVectors()
     vectors = _vectors(2, seed=6)
     copy.put(["a", "b"], vectors, ["user", "user"], [1, 2])
-    data = copy.to_bytes()
-    assert unpack(data)["matrix"].dtype == np.float16
-    assert len(data) < vectors.nbytes // 2 + 1024
+    data = copy.to_bytes(half)
+    assert unpack(data)["matrix"].dtype == (np.float16 if half else np.float32)
+    assert len(data) < vectors.nbytes // (2 if half else 1) + 1024
     back = _UserVectors.from_bytes(data)
+    query = _vectors(1, seed=5)[0]
+    assert back.search(query, 2, None, None, None, None) == copy.search(
+        query, 2, None, None, None, None
+    )  # the copy holds half-precision values: either width keeps them exactly
     new = _vectors(1, seed=7)
-    back.put(["a"], new, ["assistant"], [3])  # an overwrite in place, no growth
+    back.put(["a"], new, ["assistant"], [3])  # an overwrite, no growth: the views are read-only
     assert back.search(new[0], 1, "assistant", None, None, None)[0].id == "a"
     assert copy.search(new[0], 1, "assistant", None, None, None) == []  # the original is apart
+
+
+def test_a_snapshot_is_half_width_where_it_crosses_a_network(
+    open_index: Any, store: MessageStore
+) -> None:
+    index = open_index()
+    _add(index, _vectors(N, seed=1))
+    _ask(index, _vectors(1, seed=9)[0], known=N)  # saves the snapshot
+    saved = store.load_snapshot(USER, "vectors")
+    assert saved is not None
+    width = unpack(saved[3])["matrix"].dtype
+    assert width == (np.float16 if store.remote else np.float32)
 
 
 @pytest.mark.parametrize("keep", [True, False])

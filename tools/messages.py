@@ -277,6 +277,12 @@ class MessageStore:
         )
         self._table = self._db.table
 
+    @property
+    def remote(self) -> bool:
+        """Whether what it holds crosses a network to be read (PostgreSQL), so that smaller
+        snapshots load faster; a local SQLite file is read in place."""
+        return isinstance(self._db, _Postgres)
+
     def close(self) -> None:
         self._db.close()
 

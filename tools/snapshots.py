@@ -34,7 +34,7 @@ SNAPSHOT_MIN = 500
 
 #: A snapshot larger than this is not saved, and such a user's cold start copies from Chroma:
 #: PostgreSQL's ``bytea`` holds 1 GB at most, and rows of hundreds of MB strain a shared
-#: database (a vector copy of about 250,000 messages is 256 MB).
+#: database (a vector copy of about 130,000 messages is 256 MB, or 250,000 at half width).
 SNAPSHOT_MAX_BYTES = 256 * 2**20
 
 #: The lexicon of a user's messages (BM25), or the copy of the user's vectors.
@@ -44,6 +44,9 @@ SnapshotKind = Literal["lexicon", "vectors"]
 class SnapshotStore(Protocol):
     """Where snapshots are kept: one per user and kind (:class:`~skilldeck.tools.messages.
     MessageStore` on SQLite or PostgreSQL)."""
+
+    @property
+    def remote(self) -> bool: ...
 
     def save_snapshot(
         self,

@@ -180,28 +180,34 @@ class _UserVectors:
                 self._id_bytes += len(item_id) + 170  # the str, its list slot and dict entry
             rows[i] = row
         self._grow(filled, vectors.shape[1])
-        # Held at half precision (in float32, which the scan needs): the snapshot then stores
-        # float16 without loss, half the bytes a cold start reads, and every process, whether
-        # it loaded its copy or built it, ranks alike. A score moves by about 1e-4.
+        if not self._roles.flags.writeable:  # loaded from a snapshot: copy on first write
+            if not self._matrix.flags.writeable:
+                self._matrix = self._matrix.copy()
+            self._roles, self._ts = self._roles.copy(), self._ts.copy()
+        # Held at half precision (in float32, which the scan needs): a snapshot can then store
+        # float16 without loss, half the bytes where they cross a network, and every process,
+        # whether it loaded its copy or built it, ranks alike. A score moves by about 1e-4.
         self._matrix[rows] = vectors.astype(np.float16)
         codes = self.role_codes
         self._roles[rows] = [codes.setdefault(role, len(codes)) for role in roles]
         self._ts[rows] = ts
 
-    @property
-    def array_bytes(self) -> int:
-        """The bytes of its filled rows as saved (the matrix at half precision): what its
-        snapshot holds at the least."""
+    def array_bytes(self, half: bool) -> int:
+        """The bytes of its filled rows as :meth:`to_bytes` saves them: what its snapshot
+        holds at the least."""
         n = self.size
-        return self._matrix[:n].nbytes // 2 + self._roles[:n].nbytes + self._ts[:n].nbytes
+        matrix = self._matrix[:n].nbytes // (2 if half else 1)
+        return matrix + self._roles[:n].nbytes + self._ts[:n].nbytes
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, half: bool = False) -> bytes:
         """The copy as one blob (:func:`~skilldeck.tools.snapshots.pack`), for
-        :meth:`from_bytes`."""
+        :meth:`from_bytes`; ``half`` stores the matrix as float16 (it holds half-precision
+        values, so nothing is lost): half the bytes to move, and a conversion to load."""
         n = self.size
+        matrix = self._matrix[:n]
         return pack(
             {
-                "matrix": self._matrix[:n].astype(np.float16),
+                "matrix": matrix.astype(np.float16) if half else matrix,
                 "roles": self._roles[:n],
                 "ts": self._ts[:n],
                 "ids": joined(self.ids),
@@ -212,13 +218,15 @@ class _UserVectors:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> _UserVectors:
-        """The copy :meth:`to_bytes` saved."""
+        """The copy :meth:`to_bytes` saved; a full-width matrix and the other arrays are
+        read-only views of ``data`` until the first write copies them."""
         saved = unpack(data)
         n, roles, synced = (int(c) for c in saved["counts"])
         copy = cls()
         copy.ids = split(saved["ids"], n)
-        copy._matrix = saved["matrix"].astype(np.float32)
-        copy._roles, copy._ts = saved["roles"].copy(), saved["ts"].copy()
+        matrix = saved["matrix"]
+        copy._matrix = matrix.astype(np.float32) if matrix.dtype == np.float16 else matrix
+        copy._roles, copy._ts = saved["roles"], saved["ts"]
         copy.rows = dict(zip(copy.ids, range(n), strict=True))
         copy._id_bytes = saved["ids"].nbytes + 170 * n  # as ``put`` counts them, less a loop
         copy.role_codes = {
@@ -640,7 +648,8 @@ class VectorIndex:
         # A search never fails for its snapshot: a copy too large to keep, or a store that
         # refuses it, only costs the next cold start the copy out of Chroma. The arrays alone
         # tell most too-large copies, before packing them.
-        data = b"" if cache.array_bytes > SNAPSHOT_MAX_BYTES else cache.to_bytes()
+        half = self._snapshots.remote  # bytes cost most where they cross a network
+        data = b"" if cache.array_bytes(half) > SNAPSHOT_MAX_BYTES else cache.to_bytes(half)
         if data and len(data) <= SNAPSHOT_MAX_BYTES:
             try:
                 self._snapshots.save_snapshot(
