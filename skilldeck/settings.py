@@ -73,7 +73,8 @@ class Settings(BaseSettings):
         default=True,
         description="Save each user's large search indexes (500 messages up) in the message "
         "store, so a cold start loads them instead of re-reading the history and copying every "
-        "vector out of Chroma; about 1 KB of store per message. Off: nothing is saved or read.",
+        "vector out of Chroma; about 2 KB of store per message (1 KB on PostgreSQL, where vectors "
+        "are stored at half width). Off: nothing is saved or read.",
     )
     model_context_tokens: int | None = Field(
         default=None,

@@ -327,8 +327,6 @@ _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-# Keywords for people, not for a grammar: a constrained decoder needs none of them, and some
-# (a default of null on a string) contradict the types.
 def _defs(schema: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     return {f"{prefix}{k}": for_grammar(v, prefix) for k, v in (schema.get("$defs") or {}).items()}
 

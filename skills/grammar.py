@@ -16,6 +16,8 @@ from typing import Any
 
 __all__ = ["for_grammar"]
 
+# Keywords for people, not for a grammar: a constrained decoder needs none of them, and some
+# (a default of null on a string) contradict the types.
 _PROSE = frozenset(("title", "description", "default", "examples", "$schema", "$id", "$comment"))
 _CONDITIONAL = frozenset(("if", "then", "else"))
 # Keywords where holding both of two values is the stricter one.
