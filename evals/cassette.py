@@ -37,6 +37,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
+from skilldeck.nodes.model_call import cut_off_text
 from skilldeck.nodes.prompt import SUBMIT_TOOL
 from skilldeck.scripted import CALL_INDEX_KEY, CASE_KEY, SKILL_KEY, request_digest
 
@@ -106,8 +107,11 @@ class CassetteRecorder(BaseCallbackHandler):
         ):
             return
         message = generation.message
-        if formatted and not message.tool_calls and isinstance(message.content, str):
-            turn: dict[str, Any] = {"text": message.content}
+        text = message.content if isinstance(message.content, str) else ""
+        if message.response_metadata.get("finish_reason") == "length" and not message.tool_calls:
+            turn: dict[str, Any] = {"error": "length", **({"received": text} if text else {})}
+        elif formatted and not message.tool_calls and isinstance(message.content, str):
+            turn = {"text": message.content}
         else:
             turn = to_turn(message)
         with self._lock:
@@ -125,6 +129,9 @@ class CassetteRecorder(BaseCallbackHandler):
         turn: dict[str, Any] = {}
         if name == "LengthFinishReasonError":
             turn["error"] = "length"
+            received = cut_off_text(error)
+            if received:
+                turn["received"] = received
         elif "Timeout" in name or isinstance(error, TimeoutError):
             turn["error"] = "timeout"
         else:

@@ -40,6 +40,8 @@ __all__ = [
     "RUN_TIMEOUT_KEY",
     "ModelCaller",
     "RetryableModelError",
+    "cut_off_reply",
+    "cut_off_text",
     "response_format",
 ]
 
@@ -54,9 +56,14 @@ RUN_TIMEOUT_KEY = "skilldeck_run_timeout_s"
 class RetryableModelError(Exception):
     """A model call that may succeed if asked again: ``reason`` says what happened."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, received: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
+        #: What the model wrote before the call ended (a reply cut off at the token limit).
+        self.received = received
+
+
+_CUT_OFF = "the reply was cut off at the output token limit"
 
 
 class DeadlineError(Exception):
@@ -69,7 +76,7 @@ def _retryable(exc: Exception, timeout: float) -> str | None:
     if "Timeout" in name or isinstance(exc, TimeoutError):
         return f"the model call timed out after {timeout:g} s"
     if name == "LengthFinishReasonError":
-        return "the reply was cut off at the output token limit"
+        return _CUT_OFF
     if name in ("APIConnectionError", "InternalServerError", "RateLimitError"):
         return f"the endpoint failed for a moment ({name})"
     status = getattr(exc, "status_code", None)
@@ -196,12 +203,32 @@ class ModelCaller:
             reason = _retryable(exc, timeout)
             if reason is None:
                 raise
-            raise RetryableModelError(reason) from exc
+            raise RetryableModelError(reason, cut_off_text(exc)) from exc
         if not isinstance(result, AIMessage):
             raise TypeError(f"model returned {type(result).__name__}, not an AIMessage")
         if result.response_metadata.get("finish_reason") == "length" and not result.tool_calls:
-            raise RetryableModelError("the reply was cut off at the output token limit")
+            received = result.content if isinstance(result.content, str) else ""
+            raise RetryableModelError(_CUT_OFF, received)
         return result
+
+
+def cut_off_reply(received: str, head: int = 600, tail: int = 200) -> AIMessage:
+    """A cut-off reply as the conversation keeps it: its start and its end (where a model
+    that repeats itself shows it), so the re-ask and the transcript show what went wrong
+    without carrying a whole runaway reply."""
+    if len(received) > head + tail:
+        left = len(received) - head - tail
+        received = f"{received[:head]} … ({left} characters) … {received[-tail:]}"
+    return AIMessage(content=received)
+
+
+def cut_off_text(exc: BaseException) -> str:
+    """The text of a reply that ``exc`` reports cut off at the token limit (OpenAI's
+    ``LengthFinishReasonError`` carries the completion), else ``""``."""
+    completion = getattr(exc, "completion", None)
+    choices = getattr(completion, "choices", None) or []
+    content = getattr(getattr(choices[0], "message", None), "content", None) if choices else None
+    return content if isinstance(content, str) else ""
 
 
 def response_format(mode: str, name: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -32,7 +32,13 @@ from skilldeck._internal.paths import deep_merge
 from skilldeck._internal.redact import redact, safe_reason
 from skilldeck.errors import PromptTooLongError, SkillDeckError
 from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
-from skilldeck.nodes.model_call import DEADLINE_KEY, DeadlineError, ModelCaller, RetryableModelError
+from skilldeck.nodes.model_call import (
+    DEADLINE_KEY,
+    DeadlineError,
+    ModelCaller,
+    RetryableModelError,
+    cut_off_reply,
+)
 from skilldeck.nodes.prompt import render_feedback, render_system, render_user
 from skilldeck.nodes.replies import SUBMIT_TOOL, read_reply
 from skilldeck.nodes.router import route
@@ -180,9 +186,12 @@ class SkillNode:
             )
         except RetryableModelError as exc:
             calls[self.name] = index + 1
-            if opening:
-                turn = {**turn, "pos": visit.save(turn, opening)}
-            return self._reject(visit, turn, [{"path": "$", "message": exc.reason}], None)
+            # A cut-off reply is kept (shortened): the re-ask and the transcript show it.
+            cut = cut_off_reply(exc.received) if exc.received else None
+            new = [*opening, *([cut] if cut else [])]
+            if new:
+                turn = {**turn, "pos": visit.save(turn, new)}
+            return self._reject(visit, turn, [{"path": "$", "message": exc.reason}], None, cut)
         except DeadlineError as exc:
             return self._fail(visit, "RUN_TIMEOUT", str(exc), turn)
         except Exception as exc:

@@ -84,7 +84,7 @@ _TURN_KINDS = ("output", "text", "tool_calls", "error")
 #: What a recorded call that failed replays as (``error: KIND``): the same failure, so the run
 #: takes the same path (a re-ask) as it did live.
 ERROR_KINDS = ("length", "timeout", "unavailable")
-_TURN_KEYS = frozenset((*_TURN_KINDS, "invalid", "request", "latency_s", "status"))
+_TURN_KEYS = frozenset((*_TURN_KINDS, "invalid", "request", "latency_s", "status", "received"))
 #: ``response_metadata`` of a scripted message: where its turn is, and if it is meant invalid.
 TURN_KEY = "scripted_turn"
 INVALID_KEY = "scripted_invalid"
@@ -161,6 +161,14 @@ def _turns(label: str, where: str, skills: Any) -> Turns:
                 raise ModelConfigError(
                     f"{at}.status: only an 'error: unavailable' turn has one, an HTTP status "
                     f"500-599, not {status!r}"
+                )
+            received = turn.get("received")
+            if received is not None and (
+                turn.get("error") != "length" or not isinstance(received, str)
+            ):
+                raise ModelConfigError(
+                    f"{at}.received: only an 'error: length' turn has one, the text the model "
+                    f"wrote before it was cut off, not {received!r:.60}"
                 )
     return {str(k): list(v) for k, v in skills.items()}
 
@@ -319,8 +327,8 @@ def turn_message(
     """The turn as a reply; with a ``response_format``, in the text form that format asks for."""
     if "text" in turn:
         return AIMessage(content=str(turn["text"]))
-    if "error" in turn:  # a reply cut off at the token limit: nothing usable
-        return AIMessage(content="")
+    if "error" in turn:  # a reply cut off at the token limit: what it wrote before the cut
+        return AIMessage(content=str(turn.get("received", "")))
     if "output" in turn:
         output = turn["output"]
         if _asks_envelope(response_format):

@@ -7,6 +7,7 @@ import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -15,8 +16,10 @@ import yaml
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, INTAKE_FINAL, output, write_bundle
 from endpoint import Answer, call, serve, text
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
 
 from skilldeck import Settings, SkillDeck
+from skilldeck.checkpoints.inspect import transcript
 from skilldeck.errors import ModelConfigError, PromptTooLongError
 from skilldeck.evals.cassette import CassetteRecorder
 from skilldeck.models import build_model, output_mode, resolve_model
@@ -366,6 +369,7 @@ class _ServerError(Exception):
     ("failed", "reason"),
     [
         ({"error": "length"}, "cut off"),
+        ({"error": "length", "received": '{"final": {"resp'}, "cut off"),
         ({"error": "timeout"}, "timed out"),
         ({"error": "unavailable"}, "HTTP 503"),
         ({"error": "unavailable", "status": 500}, "HTTP 500"),
@@ -396,13 +400,61 @@ def test_a_recorded_failed_call_replays_as_the_same_failure(
     run_id = uuid.uuid4()
     meta = {CASE_KEY: "c", SKILL_KEY: "s", CALL_INDEX_KEY: 0}
     recorder.on_chat_model_start({}, [[HumanMessage("hi")]], run_id=run_id, metadata=meta)
-    error = type("LengthFinishReasonError", (Exception,), {})() if kind == "length" else (
+    completion = SimpleNamespace(
+        choices=[SimpleNamespace(message=SimpleNamespace(content=failed.get("received")))]
+    )
+    length = type("LengthFinishReasonError", (Exception,), {"completion": completion})
+    error = length() if kind == "length" else (
         TimeoutError() if kind == "timeout" else
         _ServerError() if "status" in failed else ConnectionError())  # fmt: skip
     recorder.on_llm_error(error, run_id=run_id)
     (turn,) = recorder.cassette()["cases"]["c"]["skills"]["s"]
     assert {k: v for k, v in turn.items() if k != "request"} == failed
     assert len(turn["request"]) == 16
+
+
+def test_a_cut_off_reply_is_kept_short_for_the_reask_and_the_transcript() -> None:
+    """What a model wrote before the token limit cut it off is what a reader needs to see
+    (a runaway repetition): its start and its end stay in the turn, the middle is dropped."""
+    runaway = '{"final": {"response": "' + "the same words again " * 400
+    steps: list[Any] = [
+        Answer(message=text(runaway), finish_reason="length"),
+        text(json.dumps(PARSE)),
+        text(json.dumps({"final": INTAKE_FINAL})),
+    ]
+    with serve(steps) as endpoint:
+        settings = _settings(base_url=endpoint.url, output_mode="schema")
+        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
+            result = _intake(deck)
+            turns = transcript(deck, result.thread_id)
+    assert result.status == "finished", result.error
+    reask = endpoint.requests[1]["messages"]
+    kept = [m["content"] for m in reask if m["role"] == "assistant"]
+    assert len(kept) == 1 and kept[0].startswith(runaway[:600])
+    assert kept[0].endswith(runaway[-200:]) and f"({len(runaway) - 800} characters)" in kept[0]
+    shown = [m for turn in turns for m in turn["messages"] if m["role"] == "ai"]
+    assert shown and shown[0]["content"] == kept[0]
+
+
+def test_the_recorder_keeps_a_cut_off_reply_that_came_back_as_text() -> None:
+    """A cut-off reply that the client returns (no exception) is recorded as ``error: length``
+    with its text, so the replay takes the re-ask path as the live run did."""
+    recorder = CassetteRecorder()
+    run_id = uuid.uuid4()
+    meta = {CASE_KEY: "c", SKILL_KEY: "s", CALL_INDEX_KEY: 0}
+    recorder.on_chat_model_start({}, [[HumanMessage("hi")]], run_id=run_id, metadata=meta)
+    cut = AIMessage('{"final": {"resp', response_metadata={"finish_reason": "length"})
+    recorder.on_llm_end(LLMResult(generations=[[ChatGeneration(message=cut)]]), run_id=run_id)
+    (turn,) = recorder.cassette()["cases"]["c"]["skills"]["s"]
+    assert turn["error"] == "length" and turn["received"] == '{"final": {"resp'
+
+
+@pytest.mark.parametrize(
+    "turn", [{"text": "x", "received": "x"}, {"error": "length", "received": 3}]
+)
+def test_received_text_belongs_to_a_cut_off_turn_only(turn: dict[str, Any]) -> None:
+    with pytest.raises(ModelConfigError, match=r"s\[0\]\.received: only an 'error: length'"):
+        load_script({"skills": {"s": [turn]}})
 
 
 @pytest.mark.parametrize(
