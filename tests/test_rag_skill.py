@@ -21,6 +21,7 @@ from langchain_core.tools import StructuredTool
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.evals import Task, grade, outcome_of, suite_for_skill
+from skilldeck.nodes.retrieval.node import compose_paragraphs
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.tools import default_registry
@@ -223,13 +224,17 @@ REWRITE = {
 }
 
 
+def _answer(text: str, *cite: str) -> dict[str, Any]:
+    return {"paragraphs": [{"text": text, "cite": list(cite)}]}
+
+
 def test_scripted_rewrite_and_answer_with_a_rejected_answer(
     make: Callable[..., SkillDeck],
 ) -> None:
     turns = [
         {"output": REWRITE},
-        {"output": {"answer": "A SKU is the code of one product variant in the catalog."}},
-        {"output": {"answer": f"A SKU is the code of one product variant in the catalog. {SKU}"}},
+        {"output": _answer("A SKU is the code of one product variant in the catalog.")},
+        {"output": _answer("A SKU is the code of one product variant in the catalog.", SKU)},
     ]
     deck = make(turns)
     result = deck.run({"question": "What is a SKU?"}, context="knowledge", matter_id=MATTER)
@@ -258,7 +263,7 @@ def test_scripted_rewrite_and_answer_with_a_rejected_answer(
 
 
 def test_scripted_answer_that_never_cites_fails_the_run(make: Callable[..., SkillDeck]) -> None:
-    uncited = {"output": {"answer": "A SKU identifies one product variant in the catalog."}}
+    uncited = {"output": _answer("A SKU identifies one product variant in the catalog.")}
     deck = make([{"output": REWRITE}, uncited, uncited, uncited])
     result = deck.run({"question": "What is a SKU?"}, context="knowledge", matter_id=MATTER)
     assert result.status == "failed"
@@ -266,12 +271,37 @@ def test_scripted_answer_that_never_cites_fails_the_run(make: Callable[..., Skil
     assert "found" not in result.state  # nothing was merged
 
 
+def test_a_cited_tag_the_evidence_never_showed_is_refused(make: Callable[..., SkillDeck]) -> None:
+    """The answer cites from the evidence shown: in ``schema`` mode the grammar holds it, and
+    the check after the call refuses any other tag in every mode."""
+    made_up = '<CITATION file="docs/nowhere.md" lines="1-2" />'
+    turns = [
+        {"output": REWRITE},
+        {"output": _answer("A SKU is the code of one product variant.", made_up)},
+        {"output": _answer("A SKU is the code of one product variant.", SKU)},
+    ]
+    deck = make(turns)
+    result = deck.run({"question": "What is a SKU?"}, context="knowledge", matter_id=MATTER)
+    assert result.status == "finished", result.error
+    assert result.state["response"] == f"A SKU is the code of one product variant. {SKU}"
+    rows = [h for h in deck.history(result.thread_id) if h["action"] == "rejected"]
+    assert [e["path"] for e in rows[0]["validation_errors"]] == ["$.paragraphs[0].cite[0]"]
+
+
+def test_answer_paragraphs_are_composed_with_their_tags_after_each() -> None:
+    other = '<CITATION file="docs/other.md" lines="1-1" />'
+    text = compose_paragraphs(
+        [{"text": " First point. ", "cite": [SKU]}, {"text": "Second.", "cite": [SKU, other]}]
+    )
+    assert text == f"First point. {SKU}\n\nSecond. {SKU} {other}"
+
+
 def test_scripted_invalid_rewrite_falls_back_to_the_rules(
     make: Callable[..., SkillDeck],
 ) -> None:
     turns = [
         {"text": "SKU, I think"},
-        {"output": {"answer": f"A SKU is the stock keeping unit code. {SKU}"}},
+        {"output": _answer("A SKU is the stock keeping unit code.", SKU)},
     ]
     state = _ask(make(turns), "What is a SKU?")
     rewrite = state["attempt"]["trajectory"]["rewrite"]

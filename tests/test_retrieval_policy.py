@@ -569,6 +569,25 @@ def test_model_rewrite_round_trips() -> None:
     assert plan.variants[:2] == (question, "Widget Pro price 2024") and plan.years == ("2024",)
 
 
+def test_a_model_rewrite_adds_queries_but_no_requirements_of_its_own() -> None:
+    """A small model copies the prompt's examples ("price, stock, supplier", "main query")
+    into its rewrite: as requirements they would make every result insufficient."""
+    question = "What is the amount of total sales in 2019?"
+    value = {
+        "entity": ["total sales", "product", "organisation"],
+        "time_scope": ["2019", "FY2018"],
+        "attributes": ["price", "stock", "supplier"],
+        "intent": "value",
+        "variants": ["main query", "total sales 2019 revenue", "price"],
+    }
+    rewrite = Rewrite.from_model(value, question)
+    assert rewrite.entity == ("total sales",) and rewrite.time_scope == ("2019",)
+    assert rewrite.attributes == rewrite_question(question).attributes  # none was the question's
+    assert rewrite.variants == (question, "total sales 2019 revenue")
+    plan = make_plan(question, rewrite)
+    assert not {"price", "stock", "supplier"} & {f.label for f in plan.facets}
+
+
 def test_evidence_round_trips_through_json() -> None:
     _, items = _evidence("List all Widget tools")
     for item in items:

@@ -9,11 +9,12 @@ expands along 30 -> 50 -> 100 while its results fill ``top_k`` but fall short; e
 source runs once. No source stands in for another: the other RAG tool and the local files are
 tried whatever the first one found, and "no relevant information" is said only after all.
 
-With a model, the model rewrites the question (JSON) and writes the answer from the evidence;
-without one, the rules (:mod:`skilldeck.nodes.retrieval_rules`) do both. Either answer must pass
-the citation contract (:func:`~skilldeck.nodes.retrieval.answer.check_answer`); a failing answer
-goes back through the re-ask path with the errors. The trajectory (rewrite, plan, every step with
-its tool, args, result summary and verdict) is kept in the attempt record, the tool calls and
+With a model, the model rewrites the question (JSON) and writes the answer from the evidence
+(paragraphs, each with the citations it uses, chosen from the evidence shown); without one, the
+rules (:mod:`skilldeck.nodes.retrieval_rules`) do both. Either answer must pass the citation
+contract (:func:`~skilldeck.nodes.retrieval.answer.check_answer`); a failing answer goes back
+through the re-ask path with the errors. The trajectory (rewrite, plan, every step with its
+tool, args, result summary and verdict) is kept in the attempt record, the tool calls and
 model turns in the transcript, and the evidence in the store for a re-ask.
 """
 
@@ -43,16 +44,39 @@ from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import compile_schema, format_errors
 from skilldeck.tools.registry import IDENTITY_KEYS, ToolResult
 
-__all__ = ["RetrievalSkillNode"]
+__all__ = ["RetrievalSkillNode", "answer_schema", "compose_paragraphs"]
 
 _REWRITE_VALIDATOR = compile_schema(REWRITE_SCHEMA)
-# What the model writes after the evidence: the answer text (citations in it).
-_ANSWER: dict[str, Any] = {
-    "type": "object",
-    "properties": {"answer": {"type": "string", "minLength": 1}},
-    "required": ["answer"],
-    "additionalProperties": False,
-}
+# What the model writes after the evidence: its paragraphs, each with the citations of the
+# evidence it uses, which can only be citations of the evidence shown (a grammar-constrained
+# model cannot make one up or garble one). The runtime writes each paragraph's tags after it.
+_MAX_CITES = 2
+
+
+def answer_schema(shown: Sequence[Evidence]) -> dict[str, Any]:
+    """The JSON Schema of the model's answer to the evidence ``shown``."""
+    citations = list(dict.fromkeys(e.citation for e in shown))
+    cite = {"type": "array", "items": {"enum": citations}, "maxItems": _MAX_CITES}
+    paragraph = {
+        "type": "object",
+        "properties": {"text": {"type": "string", "minLength": 1}, "cite": cite},
+        "required": ["text", "cite"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {"paragraphs": {"type": "array", "items": paragraph, "minItems": 1}},
+        "required": ["paragraphs"],
+        "additionalProperties": False,
+    }
+
+
+def compose_paragraphs(paragraphs: Sequence[Mapping[str, Any]]) -> str:
+    """The answer text: each paragraph followed by its citation tags, blank lines between."""
+    blocks = (" ".join([str(p["text"]).strip(), *p["cite"]]) for p in paragraphs)
+    return "\n\n".join(blocks)
+
+
 _ALIASES = {RAG: "rag_retrieve", TABLE: "table_rag_retrieve", LOCAL: "local_file_search"}
 _MODE_NOTE = """\
 ## How this skill runs
@@ -86,14 +110,14 @@ Coverage: {coverage}
 {evidence}
 
 ## Reply
-One JSON object: {{"answer": "..."}}. Use only the evidence above. Write one paragraph or
-bullet list per point, separated by blank lines, and end each one that uses the evidence with
-the <CITATION .../> tag(s) of what it uses (copied exactly, 1-2 per paragraph); never collect
-citations at the end. If you use a truncated table result, state its total matches (N+M), the
-displayed count (N) and the omitted count (M). If the coverage is partial, say so."""
+One JSON object: {{"paragraphs": [{{"text": "...", "cite": ["<CITATION .../>"]}}, ...]}}. Use
+only the evidence above. Write one paragraph per point; its "cite" lists the "cite as" tag(s)
+of the evidence it uses (1-2), or [] when it uses none. If you use a truncated table result,
+state its total matches (N+M), the displayed count (N) and the omitted count (M). If the
+coverage is partial, say so."""
 _RETRY = (
-    'Reply with {"answer": "..."} only: every paragraph that uses the evidence ends with its '
-    "<CITATION .../> tag(s), copied exactly as given."
+    'Reply with {"paragraphs": [{"text": "...", "cite": [...]}]} only: every paragraph that '
+    'uses the evidence lists its "cite as" tag(s) in "cite".'
 )
 
 
@@ -193,7 +217,8 @@ class RetrievalSkillNode(SkillNode):
         if turn["trajectory"]["answer_by"] == "model":
             ask = HumanMessage(self._answer_ask(plan, run.steps, shown, run.answered_by))
             try:
-                reply = self.ask_json([*conversation, ask], visit.calls, turn, "answer", _ANSWER)
+                schema = answer_schema(shown)
+                reply = self.ask_json([*conversation, ask], visit.calls, turn, "answer", schema)
             except RetryableModelError as exc:  # the rules write the answer instead
                 turn["trajectory"]["answer_by"] = "rules"
                 turn["trajectory"]["model_error"] = exc.reason
@@ -319,7 +344,8 @@ class RetrievalSkillNode(SkillNode):
             if not isinstance(m, ToolMessage) and not (isinstance(m, AIMessage) and m.tool_calls)
         ]
         try:
-            reply = self.ask_json(conversation, visit.calls, turn, "answer", _ANSWER)
+            schema = answer_schema(shown)
+            reply = self.ask_json(conversation, visit.calls, turn, "answer", schema)
         except RetryableModelError as exc:
             return self._reject(visit, turn, [{"path": "$", "message": exc.reason}], _RETRY)
         except Exception as exc:
@@ -338,12 +364,11 @@ class RetrievalSkillNode(SkillNode):
         """Check the citation contract, then hand the four-part output to ``accept_output``."""
         if isinstance(answer, AIMessage):
             value, errors = parse_output(answer, self.limits)
-            text = value.get("answer") if value is not None else None
-            if value is not None and not (isinstance(text, str) and text.strip()):
-                errors = [{"path": "$.answer", "message": 'reply with {"answer": "<text>"}'}]
-            if errors:
+            if value is not None and not errors:
+                errors = format_errors(compile_schema(answer_schema(shown)), value)
+            if errors or value is None:
                 return self._reject(visit, turn, errors, _RETRY)
-            answer = str(text)
+            answer = compose_paragraphs(value["paragraphs"])
         question = str(turn["trajectory"]["question"])
         errors = check_answer(answer, question=question, shown=shown, known=known)
         if errors:

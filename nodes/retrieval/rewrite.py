@@ -16,6 +16,7 @@ from skilldeck.nodes.retrieval.terms import (
     CATEGORY_TOKENS,
     CJK,
     GENERIC,
+    GENERIC_TOKENS,
     WORDS,
     is_chinese,
     split_words,
@@ -186,15 +187,31 @@ class Rewrite:
 
     @classmethod
     def from_model(cls, value: Mapping[str, Any], question: str) -> Rewrite:
-        """A rewrite from model output already checked against :data:`REWRITE_SCHEMA`. The
-        model's variants add to the question; they never replace it (seed 002: preserve
-        meaning), so the question itself is always the first query."""
+        """A rewrite from model output already checked against :data:`REWRITE_SCHEMA`.
+
+        The model may add queries, never requirements the question does not make (seed 002:
+        preserve the meaning). So the question itself is always the first query; a variant
+        is kept only if it shares a word with the question; and an entity, time scope or
+        attribute only if the question writes every word of it. Where none of the model's
+        terms of a kind is the question's, the rules' terms stand. (A small model copies the
+        prompt's own examples, "price, stock, supplier", into every rewrite; as requirements
+        they would make every result look insufficient.)
+        """
+        asked = token_set(question)
+        rules = rewrite_question(question)
+
+        def grounded(terms: Any, fallback: tuple[str, ...]) -> tuple[str, ...]:
+            kept = [t for t in terms if token_set(t) and token_set(t) <= asked]
+            return tuple(dict.fromkeys(kept)) or fallback
+
         variants = [" ".join(question.split())]
-        variants += [" ".join(v.split()) for v in value["variants"] if v.strip()]
+        variants += [
+            " ".join(v.split()) for v in value["variants"] if token_set(v) & asked - GENERIC_TOKENS
+        ]
         return cls(
-            entity=tuple(value["entity"]),
-            time_scope=tuple(value["time_scope"]),
-            attributes=tuple(value["attributes"]),
+            entity=grounded(value["entity"], rules.entity),
+            time_scope=grounded(value["time_scope"], rules.time_scope),
+            attributes=grounded(value["attributes"], rules.attributes),
             intent=str(value["intent"]),
             variants=tuple(dict.fromkeys(variants)),
             by="model",
