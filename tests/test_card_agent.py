@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from conftest import SEED_CARD
@@ -20,6 +21,7 @@ from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.tools import TEMPLATES, default_registry
 from skilldeck.tools.cards import (
     CARD_KEYS,
+    MAX_TEMPLATES,
     TEMPLATE_IDS,
     card_relpath,
     card_slug,
@@ -72,6 +74,7 @@ def test_templates_are_one_set_everywhere() -> None:
     schema = json.loads((BUNDLE / "assets" / "output_schema.json").read_text("utf-8"))
     card = schema["properties"]["data"]["properties"]["timeline_card"]
     assert card["properties"]["template_ids"]["items"]["enum"] == list(TEMPLATE_IDS)
+    assert card["properties"]["template_ids"]["maxItems"] == MAX_TEMPLATES  # as card__save
     reference = (BUNDLE / "references" / "templates.md").read_text("utf-8")
     for template in TEMPLATES.values():
         row = next(line for line in reference.splitlines() if line.startswith(f"| `{template.id}`"))
@@ -146,6 +149,7 @@ def test_save_keeps_an_insight_already_on_file(tmp_path: Path) -> None:
         (a_card(template_ids="event"), "template_ids must be a non-empty list"),
         (a_card(template_ids=["event", "meeting"]), "unknown template(s) ['meeting']"),
         (a_card(template_ids=["event", "event"]), "lists a template twice"),
+        (a_card(template_ids=["event", "link", "rating", "place"]), "at most 3"),
         (a_card(tags="work"), "tags must be a list of strings"),
         (a_card(ui_config=...), "ui_config must be an object"),
         (a_card(ui_config=["Thursday"]), "ui_config must be an object"),
@@ -162,6 +166,38 @@ def test_bad_card_is_refused_and_nothing_written(tmp_path: Path, card: Any, mess
         save_card(tmp_path, card)
     assert message in str(info.value)
     assert files_under(tmp_path) == before
+
+
+def _schema_errors(card: Any) -> list[str]:
+    schema = card_tools(None)[0].tool_call_schema.model_json_schema()
+    return [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors({"card": card})]
+
+
+@pytest.mark.parametrize("template", TEMPLATE_IDS)
+def test_the_save_schema_accepts_every_template_with_all_its_fields(
+    tmp_path: Path, template: str
+) -> None:
+    """What a grammar-constrained model may write is what the tool saves: all of a
+    template's fields, each of its type."""
+    values = {"string": "x", "number": 8, "list": ["a"], "object": {"k": "v"}}
+    ui = {name: values[kind] for name, kind in TEMPLATES[template].shape}
+    card = a_card(template_ids=[template], ui_config=ui)
+    assert _schema_errors(card) == []
+    save_card(tmp_path, card)
+
+
+@pytest.mark.parametrize(
+    "card",
+    [
+        a_card(ui_config={"transaction": "meeting"}),  # no template has this field
+        a_card(template_ids=list(TEMPLATE_IDS[: MAX_TEMPLATES + 1])),
+        a_card(colour="red"),
+    ],
+)
+def test_the_save_schema_refuses_what_the_tool_refuses(tmp_path: Path, card: Any) -> None:
+    assert _schema_errors(card)
+    with pytest.raises(ToolError):
+        save_card(tmp_path, card)
 
 
 def test_a_failed_write_leaves_the_old_card_and_no_temp_file(

@@ -25,6 +25,7 @@ from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
 __all__ = [
     "CARDS_DIR",
     "CARD_KEYS",
+    "MAX_TEMPLATES",
     "TEMPLATES",
     "TEMPLATE_IDS",
     "CardTemplate",
@@ -128,6 +129,28 @@ TEMPLATES: dict[str, CardTemplate] = {
 TEMPLATE_IDS = tuple(TEMPLATES)
 
 
+#: A card's templates: the primary one and at most two secondary ones.
+MAX_TEMPLATES = 3
+# The JSON Schema of each field type, as the checks below accept it (null leaves a field empty).
+_TYPE_SCHEMAS: dict[str, dict[str, Any]] = {
+    "string": {"type": ["string", "null"]},
+    "number": {"type": ["number", "string", "null"]},
+    "list": {"type": ["array", "null"], "items": {"type": ["string", "number"]}},
+    "object": {"type": ["object", "null"]},
+}
+
+
+def _ui_config_schema() -> dict[str, Any]:
+    """Every template's fields, so that a grammar-constrained model can only write a field
+    some template has; which fields fit the card's own templates is checked on save."""
+    fields = {name: kind for t in TEMPLATES.values() for name, kind in t.shape}
+    return {
+        "type": "object",
+        "properties": {name: _TYPE_SCHEMAS[kind] for name, kind in fields.items()},
+        "additionalProperties": False,
+    }
+
+
 def _field(description: str, schema: dict[str, Any]) -> Any:
     # Typed Any so that every check is ours (a ToolError that says what to fix); the JSON
     # schema the model sees still says what each field is.
@@ -140,20 +163,26 @@ class _Card(BaseModel):
     model_config = ConfigDict(
         extra="allow",
         json_schema_extra={
-            "required": ["fact_id", "title", "template_ids", "ui_config", "content"]
+            "required": ["fact_id", "title", "template_ids", "ui_config", "content"],
+            "additionalProperties": False,
         },
     )
 
     fact_id: Any = _field("The record's fact_id, unchanged.", {"type": "string"})
     title: Any = _field("A short title for the timeline.", {"type": "string"})
     template_ids: Any = _field(
-        "Template ids, the primary template first.",
-        {"type": "array", "items": {"enum": list(TEMPLATE_IDS)}, "minItems": 1},
+        "Template ids, the primary template first, then at most two secondary ones.",
+        {
+            "type": "array",
+            "items": {"enum": list(TEMPLATE_IDS)},
+            "minItems": 1,
+            "maxItems": MAX_TEMPLATES,
+        },
     )
     tags: Any = _field("Short lowercase tags.", {"type": "array", "items": {"type": "string"}})
     ui_config: Any = _field(
         "The primary template's fields; keep times, places, URLs, names, amounts, quotes.",
-        {"type": "object"},
+        _ui_config_schema(),
     )
     content: Any = _field("The raw record text, unchanged.", {"type": "string"})
     insight: Any = _field("Leave null; the PKM agent writes it.", {"type": ["string", "null"]})
@@ -213,6 +242,11 @@ def _check_card(card: Any) -> dict[str, Any]:
         )
     if len(set(templates)) != len(templates):
         raise ToolError("card.template_ids lists a template twice; list each once")
+    if len(templates) > MAX_TEMPLATES:
+        raise ToolError(
+            f"card.template_ids lists {len(templates)} templates; at most {MAX_TEMPLATES}: "
+            "the primary template and up to two secondary ones that the record clearly has"
+        )
     tags = card.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise ToolError("card.tags must be a list of strings")
