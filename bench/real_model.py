@@ -527,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = run(Path(tmp))
             result["unit_s"] = round(time.perf_counter() - started, 1)
             target.write_text(json.dumps(result, indent=1, ensure_ascii=False), "utf-8")
+            log(f"unit {name} done in {result['unit_s']:.0f} s: {target}")
     report = report_header(model=args.model, builtin=str(builtin_skills_dir()))
     report["units"] = {
         p.stem: json.loads(p.read_text("utf-8")) for p in sorted(args.out.glob("*.json"))
