@@ -241,6 +241,28 @@ def test_registry_binds_the_matter_and_jails_it(workspace: Path) -> None:
 
 
 # -- the bundle, fixtures, cases and cassettes ------------------------------------------------
+def test_validate_holds_the_output_to_what_the_attempt_wrote() -> None:
+    bundle = load_bundle(BUNDLE)
+    assert bundle.validate is not None
+    sleep = "Areas/Health/Sleep.md"
+    wrote = {"tool_calls": [{"name": "pkm__append", "args": {"path": sleep, "text": "- x"}}]}
+    read = {"tool_calls": [{"name": "pkm__read", "args": {"path": sleep}}]}
+
+    def verdict(pkm: dict[str, Any], turn: dict[str, Any], action: str = "finish") -> Any:
+        output = {"data": {"pkm": pkm}, "control": {"action": action}}
+        return bundle.validate(output, {"input": {"content": "x"}}, turn)  # type: ignore[misc]
+
+    saved = {"action": "saved", "files": [sleep], "insight": "i", "reason": "r"}
+    skipped = {"action": "skipped", "files": [], "insight": None, "reason": "r"}
+    assert verdict(saved, wrote) == {"action": "continue"}
+    assert verdict(skipped, read) == {"action": "continue"}
+    # The turn lists only the calls that stand: a claim without its write is sent back.
+    claim = verdict(saved, read)
+    assert claim["action"] == "retry" and "no pkm__append or pkm__create call" in claim["errors"][0]
+    assert "a skip writes nothing" in verdict(skipped, wrote)["errors"][0]
+    assert 'it must be "finish"' in verdict(saved, wrote, "continue")["errors"][0]
+
+
 def test_bundle_loads_with_registered_tools_and_a_strict_schema() -> None:
     bundle = load_bundle(BUNDLE)
     assert bundle.contexts == ("pkm",)
