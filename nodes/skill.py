@@ -52,7 +52,7 @@ from skilldeck.skills.contract import (
     check_field_keys,
     compile_schema,
     format_errors,
-    skeleton,
+    output_skeleton,
 )
 from skilldeck.tools.workspace import commit, rollback
 
@@ -469,7 +469,7 @@ class SkillNode:
         feedback = render_feedback(
             errors,
             retry_prompt,
-            example=skeleton(self.bundle.output_schema),
+            example=output_skeleton(self.bundle.output_schema),
             repeated=digest is not None and digest == turn.get("rejected"),
             undone=[self._shown_path(p) for p in undone],
         )

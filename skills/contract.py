@@ -41,6 +41,7 @@ __all__ = [
     "format_errors",
     "input_fits",
     "json_path",
+    "output_skeleton",
     "skeleton",
     "turn_schema",
 ]
@@ -394,6 +395,16 @@ def skeleton(schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -
         "boolean": False,
         "null": None,
     }.get(str(kind), "...")
+
+
+def output_skeleton(output_schema: Mapping[str, Any]) -> Any:
+    """The re-ask's example of a whole output: :func:`skeleton` with ``control.action``
+    ``finish``, what most rejected outputs meant to do. (The enum's first value, ``continue``,
+    would send a model that copies the example into another turn of the same skill.)"""
+    example = skeleton(output_schema)
+    if isinstance(example, dict) and "control" in example:
+        example["control"] = {"action": "finish"}
+    return example
 
 
 def card_fields(

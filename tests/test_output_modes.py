@@ -271,9 +271,10 @@ def test_a_reask_shows_a_skeleton_and_names_a_repeated_reply(
         if isinstance(m, HumanMessage) and str(m.content).startswith("Your output was rejected")
     ]
     assert len(asks) == 2
-    example = json.dumps(
-        skeleton(load_bundle(skills_dir / "alpha").output_schema), separators=(",", ":")
-    )
+    shape = skeleton(load_bundle(skills_dir / "alpha").output_schema)
+    assert shape["control"] == {"action": "continue"}  # the enum's first value
+    # The example finishes: a model that copies it does not start another turn.
+    example = json.dumps({**shape, "control": {"action": "finish"}}, separators=(",", ":"))
     assert f"(fill in real values): {example}" in asks[0]
     assert "same as the one rejected before" not in asks[0]
     assert "same as the one rejected before" in asks[1]
