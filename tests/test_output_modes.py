@@ -3,9 +3,10 @@ and what a timeout, a cut-off or a broken endpoint does to a run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -48,6 +49,22 @@ def _intake(deck: SkillDeck) -> Any:
     return deck.run({"documents": ["complaint.txt"]}, context="matter", matter_id="demo-matter")
 
 
+@contextlib.contextmanager
+def _intake_on(steps: list[Any], **settings: Any) -> Iterator[tuple[Any, SkillDeck, Any]]:
+    """The demo's intake run against a local endpoint that answers with ``steps``: the
+    endpoint (its requests), the open deck and the run's result."""
+    with serve(steps) as endpoint:
+        config = _settings(base_url=endpoint.url, **settings)
+        with SkillDeck([INTAKE], checkpointer="memory://", settings=config) as deck:
+            yield endpoint, deck, _intake(deck)
+
+
+def _run_intake(steps: list[Any], **settings: Any) -> tuple[Any, Any]:
+    """:func:`_intake_on` for a test that needs only the endpoint and the result."""
+    with _intake_on(steps, **settings) as (endpoint, _, result):
+        return endpoint, result
+
+
 # -- every mode runs the demo's cassette ----------------------------------------------------
 @pytest.mark.parametrize("mode", ["schema", "tool", "json"])
 def test_the_demo_runs_in_every_mode(mode: str, tmp_path: Path) -> None:
@@ -74,10 +91,8 @@ def test_the_demo_runs_in_every_mode(mode: str, tmp_path: Path) -> None:
 
 # -- schema mode against an OpenAI-compatible endpoint --------------------------------------
 def test_schema_mode_sends_one_strict_schema_of_the_next_step() -> None:
-    with serve([text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]) as endpoint:
-        settings = _settings(base_url=endpoint.url, output_mode="schema")
-        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
-            result = _intake(deck)
+    steps: list[Any] = [text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]
+    endpoint, result = _run_intake(steps, output_mode="schema")
     assert result.status == "finished", result.error
     assert result.state["attempt"]["output_mode"] == "schema"
     first, second = endpoint.requests
@@ -111,10 +126,7 @@ def test_a_repeated_call_narrows_the_turn_to_the_final_output() -> None:
         text(json.dumps(PARSE)),
         text(json.dumps({"final": INTAKE_FINAL})),
     ]
-    with serve(steps) as endpoint:
-        settings = _settings(base_url=endpoint.url, output_mode="schema")
-        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
-            result = _intake(deck)
+    endpoint, result = _run_intake(steps, output_mode="schema")
     assert result.status == "finished", result.error
     third = endpoint.requests[2]
     narrowed = third["response_format"]["json_schema"]["schema"]
@@ -128,11 +140,8 @@ def test_tool_mode_reads_a_call_written_as_text_but_only_of_an_allowed_tool() ->
     fenced = "```json\n" + json.dumps(PARSE) + "\n```"
     denied = json.dumps({"tool": "file__delete", "arguments": {"file_id": "complaint.txt"}})
     steps: list[Any] = [text(fenced), text(denied), call("submit_output", INTAKE_FINAL, "c3")]
-    with serve(steps) as endpoint:
-        settings = _settings(base_url=endpoint.url, output_mode="tool")
-        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
-            result = _intake(deck)
-            history = deck.history(result.thread_id)
+    with _intake_on(steps, output_mode="tool") as (endpoint, deck, result):
+        history = deck.history(result.thread_id)
     assert result.status == "finished", result.error
     ran = [c["name"] for r in history if r["node"] == "tools" for c in r["tool_calls"]]
     assert ran == ["file__parse"]
@@ -172,11 +181,8 @@ def test_a_failed_call_is_a_rejected_attempt_that_is_asked_again(
     trouble: Answer, reason: str
 ) -> None:
     steps: list[Any] = [trouble, text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]
-    with serve(steps) as endpoint:
-        settings = _settings(base_url=endpoint.url, output_mode="schema", model_timeout_s=0.5)
-        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
-            result = _intake(deck)
-            history = deck.history(result.thread_id)
+    with _intake_on(steps, output_mode="schema", model_timeout_s=0.5) as (endpoint, deck, result):
+        history = deck.history(result.thread_id)
     assert result.status == "finished", result.error
     rejected = [r for r in history if r["action"] == "rejected"]
     assert len(rejected) == 1
@@ -185,10 +191,7 @@ def test_a_failed_call_is_a_rejected_attempt_that_is_asked_again(
 
 
 def test_a_call_that_keeps_failing_ends_the_run_failed() -> None:
-    with serve([Answer(status=503)] * 5) as endpoint:
-        settings = _settings(base_url=endpoint.url, output_mode="schema", max_retries=2)
-        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
-            result = _intake(deck)
+    endpoint, result = _run_intake([Answer(status=503)] * 5, output_mode="schema", max_retries=2)
     assert result.status == "failed" and result.error is not None
     assert result.error["code"] == "CONTRACT_VIOLATION"
     assert "HTTP 503" in result.error["errors"][0]["message"]
@@ -216,15 +219,12 @@ def test_a_long_conversation_loses_its_earlier_tool_results_first() -> None:
 
 
 def test_a_prompt_that_cannot_fit_the_context_is_refused_before_the_call() -> None:
-    with serve([text(json.dumps(PARSE))]) as endpoint:
-        settings = _settings(
-            base_url=endpoint.url,
-            output_mode="schema",
-            model_context_tokens=256,
-            max_output_tokens=64,
-        )
-        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
-            result = _intake(deck)
+    endpoint, result = _run_intake(
+        [text(json.dumps(PARSE))],
+        output_mode="schema",
+        model_context_tokens=256,
+        max_output_tokens=64,
+    )
     assert result.status == "failed" and result.error is not None
     assert result.error["code"] == "PROMPT_TOO_LONG"
     assert "192 are left" in result.error["message"]
@@ -232,10 +232,7 @@ def test_a_prompt_that_cannot_fit_the_context_is_refused_before_the_call() -> No
 
 
 def test_a_refused_key_is_a_model_error_at_once() -> None:
-    with serve([Answer(status=401)] * 3) as endpoint:
-        settings = _settings(base_url=endpoint.url, output_mode="schema")
-        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
-            result = _intake(deck)
+    endpoint, result = _run_intake([Answer(status=401)] * 3, output_mode="schema")
     assert result.status == "failed" and result.error is not None
     assert result.error["code"] == "MODEL_ERROR"
     assert len(endpoint.requests) == 1
@@ -243,13 +240,9 @@ def test_a_refused_key_is_a_model_error_at_once() -> None:
 
 def test_the_run_deadline_ends_a_run_that_keeps_calling() -> None:
     slow = Answer(message=text(json.dumps(PARSE)), delay=0.6)
-    with serve([slow] * 10) as endpoint:
-        settings = _settings(
-            base_url=endpoint.url, output_mode="schema", run_timeout_s=1.0, max_tool_rounds=10
-        )
-        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
-            result = _intake(deck)
-            assert deck.get_thread(result.thread_id).status == "failed"  # not stuck running
+    settings = {"output_mode": "schema", "run_timeout_s": 1.0, "max_tool_rounds": 10}
+    with _intake_on([slow] * 10, **settings) as (endpoint, deck, result):
+        assert deck.get_thread(result.thread_id).status == "failed"  # not stuck running
     assert result.status == "failed" and result.error is not None
     assert result.error["code"] == "RUN_TIMEOUT"
     assert len(endpoint.requests) <= 3
@@ -423,11 +416,8 @@ def test_a_cut_off_reply_is_kept_short_for_the_reask_and_the_transcript() -> Non
         text(json.dumps(PARSE)),
         text(json.dumps({"final": INTAKE_FINAL})),
     ]
-    with serve(steps) as endpoint:
-        settings = _settings(base_url=endpoint.url, output_mode="schema")
-        with SkillDeck([INTAKE], checkpointer="memory://", settings=settings) as deck:
-            result = _intake(deck)
-            turns = transcript(deck, result.thread_id)
+    with _intake_on(steps, output_mode="schema") as (endpoint, deck, result):
+        turns = transcript(deck, result.thread_id)
     assert result.status == "finished", result.error
     reask = endpoint.requests[1]["messages"]
     kept = [m["content"] for m in reask if m["role"] == "assistant"]
