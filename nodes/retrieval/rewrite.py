@@ -201,7 +201,7 @@ class Rewrite:
         rules = rewrite_question(question)
 
         def grounded(terms: Any, fallback: tuple[str, ...]) -> tuple[str, ...]:
-            kept = [t for t in terms if token_set(t) and token_set(t) <= asked]
+            kept = [t for t in terms if (words := token_set(t)) and words <= asked]
             return tuple(dict.fromkeys(kept)) or fallback
 
         variants = [" ".join(question.split())]
