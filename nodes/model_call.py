@@ -203,13 +203,27 @@ class ModelCaller:
             reason = _retryable(exc, timeout)
             if reason is None:
                 raise
-            raise RetryableModelError(reason, cut_off_text(exc)) from exc
+            received = cut_off_text(exc)
+            if reason == _CUT_OFF and _whole_json(received):
+                return AIMessage(content=received, response_metadata={"finish_reason": "length"})
+            raise RetryableModelError(reason, received) from exc
         if not isinstance(result, AIMessage):
             raise TypeError(f"model returned {type(result).__name__}, not an AIMessage")
         if result.response_metadata.get("finish_reason") == "length" and not result.tool_calls:
             received = result.content if isinstance(result.content, str) else ""
-            raise RetryableModelError(_CUT_OFF, received)
+            if not _whole_json(received):
+                raise RetryableModelError(_CUT_OFF, received)
         return result
+
+
+def _whole_json(text: str) -> bool:
+    """Whether ``text`` is one complete JSON object. A reply cut off at the token limit after
+    its object closed lost nothing of it (a constrained model can spend the rest of its budget
+    on what follows the object, which the server drops), so it is the reply, not a cut-off."""
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def cut_off_reply(received: str, head: int = 600, tail: int = 200) -> AIMessage:

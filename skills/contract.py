@@ -37,6 +37,7 @@ __all__ = [
     "card_fields",
     "check_field_keys",
     "compile_schema",
+    "control_actions",
     "field_schema",
     "format_errors",
     "input_fits",
@@ -112,6 +113,57 @@ CONTROL_SCHEMA: dict[str, Any] = {
 }
 
 
+def control_actions(source: Any) -> tuple[str, ...]:
+    """The actions a bundle's ``properties.control`` allows: all of :data:`ACTIONS` when it
+    says nothing, else its ``action`` enum. A skill narrows the control to what it may do next
+    (a filing agent that only ever finishes), so a grammar-constrained reply cannot choose
+    anything else; it cannot widen the control or add keys to it.
+
+    Raises:
+        ValueError: ``source`` says anything but ``{"properties": {"action": {"enum": [...]}}}``
+            with known, distinct actions.
+    """
+    if source is None:
+        return ACTIONS
+    how = 'write {"properties": {"action": {"enum": ["finish", "ask_user"]}}} with its actions'
+    props = source.get("properties") if isinstance(source, Mapping) else None
+    action = props.get("action") if isinstance(props, Mapping) else None
+    if (
+        set(source) != {"properties"}
+        or set(props or {}) != {"action"}
+        or not isinstance(action, Mapping)
+        or set(action) != {"enum"}
+    ):
+        raise ValueError(f"a skill may only narrow control.action: {how}")
+    enum = action["enum"]
+    unknown = [a for a in enum if a not in ACTIONS] if isinstance(enum, list) else [enum]
+    if unknown or not enum or len(set(enum)) != len(enum):
+        raise ValueError(
+            f"control.action's enum must list distinct actions of {', '.join(ACTIONS)}; "
+            f"got {enum!r}"
+        )
+    return tuple(a for a in ACTIONS if a in enum)
+
+
+def _control_schema(actions: Sequence[str]) -> dict[str, Any]:
+    """:data:`CONTROL_SCHEMA` for a skill that may take only ``actions``. A skill that never
+    asks has no card keys and one that never retries no ``retry_prompt``: a constrained reply
+    cannot spend its tokens on them."""
+    if tuple(actions) == ACTIONS:
+        return CONTROL_SCHEMA
+    schema = copy.deepcopy(CONTROL_SCHEMA)
+    props = schema["properties"]
+    props["action"] = {"enum": list(actions)}
+    if "ask_user" not in actions:
+        for key in ("review_type", "questions"):
+            del props[key]
+        for key in ("if", "then"):
+            del schema[key]
+    if "retry" not in actions:
+        del props["retry_prompt"]
+    return schema
+
+
 def _profile_schema(provides: Sequence[str], hints: Mapping[str, Any]) -> dict[str, Any]:
     """Profile properties rewritten to exactly ``provides``; a provided field keeps the type the
     bundle's schema gave it, and nothing else is allowed."""
@@ -137,7 +189,8 @@ def build_output_schema(
     """Assemble the full output schema; returns ``(output_schema, data_schema)``.
 
     ``source`` is the bundle's ``output_schema.json``. Only its ``properties.data`` (and any
-    ``$defs`` it refers to) are used; ``profile`` is rebuilt from ``provides``. Data fields
+    ``$defs`` it refers to) and the actions its ``properties.control`` allows
+    (:func:`control_actions`) are used; ``profile`` is rebuilt from ``provides``. Data fields
     become state keys, so ``data`` must declare them: unknown data fields are never allowed.
     """
     props = source.get("properties") or {}
@@ -155,7 +208,7 @@ def build_output_schema(
                 "response": {"type": "string"},
                 "profile": _profile_schema(provides, props.get("profile") or {}),
                 "data": data,
-                "control": CONTROL_SCHEMA,
+                "control": _control_schema(control_actions(props.get("control"))),
             },
         }
     )
@@ -399,11 +452,13 @@ def skeleton(schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -
 
 def output_skeleton(output_schema: Mapping[str, Any]) -> Any:
     """The re-ask's example of a whole output: :func:`skeleton` with ``control.action``
-    ``finish``, what most rejected outputs meant to do. (The enum's first value, ``continue``,
-    would send a model that copies the example into another turn of the same skill.)"""
+    ``finish`` where the skill allows it, what most rejected outputs meant to do. (The enum's
+    first value, ``continue``, would send a model that copies the example into another turn of
+    the same skill.)"""
     example = skeleton(output_schema)
     if isinstance(example, dict) and "control" in example:
-        example["control"] = {"action": "finish"}
+        allowed = output_schema["properties"]["control"]["properties"]["action"]["enum"]
+        example["control"] = {"action": "finish" if "finish" in allowed else allowed[0]}
     return example
 
 

@@ -44,7 +44,7 @@ from skilldeck.skills.bundle import (
     SkillBundle,
 )
 from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
-from skilldeck.skills.contract import build_output_schema, compile_schema
+from skilldeck.skills.contract import build_output_schema, compile_schema, control_actions
 from skilldeck.skills.problems import Problems
 from skilldeck.skills.tokens import estimate_tokens, truncate_to_tokens
 
@@ -408,6 +408,11 @@ def _output_schema(
             "$.properties.data.additionalProperties",
             "data fields become state keys, so they must all be declared: set it to false",
         )
+        return None
+    try:
+        control_actions((source.get("properties") or {}).get("control"))
+    except ValueError as exc:
+        problems.error(file, "$.properties.control", str(exc))
         return None
     output_schema, data_schema = build_output_schema(source, tuple(outputs.get("provides", ())))
     try:

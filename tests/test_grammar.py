@@ -13,7 +13,15 @@ import jsonschema
 import pytest
 
 from skilldeck.skills import builtin_skills_dir
-from skilldeck.skills.contract import CONTROL_SCHEMA, QUESTION_SCHEMA, turn_schema
+from skilldeck.skills.contract import (
+    CONTROL_SCHEMA,
+    QUESTION_SCHEMA,
+    build_output_schema,
+    compile_schema,
+    format_errors,
+    output_skeleton,
+    turn_schema,
+)
 from skilldeck.skills.grammar import for_grammar
 from skilldeck.skills.loader import load_skills
 
@@ -155,3 +163,36 @@ def test_narrowing_keeps_the_stricter_bound_and_the_common_type() -> None:
 def test_no_built_in_skill_leaves_a_conditional_to_the_grammar() -> None:
     for bundle in load_skills(builtin_skills_dir()):
         assert not _has_conditional(turn_schema(bundle.output_schema)), bundle.name
+
+
+@pytest.mark.parametrize(
+    ("actions", "card_keys"),
+    [(["finish"], False), (["continue", "finish"], False), (["ask_user", "finish"], True)],
+)
+def test_a_skill_narrows_control_action_for_the_grammar_and_the_check(
+    actions: list[str], card_keys: bool
+) -> None:
+    source = {"properties": {"control": {"properties": {"action": {"enum": actions}}}}}
+    schema, _ = build_output_schema(source, ())
+    control = schema["properties"]["control"]
+    assert control["properties"]["action"] == {"enum": actions}
+    # A skill that never asks leaves the grammar no card to run away in.
+    assert ("questions" in control["properties"]) is card_keys
+    assert not _has_conditional(turn_schema(schema))
+    validator = compile_schema(schema)
+    base = {"response": "ok", "profile": {}, "data": {}}
+    for action in ("continue", "retry", "ask_user", "finish"):
+        errors = format_errors(validator, {**base, "control": {"action": action}})
+        if action in actions and action != "ask_user":
+            assert errors == []
+        elif action not in actions:
+            assert [e["path"] for e in errors] == ["$.control.action"], action
+    assert output_skeleton(schema)["control"] == {"action": "finish"}
+
+
+def test_the_skeleton_takes_the_first_allowed_action_when_finish_is_not_one() -> None:
+    source = {
+        "properties": {"control": {"properties": {"action": {"enum": ["ask_user", "continue"]}}}}
+    }
+    schema, _ = build_output_schema(source, ())
+    assert output_skeleton(schema)["control"] == {"action": "continue"}

@@ -298,6 +298,32 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
         "$.properties.data.additionalProperties",
         "false",
     ),
+    "control-extra-key": (
+        _schema(
+            {
+                "properties": {
+                    "control": {
+                        "properties": {"action": {"enum": ["finish"]}, "why": {"type": "string"}}
+                    }
+                }
+            }
+        ),
+        "output_schema.json",
+        "$.properties.control",
+        "may only narrow control.action: write",
+    ),
+    "control-unknown-action": (
+        _schema({"properties": {"control": {"properties": {"action": {"enum": ["stop"]}}}}}),
+        "output_schema.json",
+        "$.properties.control",
+        "distinct actions of continue, retry, ask_user, finish; got \\['stop'\\]",
+    ),
+    "control-empty-enum": (
+        _schema({"properties": {"control": {"properties": {"action": {"enum": []}}}}}),
+        "output_schema.json",
+        "$.properties.control",
+        "got \\[\\]",
+    ),
     "condition-dunder": (
         _meta(triggers={"contexts": ["ctx"], "state_conditions": ["__import__('os')"]}),
         "skill.meta.json",

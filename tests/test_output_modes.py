@@ -407,6 +407,35 @@ def test_a_recorded_failed_call_replays_as_the_same_failure(
     assert len(turn["request"]) == 16
 
 
+def test_an_object_closed_before_the_cut_off_is_the_reply(tmp_path: Path) -> None:
+    """A constrained model can spend its budget after the object closed (the server drops
+    what follows): the reply lost nothing, so it is taken, live and in a replay, not re-asked."""
+    steps: list[Any] = [
+        Answer(message=text(json.dumps(PARSE)), finish_reason="length"),
+        text(json.dumps({"final": INTAKE_FINAL})),
+    ]
+    with _intake_on(steps, output_mode="schema") as (endpoint, deck, result):
+        history = deck.history(result.thread_id)
+    assert result.status == "finished", result.error
+    assert not [r for r in history if r["action"] == "rejected"] and len(endpoint.requests) == 2
+
+    script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
+    turns = script["skills"]["litigation-intake"]
+    call = turns[0]["tool_calls"][0]
+    closed = json.dumps({"tool": call["name"], "arguments": call["args"]})
+    turns[0] = {"error": "length", "received": closed}
+    cassette = tmp_path / "recorded.yaml"
+    cassette.write_text(yaml.safe_dump({**script, "recorded": {"date": "2026-11-25"}}), "utf-8")
+    settings = Settings(
+        model=f"scripted:{cassette}", files_root=str(DEMO_FILES), output_mode="schema"
+    )
+    with SkillDeck(checkpointer="memory://", settings=settings) as deck:
+        replayed = _intake(deck)
+        rows = deck.history(replayed.thread_id)
+    assert replayed.status == "interrupted", replayed.error
+    assert not [r for r in rows if r["action"] == "rejected"]
+
+
 def test_a_cut_off_reply_is_kept_short_for_the_reask_and_the_transcript() -> None:
     """What a model wrote before the token limit cut it off is what a reader needs to see
     (a runaway repetition): its start and its end stay in the turn, the middle is dropped."""
