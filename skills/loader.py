@@ -340,6 +340,9 @@ def inspect_bundle(
         _references(reader, folder / "references", reference_token_budget) if inline else ()
     )
     files = _files(reader, folder, inline)
+    # Only a skill-mode model calls tools; in the planner and retrieval modes the runtime runs
+    # them, and a file the model cannot read is no reason to offer a tool.
+    reads = bool(files) and (meta.get("execution_config") or {}).get("mode", "single") == "single"
     triggers, requires = meta.get("triggers") or {}, meta.get("requires") or {}
     state_conditions = _conditions(
         problems, meta_file, "$.triggers.state_conditions", triggers.get("state_conditions", ())
@@ -359,7 +362,7 @@ def inspect_bundle(
         state_conditions=state_conditions,
         requires_all=requires_all,
         requires_any=requires_any,
-        tools=tuple(dict.fromkeys((*meta.get("tools", ()), *((READ_FILE_TOOL,) if files else ())))),
+        tools=tuple(dict.fromkeys((*meta.get("tools", ()), *((READ_FILE_TOOL,) if reads else ())))),
         allowed_tools=tuple(allowed),
         provides=tuple((meta.get("outputs") or {}).get("provides", ())),
         priority=int(meta.get("priority", 0)),

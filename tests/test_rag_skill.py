@@ -113,14 +113,19 @@ def test_bundle_carries_the_policy_and_runs_in_retrieval_mode() -> None:
     assert bundle.tools == ("rag_retrieve", "table_rag_retrieve", "local_file_search")
     assert bundle.contexts == ("knowledge",)
     assert set(bundle.data_keys) == {"answer", "citations", "sources_tried", "found"}
+    # The model is sent what it acts on (the rewrite, the answer); the sections the runtime
+    # executes are a reference, which this mode never puts in a prompt.
+    runtime = (BUNDLE / "references" / "retrieval-policy.md").read_text("utf-8")
     for heading in ("Retrieval Order and Tool Selection", "Fallback and Sequential Retry"):
+        assert heading in runtime and heading not in bundle.instructions
+    for heading in ("Query Preparation", "Citation Requirements"):
         assert heading in bundle.instructions
     seed = ROOT.parent / "shared" / "seeds" / "002_52a49d2a30c4ab07.txt"
     if seed.is_file():  # the policy text is the seed's, word for word
         text = seed.read_text("utf-8")
         policy = text[text.index("# Retrieval Policy") :].splitlines()
         rules = [line for line in policy if line.startswith("- ")]
-        assert len(rules) > 30 and all(rule in bundle.instructions for rule in rules)
+        assert len(rules) > 30 and all(rule in bundle.instructions + runtime for rule in rules)
 
 
 # -- the rules path ----------------------------------------------------------------------------

@@ -104,8 +104,7 @@ def test_the_bundle_is_the_seed_skill() -> None:
         "lexical_search",
         "semantic_search",
         "neighbors",
-        "skill__read_file",  # scripts/tool_call_examples.md, on demand
-    )
+    )  # no skill__read_file: the planner mode's prompt holds scripts/tool_call_examples.md
     assert bundle.execution.mode == "planner"
     assert bundle.execution.provider is None and bundle.execution.model is None
     assert bundle.data_keys == ("memory_view", "evidence")
