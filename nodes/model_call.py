@@ -111,7 +111,8 @@ class ModelCaller:
 
     def _bound(self, use: str, schema: Mapping[str, Any] | None = None) -> Any:
         """The model bound for ``use``: ``tools`` (its tools, or their envelope), ``final``
-        (the output only) or ``json:NAME`` (a JSON step of its own ``schema``).
+        (the output only), ``calls`` (its tools only) or ``json:NAME`` (a JSON step of its own
+        ``schema``).
 
         Bound once per model: binding converts every tool's schema (about 15 µs a tool), which
         a step would otherwise pay on each call.
@@ -127,12 +128,15 @@ class ModelCaller:
             bound = model.bind(response_format=response_format(mode, use.split(":")[1], schema))
         elif mode == "tool":
             specs: list[Any] = [self.ctx.registry.get(t) for t in self.bundle.tools]
-            bound = model.bind_tools([*(specs if use == "tools" else []), self._submit_spec()])
-        elif mode == "json":
+            if use == "calls":  # no submit_output, and a call is required
+                bound = model.bind_tools(specs, tool_choice="required")
+            else:
+                bound = model.bind_tools([*(specs if use == "tools" else []), self._submit_spec()])
+        elif mode == "json":  # a reply out of turn is refused after it (see the skill node)
             bound = model.bind(response_format={"type": "json_object"})
         else:
-            tools = self.tool_schemas() if use == "tools" else {}
-            envelope = turn_schema(self.bundle.output_schema, tools)
+            tools = self.tool_schemas() if use != "final" else {}
+            envelope = turn_schema(self.bundle.output_schema, tools, final=use != "calls")
             bound = model.bind(response_format=response_format(mode, "reply", envelope))
         self._binds[(mode, use)] = (model, bound)
         return bound
@@ -153,12 +157,13 @@ class ModelCaller:
         conversation: Sequence[BaseMessage],
         index: int,
         *,
-        final_only: bool,
+        offer: str,
         deadline: float | None = None,
         attempt: int = 1,
     ) -> AIMessage:
-        """One reply: a tool call or the output (``final_only``: the output only)."""
-        bound = self._bound("final" if final_only else "tools")
+        """One reply: a tool call or the output (``offer`` ``both``), the output only
+        (``final``), or a tool call only (``calls``)."""
+        bound = self._bound({"both": "tools", "final": "final", "calls": "calls"}[offer])
         return self._invoke(bound, conversation, index, deadline, attempt)
 
     def ask_json(

@@ -34,6 +34,7 @@ __all__ = [
     "RulesPlanner",
     "TimeWindow",
     "extract_view",
+    "first_message_ts",
     "keywords",
     "latest_message_ts",
     "time_window",
@@ -178,6 +179,15 @@ def latest_message_ts(call: Call, now: datetime | None = None) -> datetime | Non
         lo, hi = (mid, hi) if newer(mid) else (lo, mid)
     # Past 64 halvings, over 200 messages share one time: the page's last one has that time.
     return last
+
+
+def first_message_ts(call: Call) -> datetime | None:
+    """When the user's first message was written (``messages_list`` pages oldest first), or
+    ``None`` if there is none or the call failed."""
+    since = format_ts(datetime.fromtimestamp(_FAR_PAST, UTC))
+    found = call("messages_list", {"role": "any", "since": since, "page_size": 1})
+    hits = (found or {}).get("hits") or []
+    return parse_ts(str(hits[0]["ts"])) if hits else None
 
 
 # -- queries -----------------------------------------------------------------------------------

@@ -175,12 +175,19 @@ class SkillNode:
         rounds_left = self._max_rounds() - turn["round"]
         # The output only: no tools, no rounds left, or the model repeated a call that worked.
         final_only = rounds_left <= 0 or not self.bundle.tools or bool(turn.get("narrow"))
+        # Calls only: the skill requires one, and none of this attempt's has worked yet.
+        calls_only = (
+            not final_only
+            and self.bundle.execution.tool_choice == "required"
+            and not any(c["status"] == "ok" for c in turn["tool_calls"])
+        )
+        offer = "final" if final_only else "calls" if calls_only else "both"
         deadline = config["configurable"].get(DEADLINE_KEY)
         try:
             message = self.caller.call(
                 conversation,
                 index,
-                final_only=final_only,
+                offer=offer,
                 deadline=deadline,
                 attempt=int(turn.get("attempt", 1)),
             )
@@ -219,6 +226,16 @@ class SkillNode:
             return self._tool_calls(visit, turn, reply.calls, message)
         if reply.errors:
             return self._reject(visit, turn, reply.errors, None, message)
+        if calls_only:  # the grammar or tool_choice holds this; JSON mode is told after
+            names = ", ".join(self.bundle.tools)
+            errors = [
+                {
+                    "path": "$",
+                    "message": "this skill answers only after one of its tool calls has worked "
+                    f"(tool_choice: required): call one of {names} first",
+                }
+            ]
+            return self._reject(visit, turn, errors, None, message)
         if reply.output is not None:
             return self.accept_output(visit, turn, reply.output, message)
         return self._finish_attempt(visit, turn, message)

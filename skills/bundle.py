@@ -46,6 +46,9 @@ class ExecutionConfig:
     max_tool_rounds: int | None = None
     mode: str = "single"
     output_mode: str | None = None
+    #: ``required``: until one of the attempt's tool calls has worked, the model may only call
+    #: tools (a skill whose job is a tool's effect, like saving a card, cannot skip it).
+    tool_choice: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)

@@ -386,14 +386,18 @@ def _defs(schema: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def turn_schema(
-    output_schema: Mapping[str, Any], tools: Mapping[str, Mapping[str, Any]] | None = None
+    output_schema: Mapping[str, Any],
+    tools: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    final: bool = True,
 ) -> dict[str, Any]:
     """The strict JSON Schema of one model reply in ``schema`` output mode: one call of one of
     ``tools`` (``{name: arguments schema}``), ``{"tool": NAME, "arguments": {...}}``, or the
     final output, ``{"final": {response, profile, data, control}}``. No ``tools``: the final
-    output only. The one place this envelope is derived; what it cannot say (an ``if``/``then``,
-    a card's field keys) is checked after the reply as before."""
-    final = {
+    output only; ``final=False``: the calls only. The one place this envelope is derived; what
+    it cannot say (an ``if``/``then``, a card's field keys) is checked after the reply as
+    before."""
+    output = {
         "type": "object",
         "properties": {"final": for_grammar(output_schema, "out_")},
         "required": ["final"],
@@ -415,7 +419,10 @@ def turn_schema(
                 "additionalProperties": False,
             }
         )
-    schema: dict[str, Any] = {"anyOf": [*branches, final]} if branches else final
+    if not final and not branches:
+        raise ValueError("a reply that may only call tools needs tools")
+    chosen = [*branches, *([output] if final else [])]
+    schema: dict[str, Any] = {"anyOf": chosen} if len(chosen) > 1 else chosen[0]
     if defs:
         schema["$defs"] = defs
     return schema

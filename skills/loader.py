@@ -273,6 +273,20 @@ def _meta(
             problems.error(
                 file, "$.name", f"name {meta['name']!r} must equal the folder name {folder.name!r}"
             )
+        execution = meta.get("execution_config") or {}
+        if execution.get("tool_choice") == "required":
+            if execution.get("mode", "single") != "single":
+                why = "in the planner and retrieval modes the runtime calls the tools"
+            elif not meta.get("tools"):
+                why = "the skill lists no tools to call"
+            else:
+                why = None
+            if why:
+                problems.error(
+                    file,
+                    "$.execution_config.tool_choice",
+                    f"tool_choice 'required' cannot hold: {why}; drop it (default 'auto')",
+                )
         return file, meta
     if front is None:
         problems.error(

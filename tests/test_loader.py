@@ -324,6 +324,26 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
         "$.properties.control",
         "got \\[\\]",
     ),
+    "tool-choice-without-tools": (
+        _meta(tools=[], execution_config={"tool_choice": "required"}),
+        "skill.meta.json",
+        "$.execution_config.tool_choice",
+        "lists no tools to call; drop it",
+    ),
+    "tool-choice-in-planner-mode": (
+        _meta(
+            tools=["messages_list"], execution_config={"mode": "planner", "tool_choice": "required"}
+        ),
+        "skill.meta.json",
+        "$.execution_config.tool_choice",
+        "the runtime calls the tools",
+    ),
+    "tool-choice-unknown": (
+        _meta(execution_config={"tool_choice": "any"}),
+        "skill.meta.json",
+        "$.execution_config.tool_choice",
+        "any",
+    ),
     "condition-dunder": (
         _meta(triggers={"contexts": ["ctx"], "state_conditions": ["__import__('os')"]}),
         "skill.meta.json",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,12 +51,14 @@ def _intake(deck: SkillDeck) -> Any:
 
 
 @contextlib.contextmanager
-def _intake_on(steps: list[Any], **settings: Any) -> Iterator[tuple[Any, SkillDeck, Any]]:
-    """The demo's intake run against a local endpoint that answers with ``steps``: the
-    endpoint (its requests), the open deck and the run's result."""
+def _intake_on(
+    steps: list[Any], bundle: Path = INTAKE, **settings: Any
+) -> Iterator[tuple[Any, SkillDeck, Any]]:
+    """The demo's intake run (of ``bundle``, a copy of the intake) against a local endpoint
+    that answers with ``steps``: the endpoint (its requests), the open deck and the result."""
     with serve(steps) as endpoint:
         config = _settings(base_url=endpoint.url, **settings)
-        with SkillDeck([INTAKE], checkpointer="memory://", settings=config) as deck:
+        with SkillDeck([bundle], checkpointer="memory://", settings=config) as deck:
             yield endpoint, deck, _intake(deck)
 
 
@@ -165,6 +168,58 @@ def test_auto_probes_the_endpoint_once(reply: dict[str, Any], mode: str) -> None
     assert endpoint.requests[0]["response_format"]["type"] == "json_schema"
     own = ExecutionConfig(output_mode="json")  # a skill's own mode wins, and is not probed
     assert output_mode(own, settings, spec, model) == "json"
+
+
+# -- tool_choice: required ------------------------------------------------------------------
+@pytest.fixture
+def must_call(tmp_path: Path) -> Path:
+    """The intake with ``tool_choice: required``: it answers only after a call has worked."""
+    bundle = tmp_path / INTAKE.name
+    shutil.copytree(INTAKE, bundle)
+    meta = json.loads((bundle / "skill.meta.json").read_text("utf-8"))
+    meta.setdefault("execution_config", {})["tool_choice"] = "required"
+    (bundle / "skill.meta.json").write_text(json.dumps(meta), "utf-8")
+    return bundle
+
+
+def _branches(request: dict[str, Any]) -> list[str]:
+    schema = request["response_format"]["json_schema"]["schema"]
+    return sorted(next(iter(b["required"])) for b in schema.get("anyOf", [schema]))
+
+
+def test_a_required_call_leaves_the_grammar_no_output_until_one_worked(must_call: Path) -> None:
+    final = text(json.dumps({"final": INTAKE_FINAL}))
+    steps: list[Any] = [text(json.dumps(PARSE)), final]
+    with _intake_on(steps, must_call, output_mode="schema") as (endpoint, _, result):
+        assert result.status == "finished", result.error
+    first, second = endpoint.requests
+    assert "final" not in _branches(first) and _branches(first)[0] == "tool"
+    assert "final" in _branches(second)
+
+
+def test_a_required_call_is_required_of_the_endpoint_in_tool_mode(must_call: Path) -> None:
+    submit = call("submit_output", INTAKE_FINAL, "c2")
+    steps: list[Any] = [call("file__parse", PARSE["arguments"], "c1"), submit]
+    with _intake_on(steps, must_call, output_mode="tool") as (endpoint, _, result):
+        assert result.status == "finished", result.error
+    first, second = endpoint.requests
+    assert first["tool_choice"] == "required"
+    assert "submit_output" not in [t["function"]["name"] for t in first["tools"]]
+    assert "submit_output" in [t["function"]["name"] for t in second["tools"]]
+
+
+def test_an_output_before_a_required_call_is_rejected_in_json_mode(must_call: Path) -> None:
+    steps: list[Any] = [
+        text(json.dumps(INTAKE_FINAL)),
+        text(json.dumps(PARSE)),
+        text(json.dumps(INTAKE_FINAL)),
+    ]
+    with _intake_on(steps, must_call, output_mode="json") as (_, deck, result):
+        history = deck.history(result.thread_id)
+    assert result.status == "finished", result.error
+    (rejected,) = [r for r in history if r["action"] == "rejected"]
+    message = rejected["validation_errors"][0]["message"]
+    assert "tool_choice: required" in message and "file__parse" in message
 
 
 # -- limits and endpoint failures -----------------------------------------------------------

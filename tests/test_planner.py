@@ -276,6 +276,10 @@ def test_plans_run_with_the_user_bound_and_observations_come_back(recall: Recall
     # All 6 turns before m7 came back, but only m6 is in m7's session: m5 is weeks older.
     assert rounds[1]["hit_count"] == 7 and rounds[1]["anchors"] == ["m6"]
     messages = transcript(deck, result)
+    # The brief gives the span of the user's own history.
+    brief = json.loads(str(messages[2].content).split("\nPlan round 1")[0])
+    assert brief["first_message_ts"] == "2026-01-03T09:00:00Z"
+    assert brief["latest_message_ts"] == "2026-03-15T18:01:00Z"
     first = json.loads(messages[4].content)
     assert first["hit_count"] == 3 and first["context_missing"] is True
     assert [a["message_id"] for a in first["anchors"]] == ["m2", "m1", "m7"]

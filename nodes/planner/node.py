@@ -44,6 +44,7 @@ from skilldeck.nodes.planner_rules import (
     RulesConfig,
     RulesPlanner,
     extract_view,
+    first_message_ts,
     latest_message_ts,
 )
 from skilldeck.nodes.skill import SkillNode, Visit, _describe, parse_output
@@ -161,9 +162,12 @@ class PlannerSkillNode(SkillNode):
             return self._fail(visit, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
         question = (state.get("input") or {}).get("question")
         question = question if isinstance(question, str) else ""
-        latest, empty = self._latest(identity)
+        first, latest, empty = self._span(identity)
+        # The history's span, not only its end: a window anchored in "latest" and "now" holds
+        # the last message alone, and a model planning from the brief has nothing else to go on.
         brief = {
             "question": question,
+            "first_message_ts": format_ts(first) if first else None,
             "latest_message_ts": format_ts(latest) if latest else None,
             "now": format_ts(datetime.now(UTC)),
             "budget": {
@@ -177,11 +181,11 @@ class PlannerSkillNode(SkillNode):
             rules = RulesPlanner(question, latest, empty=empty, config=self.rules)
         return self._loop(visit, turn, opening, rules, identity)
 
-    def _latest(self, identity: Mapping[str, Any]) -> tuple[datetime | None, bool]:
-        """The user's latest message time (relative time signals count from it), and whether
-        the user has no messages at all."""
+    def _span(self, identity: Mapping[str, Any]) -> tuple[datetime | None, datetime | None, bool]:
+        """The user's first and latest message times (relative time signals count from the
+        latest), and whether the user has no messages at all."""
         if "messages_list" not in self.allowed:
-            return None, False
+            return None, None, False
 
         failed: list[str] = []
 
@@ -193,8 +197,9 @@ class PlannerSkillNode(SkillNode):
             return json.loads(result.content)  # type: ignore[no-any-return]
 
         latest = latest_message_ts(call)
+        first = first_message_ts(call) if latest is not None else None
         # A failing probe says nothing about the messages: the searches run and report it.
-        return latest, latest is None and not failed
+        return first, latest, latest is None and not failed
 
     def _loop(
         self,
