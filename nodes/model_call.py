@@ -30,6 +30,7 @@ from skilldeck.nodes.replies import SUBMIT_TOOL, to_wire
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import turn_schema
+from skilldeck.skills.pins import pinned
 
 if TYPE_CHECKING:  # the context imports the routing model, which imports this
     from skilldeck.nodes.context import NodeContext
@@ -109,16 +110,26 @@ class ModelCaller:
             schemas[name] = schema if isinstance(schema, dict) else schema.model_json_schema()
         return schemas
 
-    def _bound(self, use: str, schema: Mapping[str, Any] | None = None) -> Any:
+    def _bound(
+        self,
+        use: str,
+        schema: Mapping[str, Any] | None = None,
+        pins: Mapping[tuple[str, ...], Any] | None = None,
+    ) -> Any:
         """The model bound for ``use``: ``tools`` (its tools, or their envelope), ``final``
         (the output only), ``calls`` (its tools only) or ``json:NAME`` (a JSON step of its own
         ``schema``).
 
         Bound once per model: binding converts every tool's schema (about 15 µs a tool), which
-        a step would otherwise pay on each call.
+        a step would otherwise pay on each call. A grammar with pinned values is bound per call
+        and never kept: its values are one run's.
         """
         model: Any = self.ctx.model_for(self.name)
         mode = self.mode
+        if pins and mode == "schema" and use != "calls" and not use.startswith("json:"):
+            tools = self.tool_schemas() if use != "final" else {}
+            envelope = turn_schema(pinned(self.bundle.output_schema, pins), tools)
+            return model.bind(response_format=response_format(mode, "reply", envelope))
         if schema is not None:  # a JSON step's schema may change per call (cited evidence)
             use += ":" + hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()
         cached = self._binds.get((mode, use))
@@ -158,12 +169,14 @@ class ModelCaller:
         index: int,
         *,
         offer: str,
+        pins: Mapping[tuple[str, ...], Any] | None = None,
         deadline: float | None = None,
         attempt: int = 1,
     ) -> AIMessage:
         """One reply: a tool call or the output (``offer`` ``both``), the output only
-        (``final``), or a tool call only (``calls``)."""
-        bound = self._bound({"both": "tools", "final": "final", "calls": "calls"}[offer])
+        (``final``), or a tool call only (``calls``). ``pins`` are the output fields whose
+        values the state fixes (``schema`` mode's grammar holds them)."""
+        bound = self._bound({"both": "tools", "final": "final", "calls": "calls"}[offer], pins=pins)
         return self._invoke(bound, conversation, index, deadline, attempt)
 
     def ask_json(

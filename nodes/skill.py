@@ -54,6 +54,7 @@ from skilldeck.skills.contract import (
     format_errors,
     output_skeleton,
 )
+from skilldeck.skills.pins import find_pins, pin_errors, pin_values
 from skilldeck.tools.workspace import commit, rollback
 
 __all__ = ["SkillNode", "Visit", "parse_output"]
@@ -152,6 +153,7 @@ class SkillNode:
         self.name = bundle.name
         self.caller = ModelCaller(ctx, bundle)
         self.limits = OutputLimits(ctx.settings.max_output_bytes, ctx.settings.max_output_depth)
+        self.pins = find_pins(bundle.output_schema)
         self._systems: dict[str, SystemMessage] = {}
 
     # -- the node -------------------------------------------------------------------------
@@ -188,6 +190,7 @@ class SkillNode:
                 conversation,
                 index,
                 offer=offer,
+                pins=pin_values(self.pins, state),
                 deadline=deadline,
                 attempt=int(turn.get("attempt", 1)),
             )
@@ -340,7 +343,11 @@ class SkillNode:
         state, calls = visit.state, visit.calls
         # Limits first: what is past them must not reach the validator, the merge or a
         # checkpoint (deep nesting, numbers msgpack cannot store).
-        errors = self.limits.problems(output) or format_errors(self.bundle.validator, output)
+        errors = (
+            self.limits.problems(output)
+            or format_errors(self.bundle.validator, output)
+            or pin_errors(self.pins, output, state)
+        )
         control: dict[str, Any] = (
             output["control"] if isinstance(output.get("control"), dict) else {}
         )

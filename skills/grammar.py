@@ -17,8 +17,11 @@ from typing import Any
 __all__ = ["for_grammar"]
 
 # Keywords for people, not for a grammar: a constrained decoder needs none of them, and some
-# (a default of null on a string) contradict the types.
-_PROSE = frozenset(("title", "description", "default", "examples", "$schema", "$id", "$comment"))
+# (a default of null on a string) contradict the types. (A state pin, ``x-state``, reaches
+# the grammar as the ``const`` it stands for: see skills/pins.py.)
+_PROSE = frozenset(
+    ("title", "description", "default", "examples", "$schema", "$id", "$comment", "x-state")
+)
 _CONDITIONAL = frozenset(("if", "then", "else"))
 # Keywords where holding both of two values is the stricter one.
 _AT_LEAST = frozenset(("minItems", "minLength", "minProperties", "minimum"))

@@ -45,6 +45,7 @@ from skilldeck.skills.bundle import (
 )
 from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
 from skilldeck.skills.contract import build_output_schema, compile_schema, control_actions
+from skilldeck.skills.pins import find_pins
 from skilldeck.skills.problems import Problems
 from skilldeck.skills.tokens import estimate_tokens, truncate_to_tokens
 
@@ -432,6 +433,11 @@ def _output_schema(
         problems.error(file, "$.properties.control", str(exc))
         return None
     output_schema, data_schema = build_output_schema(source, tuple(outputs.get("provides", ())))
+    try:
+        find_pins(output_schema)
+    except ValueError as exc:
+        problems.error(file, "$", str(exc))
+        return None
     try:
         validator = compile_schema(output_schema)
     except ValueError as exc:
