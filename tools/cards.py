@@ -163,14 +163,11 @@ class _Card(BaseModel):
     model_config = ConfigDict(
         extra="allow",
         json_schema_extra={
-            "required": ["content", "fact_id", "title", "template_ids", "ui_config"],
+            "required": ["fact_id", "title", "template_ids", "ui_config", "content"],
             "additionalProperties": False,
         },
     )
 
-    # The record's text first: a constrained model writes the fields in this order, so it has
-    # just copied the record when it titles the card and chooses its templates.
-    content: Any = _field("The raw record text, unchanged.", {"type": "string"})
     fact_id: Any = _field("The record's fact_id, unchanged.", {"type": "string"})
     title: Any = _field("A short title for the timeline.", {"type": "string"})
     template_ids: Any = _field(
@@ -187,6 +184,7 @@ class _Card(BaseModel):
         "The primary template's fields; keep times, places, URLs, names, amounts, quotes.",
         _ui_config_schema(),
     )
+    content: Any = _field("The raw record text, unchanged.", {"type": "string"})
     insight: Any = _field("Leave null; the PKM agent writes it.", {"type": ["string", "null"]})
 
 
