@@ -410,6 +410,24 @@ def test_turn_schema_strips_prose_and_keeps_references_apart() -> None:
     assert turn_schema(output_schema)["required"] == ["final"]
 
 
+def _replay_intake(
+    tmp_path: Path, edit: Callable[[list[dict[str, Any]]], None]
+) -> tuple[Any, list[dict[str, Any]]]:
+    """The demo's intake replayed in ``schema`` mode from its cassette, its turns changed by
+    ``edit`` and labelled as a recording: the result and the rejected attempts."""
+    script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
+    edit(script["skills"]["litigation-intake"])
+    cassette = tmp_path / "recorded.yaml"
+    cassette.write_text(yaml.safe_dump({**script, "recorded": {"date": "2026-11-25"}}), "utf-8")
+    settings = Settings(
+        model=f"scripted:{cassette}", files_root=str(DEMO_FILES), output_mode="schema"
+    )
+    with SkillDeck(checkpointer="memory://", settings=settings) as deck:
+        result = _intake(deck)
+        rows = [r for r in deck.history(result.thread_id) if r["action"] == "rejected"]
+    return result, rows
+
+
 class _ServerError(Exception):
     status_code = 500
 
@@ -431,18 +449,8 @@ def test_a_recorded_failed_call_replays_as_the_same_failure(
     status, which the re-ask names), so the run re-asks as it did live; and a recorder writes
     such a turn for a call that raised."""
     kind = failed["error"]
-    script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
-    turns = script["skills"]["litigation-intake"]
-    script["skills"]["litigation-intake"] = [failed, *turns]
-    cassette = tmp_path / "recorded.yaml"
-    cassette.write_text(yaml.safe_dump({**script, "recorded": {"date": "2026-11-24"}}), "utf-8")
-    settings = Settings(
-        model=f"scripted:{cassette}", files_root=str(DEMO_FILES), output_mode="schema"
-    )
-    with SkillDeck(checkpointer="memory://", settings=settings) as deck:
-        result = _intake(deck)
+    result, rows = _replay_intake(tmp_path, lambda turns: turns.insert(0, failed))
     assert result.status == "interrupted", result.error
-    rows = [r for r in deck.history(result.thread_id) if r["action"] == "rejected"]
     assert len(rows) == 1 and reason in rows[0]["validation_errors"][0]["message"]
 
     recorder = CassetteRecorder()
@@ -474,21 +482,14 @@ def test_an_object_closed_before_the_cut_off_is_the_reply(tmp_path: Path) -> Non
     assert result.status == "finished", result.error
     assert not [r for r in history if r["action"] == "rejected"] and len(endpoint.requests) == 2
 
-    script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
-    turns = script["skills"]["litigation-intake"]
-    call = turns[0]["tool_calls"][0]
-    closed = json.dumps({"tool": call["name"], "arguments": call["args"]})
-    turns[0] = {"error": "length", "received": closed}
-    cassette = tmp_path / "recorded.yaml"
-    cassette.write_text(yaml.safe_dump({**script, "recorded": {"date": "2026-11-25"}}), "utf-8")
-    settings = Settings(
-        model=f"scripted:{cassette}", files_root=str(DEMO_FILES), output_mode="schema"
-    )
-    with SkillDeck(checkpointer="memory://", settings=settings) as deck:
-        replayed = _intake(deck)
-        rows = deck.history(replayed.thread_id)
+    def closed_then_cut_off(turns: list[dict[str, Any]]) -> None:
+        call = turns[0]["tool_calls"][0]
+        closed = json.dumps({"tool": call["name"], "arguments": call["args"]})
+        turns[0] = {"error": "length", "received": closed}
+
+    replayed, rows = _replay_intake(tmp_path, closed_then_cut_off)
     assert replayed.status == "interrupted", replayed.error
-    assert not [r for r in rows if r["action"] == "rejected"]
+    assert rows == []
 
 
 def test_a_cut_off_reply_is_kept_short_for_the_reask_and_the_transcript() -> None:
