@@ -21,7 +21,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
@@ -168,15 +168,15 @@ class ModelCaller:
         conversation: Sequence[BaseMessage],
         index: int,
         *,
-        offer: str,
+        offer: Literal["tools", "final", "calls"],
         pins: Mapping[tuple[str, ...], Any] | None = None,
         deadline: float | None = None,
         attempt: int = 1,
     ) -> AIMessage:
-        """One reply: a tool call or the output (``offer`` ``both``), the output only
+        """One reply: a tool call or the output (``offer`` ``tools``), the output only
         (``final``), or a tool call only (``calls``). ``pins`` are the output fields whose
         values the state fixes (``schema`` mode's grammar holds them)."""
-        bound = self._bound({"both": "tools", "final": "final", "calls": "calls"}[offer], pins=pins)
+        bound = self._bound(offer, pins=pins)
         return self._invoke(bound, conversation, index, deadline, attempt)
 
     def ask_json(

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
@@ -183,7 +183,9 @@ class SkillNode:
             and self.bundle.execution.tool_choice == "required"
             and not any(c["status"] == "ok" for c in turn["tool_calls"])
         )
-        offer = "final" if final_only else "calls" if calls_only else "both"
+        offer: Literal["tools", "final", "calls"] = (
+            "final" if final_only else "calls" if calls_only else "tools"
+        )
         deadline = config["configurable"].get(DEADLINE_KEY)
         try:
             message = self.caller.call(
