@@ -80,8 +80,8 @@ def compose_paragraphs(paragraphs: Sequence[Mapping[str, Any]]) -> str:
 _ALIASES = {RAG: "rag_retrieve", TABLE: "table_rag_retrieve", LOCAL: "local_file_search"}
 _MODE_NOTE = """\
 ## How this skill runs
-The runtime executes the retrieval policy above as code: it picks the sources, their order,
-top_k and the fallbacks, and judges whether results suffice. You are asked twice: to rewrite
+The runtime executes the retrieval policy as code: it picks the sources, their order, top_k
+and the fallbacks, and judges whether results suffice. You are asked twice: to rewrite
 the question for retrieval, then to answer from the evidence it gathered. Reply to each request
 with the one JSON object it asks for, nothing else."""
 _REWRITE_ASK = """\
@@ -89,17 +89,14 @@ _REWRITE_ASK = """\
 Question: {question}
 
 Reply with one JSON object: {{"entity": [...], "time_scope": [...], "attributes": [...],
-"intent": "...", "variants": ["main query", ...]}}
-- entity: the core entities (names, products, organisations, topics) as written.
+"intent": "...", "variants": ["...", ...]}}
+- entity: the core entities, as the question writes them.
 - time_scope: the years, dates or periods the question is limited to; [] if none.
-- attributes: what is asked about them (price, stock, supplier, ...); [] if nothing specific.
+- attributes: what the question asks about them; [] if nothing specific.
 - intent: one of {intents}. Use a text intent (the first five) only for a pure concept,
   definition, workflow, policy or explanation question; "mixed" for data plus explanation;
   "unclear" when unsure.
-- variants: 1 to 3 search queries, the main one first: keywords for entity, scope and
-  attributes, plus synonyms, aliases, abbreviations, historical names and category terms
-  (more of them for list, timeline and overview questions). Preserve the meaning; add no
-  unrelated topic."""
+- variants: 1 to 3 search queries, the main one first, by Query Preparation above."""
 _ANSWER_ASK = """\
 ## Answer the question from the evidence
 Question: {question}
