@@ -2,11 +2,13 @@
 
 Servers that compile a ``response_format`` schema into a grammar (llama.cpp, vLLM, Ollama,
 OpenAI's strict mode) skip what a grammar cannot hold as it stands: prose keywords, and
-conditionals (``if``/``then``/``else``). A conditional on one property's value, the common
-case in output contracts ("a save names at least one file", "``ask_user`` needs questions"),
-can be written as an ``anyOf`` of the object with that value and the object without it, which
-every such server enforces. :func:`for_grammar` does that where the result means exactly what
-the conditional meant, and leaves the rest to the validation after the reply.
+conditionals (``if``/``then``/``else``); and each reads its own subset of regular expressions,
+so a ``pattern`` is left to the check after the reply. A conditional on one property's value,
+the common case in output contracts ("a save names at least one file", "``ask_user`` needs
+questions"), can be written as an ``anyOf`` of the object with that value and the object
+without it, which every such server enforces. :func:`for_grammar` does that where the result
+means exactly what the conditional meant, and leaves the rest to the validation after the
+reply.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ __all__ = ["for_grammar"]
 _PROSE = frozenset(
     ("title", "description", "default", "examples", "$schema", "$id", "$comment", "x-state")
 )
+# Regular expressions each grammar converter reads its own subset of, and one it misreads can
+# loosen the whole grammar without an error: llama.cpp let a model write anything at all under
+# pkm-agent's file-path pattern (bench/RESULTS.md). A pattern is checked after the reply.
+_UNRELIABLE = frozenset(("pattern",))
 _CONDITIONAL = frozenset(("if", "then", "else"))
 # Keywords where holding both of two values is the stricter one.
 _AT_LEAST = frozenset(("minItems", "minLength", "minProperties", "minimum"))
@@ -31,15 +37,15 @@ _NARROWABLE = _AT_LEAST | _AT_MOST | {"type", "enum", "const", "required", "prop
 
 
 def for_grammar(schema: Any, prefix: str) -> Any:
-    """``schema`` without prose, its ``$defs`` references renamed under ``prefix``, and each
-    conditional on one required property's value unfolded into an ``anyOf``."""
+    """``schema`` without prose or patterns, its ``$defs`` references renamed under ``prefix``,
+    and each conditional on one required property's value unfolded into an ``anyOf``."""
     if isinstance(schema, list):
         return [for_grammar(item, prefix) for item in schema]
     if not isinstance(schema, Mapping):
         return schema
     out: dict[str, Any] = {}
     for key, value in schema.items():
-        if key in _PROSE or key == "$defs":
+        if key in _PROSE or key in _UNRELIABLE or key == "$defs":
             continue
         if key == "$ref" and isinstance(value, str) and value.startswith("#/$defs/"):
             out[key] = f"#/$defs/{prefix}{value.removeprefix('#/$defs/')}"

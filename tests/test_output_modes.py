@@ -393,7 +393,7 @@ def test_turn_schema_strips_prose_and_keeps_references_apart() -> None:
         "type": "object",
         "description": "for people",
         "properties": {"x": {"$ref": "#/$defs/Item", "default": None}},
-        "$defs": {"Item": {"type": "string", "title": "Item"}},
+        "$defs": {"Item": {"type": "string", "title": "Item", "pattern": "^([^/\\\\]+/)*$"}},
     }
     arguments = {
         "type": "object",
@@ -402,6 +402,8 @@ def test_turn_schema_strips_prose_and_keeps_references_apart() -> None:
     }
     schema = turn_schema(output_schema, {"t": arguments})
     assert "description" not in json.dumps(schema) and "title" not in json.dumps(schema)
+    # A pattern is checked after the reply: a converter that misreads one can loosen the grammar.
+    assert "pattern" not in json.dumps(schema)
     assert set(schema["$defs"]) == {"out_Item", "t0_Item"}
     validator = jsonschema.Draft202012Validator(schema)
     assert validator.is_valid({"final": {"x": "s"}})
