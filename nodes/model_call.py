@@ -126,13 +126,11 @@ class ModelCaller:
         """
         model: Any = self.ctx.model_for(self.name)
         mode = self.mode
-        if pins and mode == "schema" and use != "calls" and not use.startswith("json:"):
-            tools = self.tool_schemas() if use != "final" else {}
-            envelope = turn_schema(pinned(self.bundle.output_schema, pins), tools)
-            return model.bind(response_format=response_format(mode, "reply", envelope))
+        # Only the output's grammar holds pins (the calls-only reply has no output).
+        own = bool(pins) and mode == "schema" and use in ("tools", "final")
         if schema is not None:  # a JSON step's schema may change per call (cited evidence)
             use += ":" + hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()
-        cached = self._binds.get((mode, use))
+        cached = None if own else self._binds.get((mode, use))
         if cached is not None and cached[0] is model:
             return cached[1]
         if use.startswith("json:"):
@@ -147,9 +145,13 @@ class ModelCaller:
             bound = model.bind(response_format={"type": "json_object"})
         else:
             tools = self.tool_schemas() if use != "final" else {}
-            envelope = turn_schema(self.bundle.output_schema, tools, final=use != "calls")
+            output = (
+                pinned(self.bundle.output_schema, pins or {}) if own else self.bundle.output_schema
+            )
+            envelope = turn_schema(output, tools, final=use != "calls")
             bound = model.bind(response_format=response_format(mode, "reply", envelope))
-        self._binds[(mode, use)] = (model, bound)
+        if not own:
+            self._binds[(mode, use)] = (model, bound)
         return bound
 
     def _submit_spec(self) -> dict[str, Any]:

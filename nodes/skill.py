@@ -54,7 +54,7 @@ from skilldeck.skills.contract import (
     format_errors,
     output_skeleton,
 )
-from skilldeck.skills.pins import find_pins, pin_errors, pin_values
+from skilldeck.skills.pins import pin_errors, pin_values
 from skilldeck.tools.workspace import commit, rollback
 
 __all__ = ["SkillNode", "Visit", "parse_output"]
@@ -153,7 +153,6 @@ class SkillNode:
         self.name = bundle.name
         self.caller = ModelCaller(ctx, bundle)
         self.limits = OutputLimits(ctx.settings.max_output_bytes, ctx.settings.max_output_depth)
-        self.pins = find_pins(bundle.output_schema)
         self._systems: dict[str, SystemMessage] = {}
 
     # -- the node -------------------------------------------------------------------------
@@ -192,7 +191,7 @@ class SkillNode:
                 conversation,
                 index,
                 offer=offer,
-                pins=pin_values(self.pins, state),
+                pins=pin_values(self.bundle.pins, state),
                 deadline=deadline,
                 attempt=int(turn.get("attempt", 1)),
             )
@@ -348,7 +347,7 @@ class SkillNode:
         errors = (
             self.limits.problems(output)
             or format_errors(self.bundle.validator, output)
-            or pin_errors(self.pins, output, state)
+            or pin_errors(self.bundle.pins, output, state)
         )
         control: dict[str, Any] = (
             output["control"] if isinstance(output.get("control"), dict) else {}

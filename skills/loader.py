@@ -45,7 +45,7 @@ from skilldeck.skills.bundle import (
 )
 from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
 from skilldeck.skills.contract import build_output_schema, compile_schema, control_actions
-from skilldeck.skills.pins import find_pins
+from skilldeck.skills.pins import Pin, find_pins
 from skilldeck.skills.problems import Problems
 from skilldeck.skills.tokens import estimate_tokens, truncate_to_tokens
 
@@ -366,7 +366,7 @@ def inspect_bundle(
     requires_any = _conditions(problems, meta_file, "$.requires.any", requires.get("any", ()))
     if problems.errors or schema is None:
         return None, problems
-    output_schema, data_schema, validator = schema
+    output_schema, data_schema, validator, pins = schema
     bundle = SkillBundle(
         name=str(meta["name"]),
         description=str(meta["description"]),
@@ -396,6 +396,7 @@ def inspect_bundle(
         preprocess=scripts.get("preprocess"),
         validate=scripts.get("validate"),
         validator=validator,
+        pins=pins,
         fingerprint=reader.fingerprint,
     )
     return bundle, problems
@@ -403,9 +404,9 @@ def inspect_bundle(
 
 def _output_schema(
     reader: _Reader, folder: Path, outputs: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any], Any] | None:
-    """The full output schema, the data schema and the compiled validator; ``None`` (with
-    problems) if the bundle's schema is wrong."""
+) -> tuple[dict[str, Any], dict[str, Any], Any, tuple[Pin, ...]] | None:
+    """The full output schema, the data schema, the compiled validator and the pins; ``None``
+    (with problems) if the bundle's schema is wrong."""
     problems = reader.problems
     file = folder / "assets" / "output_schema.json"
     source: Any = reader.json(file) if file.is_file() else {}
@@ -434,7 +435,7 @@ def _output_schema(
         return None
     output_schema, data_schema = build_output_schema(source, tuple(outputs.get("provides", ())))
     try:
-        find_pins(output_schema)
+        pins = find_pins(output_schema)
     except ValueError as exc:
         problems.error(file, "$", str(exc))
         return None
@@ -443,7 +444,7 @@ def _output_schema(
     except ValueError as exc:
         problems.error(file, "$", f"the schema does not compile: {exc}")
         return None
-    return output_schema, data_schema, validator
+    return output_schema, data_schema, validator, pins
 
 
 def _scripts(problems: Problems, folder: Path) -> dict[str, Callable[..., Any]]:

@@ -71,14 +71,15 @@ def find_pins(schema: Mapping[str, Any]) -> tuple[Pin, ...]:
     return tuple(pins)
 
 
+def _value(pin: Pin, state: Mapping[str, Any]) -> Any:
+    """The pin's value in ``state``, or ``None`` when it has no scalar there."""
+    value = get_path(state, pin.source)
+    return value if isinstance(value, str | int | float | bool) else None
+
+
 def pin_values(pins: tuple[Pin, ...], state: Mapping[str, Any]) -> dict[tuple[str, ...], Any]:
     """The value each pin takes in ``state`` (pins with no scalar value there left out)."""
-    values = {}
-    for pin in pins:
-        value = get_path(state, pin.source)
-        if isinstance(value, str | int | float | bool):
-            values[pin.path] = value
-    return values
+    return {p.path: v for p in pins if (v := _value(p, state)) is not None}
 
 
 def pinned(schema: Mapping[str, Any], values: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
@@ -97,16 +98,16 @@ def pin_errors(
 ) -> list[dict[str, str]]:
     """One error for each pinned field of ``output`` that differs from its state value."""
     errors = []
-    for path, value in pin_values(pins, state).items():
+    for pin in pins:
+        value = _value(pin, state)
         node: Any = output
-        for name in path:
+        for name in pin.path:
             node = node.get(name, _MISSING) if isinstance(node, Mapping) else _MISSING
-        if node is not _MISSING and node != value:
-            source = next(p.source for p in pins if p.path == path)
+        if value is not None and node is not _MISSING and node != value:
             errors.append(
                 {
-                    "path": "$." + ".".join(path),
-                    "message": f"{node!r} must be {source}, {value!r}, unchanged",
+                    "path": "$." + ".".join(pin.path),
+                    "message": f"{node!r} must be {pin.source}, {value!r}, unchanged",
                 }
             )
     return errors

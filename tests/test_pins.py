@@ -70,9 +70,7 @@ def test_a_pin_out_of_place_fails_the_bundle_at_load(
 
 def test_card_agent_pins_the_records_fact_id() -> None:
     bundle = load_bundle(builtin_skills_dir() / "card-agent")
-    assert find_pins(bundle.output_schema) == (
-        Pin(("data", "timeline_card", "fact_id"), "input.fact_id"),
-    )
+    assert bundle.pins == (Pin(("data", "timeline_card", "fact_id"), "input.fact_id"),)
 
 
 @pytest.mark.parametrize("mode", ["schema", "json"])
