@@ -96,6 +96,7 @@ class ModelCaller:
         # Bindings by (mode, use); JSON steps' keys carry their schema's digest. A deck has a
         # handful of skills, uses and schemas (a view's schema lists its evidence: one each).
         self._binds: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._has_choices: bool | None = None
 
     @property
     def mode(self) -> str:
@@ -110,24 +111,50 @@ class ModelCaller:
             schemas[name] = schema if isinstance(schema, dict) else schema.model_json_schema()
         return schemas
 
+    def _live(self) -> bool:
+        """Whether a tool of the skill says which values its arguments can take now."""
+        if self._has_choices is None:
+            self._has_choices = any(self.ctx.registry.has_choices(t) for t in self.bundle.tools)
+        return self._has_choices
+
+    def _tools_now(self, identity: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """The tools' schemas with the values their arguments can take now as ``enum``s; a
+        tool with an argument that can take none is not offered (unless none would be)."""
+        schemas, offered = self.tool_schemas(), {}
+        for name, schema in schemas.items():
+            choices = self.ctx.registry.choices(name, identity)
+            if any(not values for values in choices.values()):
+                continue
+            props = dict(schema.get("properties") or {})
+            for arg, values in choices.items():
+                if arg in props:
+                    props[arg] = {**props[arg], "enum": values}
+            offered[name] = {**schema, "properties": props}
+        return offered or schemas
+
     def _bound(
         self,
         use: str,
         schema: Mapping[str, Any] | None = None,
         pins: Mapping[tuple[str, ...], Any] | None = None,
+        identity: Mapping[str, Any] | None = None,
     ) -> Any:
         """The model bound for ``use``: ``tools`` (its tools, or their envelope), ``final``
         (the output only), ``calls`` (its tools only) or ``json:NAME`` (a JSON step of its own
         ``schema``).
 
         Bound once per model: binding converts every tool's schema (about 15 µs a tool), which
-        a step would otherwise pay on each call. A grammar with pinned values is bound per call
-        and never kept: its values are one run's.
+        a step would otherwise pay on each call. A grammar with pinned values, or with the
+        values tools' arguments can take now (for the run of ``identity``), is bound per call
+        and never kept: its values are one run's, at one moment.
         """
         model: Any = self.ctx.model_for(self.name)
         mode = self.mode
-        # Only the output's grammar holds pins (the calls-only reply has no output).
-        own = bool(pins) and mode == "schema" and use in ("tools", "final")
+        # Only the output's grammar holds pins (the calls-only reply has no output); only a
+        # reply that may call a tool holds its arguments' current values.
+        pinned_output = bool(pins) and use in ("tools", "final")
+        live_tools = identity is not None and self._live() and use in ("tools", "calls")
+        own = mode == "schema" and (pinned_output or live_tools)
         if schema is not None:  # a JSON step's schema may change per call (cited evidence)
             use += ":" + hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()
         cached = None if own else self._binds.get((mode, use))
@@ -144,9 +171,15 @@ class ModelCaller:
         elif mode == "json":  # a reply out of turn is refused after it (see the skill node)
             bound = model.bind(response_format={"type": "json_object"})
         else:
-            tools = self.tool_schemas() if use != "final" else {}
+            tools = {}
+            if use != "final":
+                tools = (
+                    self._tools_now(identity) if live_tools and identity else self.tool_schemas()
+                )
             output = (
-                pinned(self.bundle.output_schema, pins or {}) if own else self.bundle.output_schema
+                pinned(self.bundle.output_schema, pins or {})
+                if pinned_output
+                else self.bundle.output_schema
             )
             envelope = turn_schema(output, tools, final=use != "calls")
             bound = model.bind(response_format=response_format(mode, "reply", envelope))
@@ -172,13 +205,15 @@ class ModelCaller:
         *,
         offer: Literal["tools", "final", "calls"],
         pins: Mapping[tuple[str, ...], Any] | None = None,
+        identity: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         attempt: int = 1,
     ) -> AIMessage:
         """One reply: a tool call or the output (``offer`` ``tools``), the output only
         (``final``), or a tool call only (``calls``). ``pins`` are the output fields whose
-        values the state fixes (``schema`` mode's grammar holds them)."""
-        bound = self._bound(offer, pins=pins)
+        values the run fixes, and ``identity`` the run's, for the values tools' arguments can
+        take now (``schema`` mode's grammar holds both)."""
+        bound = self._bound(offer, pins=pins, identity=identity)
         return self._invoke(bound, conversation, index, deadline, attempt)
 
     def ask_json(

@@ -55,6 +55,7 @@ from skilldeck.skills.contract import (
     output_skeleton,
 )
 from skilldeck.skills.pins import pin_errors, pin_values
+from skilldeck.tools.registry import runtime_values
 from skilldeck.tools.workspace import commit, rollback
 
 __all__ = ["SkillNode", "Visit", "parse_output"]
@@ -191,7 +192,8 @@ class SkillNode:
                 conversation,
                 index,
                 offer=offer,
-                pins=pin_values(self.bundle.pins, state),
+                pins=pin_values(self.bundle.pins, state, _made(turn)),
+                identity=runtime_values(config.get("configurable", {}), self.name),
                 deadline=deadline,
                 attempt=int(turn.get("attempt", 1)),
             )
@@ -347,7 +349,7 @@ class SkillNode:
         errors = (
             self.limits.problems(output)
             or format_errors(self.bundle.validator, output)
-            or pin_errors(self.bundle.pins, output, state)
+            or pin_errors(self.bundle.pins, output, state, _made(turn))
         )
         control: dict[str, Any] = (
             output["control"] if isinstance(output.get("control"), dict) else {}
@@ -408,14 +410,8 @@ class SkillNode:
         """Normalise ``scripts/validate.py``'s verdict: continue, retry, ask_user or error."""
         if self.bundle.validate is None:
             return {"action": "continue"}
-        current = [
-            {"name": c["name"], "args": c.get("args", {})}
-            for c in turn.get("tool_calls", [])
-            if c["status"] == "ok"
-        ]
-        calls = [*turn.get("earlier", []), *current]
         try:
-            raw = self.bundle.validate(output, merged, {"tool_calls": calls})
+            raw = self.bundle.validate(output, merged, {"tool_calls": _made(turn)})
         except Exception as exc:
             return {"action": "error", "message": _describe("validate.py", exc)}
         verdict: dict[str, Any] = (
@@ -583,6 +579,17 @@ def _add_tokens(total: Mapping[str, int] | None, message: AIMessage) -> dict[str
     for key in ("input_tokens", "output_tokens", "total_tokens"):
         out[key] = out.get(key, 0) + int(usage.get(key, 0))  # type: ignore[call-overload]
     return out
+
+
+def _made(turn: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The calls whose results this attempt's output may report: its own successful ones,
+    and those of earlier attempts that still stand."""
+    current = [
+        {"name": c["name"], "args": c.get("args", {})}
+        for c in turn.get("tool_calls", [])
+        if c["status"] == "ok"
+    ]
+    return [*turn.get("earlier", []), *current]
 
 
 def _standing(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

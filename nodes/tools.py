@@ -20,7 +20,7 @@ from langgraph.types import Command
 
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.transcript import append_messages
-from skilldeck.tools.registry import IDENTITY_KEYS, ToolResult
+from skilldeck.tools.registry import ToolResult, runtime_values
 from skilldeck.tools.workspace import staged, written_by
 
 __all__ = ["ToolsNode"]
@@ -40,7 +40,7 @@ class ToolsNode:
         registry = self.ctx.registry
         allowed = {registry.resolve(name) for name in bundle.tools}
         configurable = config.get("configurable", {})
-        identity = {k: configurable.get(k) for k in IDENTITY_KEYS} | {"skill": bundle.name}
+        identity = runtime_values(configurable, bundle.name)
         thread_id = str(configurable["thread_id"])
         messages: list[ToolMessage] = []
         records: list[dict[str, Any]] = []

@@ -9,7 +9,7 @@ from typing import Any
 
 from skilldeck.skills.conditions import Condition
 from skilldeck.skills.contract import Validator
-from skilldeck.skills.pins import Pin
+from skilldeck.skills.pins import AnyPin
 
 __all__ = ["ENGINE_FILES", "READ_FILE_TOOL", "ExecutionConfig", "Reference", "SkillBundle"]
 
@@ -95,8 +95,9 @@ class SkillBundle:
     validator: Validator = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
     #: A digest of the files the loader read: a thread records it, to tell an edited skill.
     fingerprint: str = ""
-    #: Output fields pinned to state values (``x-state``; see :mod:`skilldeck.skills.pins`).
-    pins: tuple[Pin, ...] = ()
+    #: Output fields pinned to state values or to the attempt's calls (``x-state``,
+    #: ``x-calls``; see :mod:`skilldeck.skills.pins`).
+    pins: tuple[AnyPin, ...] = ()
 
     @property
     def data_keys(self) -> tuple[str, ...]:

@@ -20,9 +20,19 @@ __all__ = ["for_grammar"]
 
 # Keywords for people, not for a grammar: a constrained decoder needs none of them, and some
 # (a default of null on a string) contradict the types. (A state pin, ``x-state``, reaches
-# the grammar as the ``const`` it stands for: see skills/pins.py.)
+# the grammar as the ``const`` it stands for, and a calls pin as its values: see skills/pins.py.)
 _PROSE = frozenset(
-    ("title", "description", "default", "examples", "$schema", "$id", "$comment", "x-state")
+    (
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$schema",
+        "$id",
+        "$comment",
+        "x-state",
+        "x-calls",
+    )
 )
 # Regular expressions each grammar converter reads its own subset of, and one it misreads can
 # loosen the whole grammar without an error: llama.cpp let a model write anything at all under
@@ -92,7 +102,10 @@ def _unfolded(node: dict[str, Any]) -> dict[str, Any]:
             branch = _narrowed(branch, extra)
         if branch is None:
             return node
-        branches.append(branch)
+        if not _holds_nothing(branch):  # a pin can close a branch (a save with no write)
+            branches.append(branch)
+    if not branches:
+        return node
     return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
@@ -170,6 +183,29 @@ def _narrowed(schema: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, 
         else:
             return None
     return out
+
+
+_BOUNDS = (
+    ("minItems", "maxItems"),
+    ("minLength", "maxLength"),
+    ("minProperties", "maxProperties"),
+    ("minimum", "maximum"),
+)
+
+
+def _holds_nothing(schema: Any) -> bool:
+    """Whether no value can hold ``schema``: bounds that cross, an empty ``enum``, or a
+    required property that holds nothing."""
+    if not isinstance(schema, Mapping):
+        return False
+    if any(
+        low in schema and high in schema and schema[low] > schema[high] for low, high in _BOUNDS
+    ):
+        return True
+    if schema.get("enum") == []:
+        return True
+    props = schema.get("properties") or {}
+    return any(_holds_nothing(props.get(name)) for name in schema.get("required") or ())
 
 
 def _known(schema: Mapping[str, Any], props: Any) -> bool:

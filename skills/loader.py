@@ -45,7 +45,7 @@ from skilldeck.skills.bundle import (
 )
 from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
 from skilldeck.skills.contract import build_output_schema, compile_schema, control_actions
-from skilldeck.skills.pins import Pin, find_pins
+from skilldeck.skills.pins import AnyPin, CallsPin, find_pins
 from skilldeck.skills.problems import Problems
 from skilldeck.skills.tokens import estimate_tokens, truncate_to_tokens
 
@@ -345,7 +345,7 @@ def inspect_bundle(
     found = _meta(reader, folder, skill_md, front)
     allowed = _front_problems(problems, skill_md, folder, front) if front is not None else []
 
-    schema = _output_schema(reader, folder, (found[1] if found else {}).get("outputs") or {})
+    schema = _output_schema(reader, folder, found[1] if found else {})
     scripts = _scripts(problems, folder)
     if found is None:
         return None, problems
@@ -403,8 +403,8 @@ def inspect_bundle(
 
 
 def _output_schema(
-    reader: _Reader, folder: Path, outputs: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any], Any, tuple[Pin, ...]] | None:
+    reader: _Reader, folder: Path, meta: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], Any, tuple[AnyPin, ...]] | None:
     """The full output schema, the data schema, the compiled validator and the pins; ``None``
     (with problems) if the bundle's schema is wrong."""
     problems = reader.problems
@@ -433,12 +433,25 @@ def _output_schema(
     except ValueError as exc:
         problems.error(file, "$.properties.control", str(exc))
         return None
+    outputs = meta.get("outputs") or {}
     output_schema, data_schema = build_output_schema(source, tuple(outputs.get("provides", ())))
     try:
         pins = find_pins(output_schema)
     except ValueError as exc:
         problems.error(file, "$", str(exc))
         return None
+    tools = set(meta.get("tools") or ())
+    for pin in pins:
+        unknown = [t for t in pin.tools if t not in tools] if isinstance(pin, CallsPin) else []
+        if unknown:
+            where = "$" + "".join(f".properties.{name}" for name in pin.path) + ".x-calls"
+            problems.error(
+                file,
+                where,
+                f"{', '.join(unknown)} is not one of the skill's tools: list it in "
+                "skill.meta.json's tools, or name a tool the skill has",
+            )
+            return None
     try:
         validator = compile_schema(output_schema)
     except ValueError as exc:

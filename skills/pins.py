@@ -1,10 +1,21 @@
-"""Output fields whose value the run already knows: ``"x-state": "input.fact_id"``.
+"""Output fields whose value the run already knows.
 
-A field of a skill's ``output_schema.json`` that must repeat a value of the run's state (the
-record's ``fact_id``, unchanged) says so with ``x-state``, the dotted path of that value in the
-state. After the reply the value is checked like the rest of the contract; in ``schema`` mode
-the grammar holds it as a ``const``, so a model cannot write anything else. A path with no
-value in the state (or one that is not a string, number or boolean) pins nothing.
+Two keywords of a skill's ``output_schema.json`` bind a field to what the run holds, so a
+model cannot report something else:
+
+- ``"x-state": "input.fact_id"``: the field repeats a value of the run's state (the record's
+  ``fact_id``, unchanged). A path with no value in the state (or one that is not a string,
+  number or boolean) pins nothing.
+- ``"x-calls": ["pkm__append.path", "pkm__create.path"]``: a list that reports what this
+  attempt's calls did. Its items are values those tools' successful calls took for that
+  argument, and it is empty exactly when no such call was made (a save names only files it
+  wrote, and a skip wrote nothing).
+
+After the reply the values are checked like the rest of the contract. In ``schema`` mode the
+grammar holds them: a ``const`` for a state pin; for a calls pin, once such a call has been
+made, an ``enum`` of its values and at least one item. Before any such call the grammar leaves
+the list as it is: a model that reports a save it has not made is told to make it (the check
+after the reply), where a grammar would have held it to a skip it did not mean.
 
 Pins sit on properties only (``properties`` all the way from the root): a pin inside a list
 or a branch would not say which item or branch it binds.
@@ -13,15 +24,26 @@ or a branch would not say which item or branch it binds.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from skilldeck._internal.paths import get_path
 
-__all__ = ["KEYWORD", "Pin", "find_pins", "pin_errors", "pin_values", "pinned"]
+__all__ = [
+    "CALLS_KEYWORD",
+    "KEYWORD",
+    "AnyPin",
+    "CallsPin",
+    "Pin",
+    "find_pins",
+    "pin_errors",
+    "pin_values",
+    "pinned",
+]
 
 KEYWORD = "x-state"
+CALLS_KEYWORD = "x-calls"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +54,33 @@ class Pin:
     source: str
 
 
-def find_pins(schema: Mapping[str, Any]) -> tuple[Pin, ...]:
+@dataclass(frozen=True, slots=True)
+class CallsPin:
+    """The list at ``path`` names the values this attempt's successful calls gave the
+    ``(tool, argument)`` pairs of ``calls``."""
+
+    path: tuple[str, ...]
+    calls: tuple[tuple[str, str], ...]
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(tool for tool, _ in self.calls))
+
+    def describe(self) -> str:
+        """The calls in words: ``pkm__append.path or pkm__create.path``."""
+        return " or ".join(f"{tool}.{arg}" for tool, arg in self.calls)
+
+
+AnyPin = Pin | CallsPin
+
+
+def find_pins(schema: Mapping[str, Any]) -> tuple[AnyPin, ...]:
     """Every pin of an output schema.
 
     Raises:
-        ValueError: a pin that is not a dotted path, or sits outside ``properties``.
+        ValueError: a pin that is malformed, or sits outside ``properties``.
     """
-    pins: list[Pin] = []
+    pins: list[AnyPin] = []
 
     def walk(node: Any, path: tuple[str, ...] | None, where: str) -> None:
         if isinstance(node, list):
@@ -47,69 +89,142 @@ def find_pins(schema: Mapping[str, Any]) -> tuple[Pin, ...]:
             return
         if not isinstance(node, Mapping):
             return
-        if KEYWORD in node:
-            source = node[KEYWORD]
+        for keyword in (KEYWORD, CALLS_KEYWORD):
+            if keyword not in node:
+                continue
             if path is None:
                 raise ValueError(
-                    f"{where}: {KEYWORD} pins a property, and this is inside a list or a "
+                    f"{where}: {keyword} pins a property, and this is inside a list or a "
                     "branch: move it to a property reached through properties alone"
                 )
-            if not isinstance(source, str) or not all(source.split(".")):
-                raise ValueError(
-                    f"{where}.{KEYWORD}: {source!r} is not a dotted state path like 'input.fact_id'"
-                )
-            pins.append(Pin(path, source))
+            pins.append(_pin(node, keyword, path, where))
         for key, value in node.items():
             if key == "properties" and isinstance(value, Mapping):
                 for name, inner in value.items():
                     inner_path = None if path is None else (*path, name)
                     walk(inner, inner_path, f"{where}.properties.{name}")
-            elif key != KEYWORD:
+            elif key not in (KEYWORD, CALLS_KEYWORD):
                 walk(value, None, f"{where}.{key}")
 
     walk(schema, (), "$")
     return tuple(pins)
 
 
-def _value(pin: Pin, state: Mapping[str, Any]) -> Any:
+def _pin(node: Mapping[str, Any], keyword: str, path: tuple[str, ...], where: str) -> AnyPin:
+    source = node[keyword]
+    if keyword == KEYWORD:
+        if not isinstance(source, str) or not all(source.split(".")):
+            raise ValueError(
+                f"{where}.{keyword}: {source!r} is not a dotted state path like 'input.fact_id'"
+            )
+        return Pin(path, source)
+    if node.get("type") != "array":
+        raise ValueError(f'{where}: {keyword} reports calls in a list: give it "type": "array"')
+    pairs = [s.split(".") for s in source] if isinstance(source, list) else []
+    if not pairs or not all(len(p) == 2 and all(p) for p in pairs):
+        raise ValueError(
+            f"{where}.{keyword}: {source!r} is not a list of TOOL.ARGUMENT names like "
+            "['pkm__append.path']"
+        )
+    return CallsPin(path, tuple((tool, arg) for tool, arg in pairs))
+
+
+def _state_value(pin: Pin, state: Mapping[str, Any]) -> Any:
     """The pin's value in ``state``, or ``None`` when it has no scalar there."""
     value = get_path(state, pin.source)
     return value if isinstance(value, str | int | float | bool) else None
 
 
-def pin_values(pins: tuple[Pin, ...], state: Mapping[str, Any]) -> dict[tuple[str, ...], Any]:
-    """The value each pin takes in ``state`` (pins with no scalar value there left out)."""
-    return {p.path: v for p in pins if (v := _value(p, state)) is not None}
+def _call_values(pin: CallsPin, calls: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    """The values the successful ``calls`` gave the pin's arguments, first seen first."""
+    found = (
+        (call.get("args") or {}).get(arg)
+        for call in calls
+        for tool, arg in pin.calls
+        if call.get("name") == tool
+    )
+    return tuple(dict.fromkeys(v for v in found if isinstance(v, str | int | float | bool)))
+
+
+def pin_values(
+    pins: tuple[AnyPin, ...],
+    state: Mapping[str, Any],
+    calls: Sequence[Mapping[str, Any]] = (),
+) -> dict[tuple[str, ...], Any]:
+    """What each pin holds: a state pin its scalar (left out when the state has none), a
+    calls pin the tuple of values this attempt's successful ``calls`` gave."""
+    values: dict[tuple[str, ...], Any] = {}
+    for pin in pins:
+        if isinstance(pin, CallsPin):
+            values[pin.path] = _call_values(pin, calls)
+        elif (value := _state_value(pin, state)) is not None:
+            values[pin.path] = value
+    return values
 
 
 def pinned(schema: Mapping[str, Any], values: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
-    """``schema`` with each pinned property a ``const`` of its value (for the grammar)."""
+    """``schema`` with each pin's values held (for the grammar): a scalar as a ``const``, a
+    calls pin's values as the list's only items (at least one; no values, no change)."""
     out = copy.deepcopy(dict(schema))
     for path, value in values.items():
+        if value == ():
+            continue
         node = out
         for name in path:
             node = node["properties"][name]
-        node["const"] = value
+        if isinstance(value, tuple):
+            node["items"] = {**(node.get("items") or {}), "enum": list(value)}
+            node["minItems"] = max(int(node.get("minItems", 0)), 1)
+        else:
+            node["const"] = value
     return out
 
 
 def pin_errors(
-    pins: tuple[Pin, ...], output: Mapping[str, Any], state: Mapping[str, Any]
+    pins: tuple[AnyPin, ...],
+    output: Mapping[str, Any],
+    state: Mapping[str, Any],
+    calls: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, str]]:
-    """One error for each pinned field of ``output`` that differs from its state value."""
+    """One error for each pinned field of ``output`` that differs from what the run holds."""
     errors = []
     for pin in pins:
-        value = _value(pin, state)
         node: Any = output
         for name in pin.path:
             node = node.get(name, _MISSING) if isinstance(node, Mapping) else _MISSING
+        where = "$." + ".".join(pin.path)
+        if isinstance(pin, CallsPin):
+            if isinstance(node, list):  # the schema reports anything else
+                errors += _calls_errors(pin, node, _call_values(pin, calls), where)
+            continue
+        value = _state_value(pin, state)
         if value is not None and node is not _MISSING and node != value:
             errors.append(
-                {
-                    "path": "$." + ".".join(pin.path),
-                    "message": f"{node!r} must be {pin.source}, {value!r}, unchanged",
-                }
+                {"path": where, "message": f"{node!r} must be {pin.source}, {value!r}, unchanged"}
             )
+    return errors
+
+
+def _calls_errors(
+    pin: CallsPin, items: list[Any], made: tuple[Any, ...], where: str
+) -> list[dict[str, str]]:
+    errors = [
+        {
+            "path": f"{where}[{i}]",
+            "message": f"{item!r} is not the {pin.describe()} of a successful call in this "
+            "attempt: make that call first, or leave it out",
+        }
+        for i, item in enumerate(items)
+        if item not in made
+    ]
+    if made and not items:
+        errors.append(
+            {
+                "path": where,
+                "message": f"this attempt's successful calls gave {pin.describe()} "
+                f"{', '.join(map(repr, made))}: name them here",
+            }
+        )
     return errors
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from skilldeck import Settings
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -103,3 +105,11 @@ def serve(steps: list[Step]) -> Iterator[Endpoint]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def settings_for(endpoint: Endpoint, **kw: Any) -> Settings:
+    """Settings whose model is ``endpoint`` (``output_mode``, ``files_root`` and the rest in
+    ``kw``), and nothing from the environment or a ``.env`` file."""
+    kw.setdefault("model", "compatible:local-model")
+    kw.setdefault("api_key", "local")
+    return Settings(_env_file=None, base_url=endpoint.url, **kw)  # type: ignore[call-arg]

@@ -85,6 +85,28 @@ def test_a_save_or_skip_conditional_becomes_two_branches_that_mean_the_same() ->
     assert _same_verdicts(SAVE_OR_SKIP, _instances(pools)) > 0
 
 
+@pytest.mark.parametrize(
+    ("files", "left"),
+    [({"maxItems": 0}, "skipped"), ({"minItems": 1, "items": {"enum": ["a.md"]}}, "saved")],
+)
+def test_a_branch_that_can_hold_nothing_is_dropped_and_the_rest_mean_the_same(
+    files: dict[str, Any], left: str
+) -> None:
+    # A list that must stay empty holds no save; one that must name a written file (what a
+    # calls pin does to pkm-agent's files after a write) holds no skip.
+    schema = {**SAVE_OR_SKIP, "properties": {**SAVE_OR_SKIP["properties"]}}
+    schema["properties"]["files"] = {**schema["properties"]["files"], **files}
+    unfolded = for_grammar(schema, "p_")
+    assert "anyOf" not in unfolded and unfolded["properties"]["action"] == {"enum": [left]}
+    pools = {
+        "action": ["saved", "skipped"],
+        "files": [[], ["a.md"], ["b.md"], ["a.md", "a.md"]],
+        "insight": [None, "x"],
+        "reason": [None, "why"],
+    }
+    assert _same_verdicts(schema, _instances(pools)) > 0
+
+
 def test_the_card_controls_conditionals_unfold_and_mean_the_same() -> None:
     question = {"question": "Who?", "field_key": "profile.x", "required": True}
     options = [{"label": "A", "value": "a"}]

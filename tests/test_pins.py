@@ -9,23 +9,32 @@ from typing import Any
 
 import pytest
 from conftest import write_bundle
-from endpoint import serve, text
+from endpoint import serve, settings_for, text
 
-from skilldeck import Settings, SkillDeck
+from skilldeck import SkillDeck
 from skilldeck.errors import BundleError
 from skilldeck.skills import builtin_skills_dir, load_bundle
-from skilldeck.skills.pins import Pin, find_pins, pin_errors, pin_values, pinned
+from skilldeck.skills.pins import CallsPin, Pin, find_pins, pin_errors, pin_values, pinned
 
 NOTE = {"note": {"type": "string", "x-state": "input.ref"}}
 
 
+def _output(**data: Any) -> dict[str, Any]:
+    return {"response": "ok", "profile": {}, "data": data, "control": {"action": "finish"}}
+
+
 def _final(note: str) -> dict[str, Any]:
-    return {
-        "response": "ok",
-        "profile": {},
-        "data": {"note": note},
-        "control": {"action": "finish"},
-    }
+    return _output(note=note)
+
+
+def _run(bundle: Path, mode: str, steps: list[Any], inputs: dict[str, Any]) -> Any:
+    """Run ``bundle`` on a local endpoint serving ``steps``: the result, its attempt history
+    and the requests the endpoint got."""
+    with serve(steps) as endpoint:
+        settings = settings_for(endpoint, output_mode=mode)
+        with SkillDeck([bundle], checkpointer="memory://", settings=settings) as deck:
+            result = deck.run(inputs, context="ctx")
+            return result, deck.history(result.thread_id), endpoint.requests
 
 
 def test_pins_are_found_on_properties_and_take_the_states_scalars() -> None:
@@ -80,21 +89,97 @@ def test_the_grammar_holds_a_pin_and_the_check_refuses_another_value(
     bundle = write_bundle(tmp_path, "alpha", data=NOTE)
     wrong, right = _final("r-2"), _final("r-1")
     steps = [text(json.dumps({"final": o} if mode == "schema" else o)) for o in (wrong, right)]
-    with serve(steps) as endpoint:
-        settings = Settings(
-            _env_file=None,  # type: ignore[call-arg]
-            model="compatible:local-model",
-            api_key="local",
-            base_url=endpoint.url,
-            output_mode=mode,
-        )
-        with SkillDeck([bundle], checkpointer="memory://", settings=settings) as deck:
-            result = deck.run({"ref": "r-1"}, context="ctx")
-            history = deck.history(result.thread_id)
+    result, history, requests = _run(bundle, mode, steps, {"ref": "r-1"})
     assert result.status == "finished", result.error
     assert result.state["note"] == "r-1"
     (rejected,) = [r for r in history if r["action"] == "rejected"]
     assert rejected["validation_errors"][0]["path"] == "$.data.note"
     if mode == "schema":
-        grammar = json.dumps(endpoint.requests[0]["response_format"])
+        grammar = json.dumps(requests[0]["response_format"])
         assert '"const": "r-1"' in grammar and "x-state" not in grammar
+
+
+# -- x-calls: a list that reports what the attempt's calls did ---------------------------------
+READ = {
+    "read": {"type": "array", "items": {"type": "string"}, "x-calls": ["element__extract.text"]}
+}
+TOOLS = {"tools": ["element__extract"], "execution_config": {"max_tool_rounds": 3}}
+
+
+def _reported(read: list[str]) -> dict[str, Any]:
+    return _output(read=read)
+
+
+def test_a_calls_pin_takes_the_values_of_successful_calls_and_holds_them() -> None:
+    schema = {"properties": {"data": {"properties": READ}}}
+    (pin,) = find_pins(schema)
+    assert pin == CallsPin(("data", "read"), (("element__extract", "text"),))
+    calls = [
+        {"name": "element__extract", "args": {"text": "a"}},
+        {"name": "other", "args": {"text": "b"}},
+        {"name": "element__extract", "args": {"text": "a"}},
+    ]
+    assert pin_values((pin,), {}, calls) == {("data", "read"): ("a",)}
+    assert pin_values((pin,), {}, []) == {("data", "read"): ()}
+    node = lambda values: pinned(schema, values)["properties"]["data"]["properties"]["read"]  # noqa: E731
+    assert node({("data", "read"): ("a",)})["items"] == {"type": "string", "enum": ["a"]}
+    assert node({("data", "read"): ("a",)})["minItems"] == 1
+    assert node({("data", "read"): ()}) == READ["read"]  # no call yet: the check tells
+    assert pin_errors((pin,), _reported(["a"]), {}, calls) == []
+    assert pin_errors((pin,), _reported([]), {}, []) == []
+    (unmade,) = pin_errors((pin,), _reported(["a", "z"]), {}, calls)
+    assert unmade["path"] == "$.data.read[1]"
+    assert "'z' is not the element__extract.text of a successful call" in unmade["message"]
+    (missing,) = pin_errors((pin,), _reported([]), {}, calls)
+    assert missing == {
+        "path": "$.data.read",
+        "message": "this attempt's successful calls gave element__extract.text 'a': name them here",
+    }
+
+
+@pytest.mark.parametrize(
+    ("read", "message"),
+    [
+        ({"type": "string", "x-calls": ["element__extract.text"]}, '"type": "array"'),
+        ({"type": "array", "x-calls": "element__extract.text"}, "TOOL.ARGUMENT"),
+        ({"type": "array", "x-calls": ["element__extract"]}, "TOOL.ARGUMENT"),
+        ({"type": "array", "x-calls": []}, "TOOL.ARGUMENT"),
+        ({"type": "array", "x-calls": ["file__parse.file_id"]}, "file__parse is not one of"),
+    ],
+)
+def test_a_calls_pin_out_of_shape_fails_the_bundle_at_load(
+    read: dict[str, Any], message: str, tmp_path: Path
+) -> None:
+    bundle = write_bundle(tmp_path, "alpha", meta=TOOLS, data={"read": read})
+    with pytest.raises(BundleError, match=message):
+        load_bundle(bundle)
+
+
+def test_pkm_agent_reports_the_files_its_writes_named() -> None:
+    bundle = load_bundle(builtin_skills_dir() / "pkm-agent")
+    writes = (("pkm__append", "path"), ("pkm__create", "path"), ("pkm__write", "path"))
+    assert bundle.pins == (CallsPin(("data", "pkm", "files"), writes),)
+
+
+@pytest.mark.parametrize("mode", ["schema", "json"])
+def test_the_grammar_holds_a_calls_pin_and_the_check_refuses_an_unmade_call(
+    mode: str, tmp_path: Path
+) -> None:
+    bundle = write_bundle(tmp_path, "alpha", meta=TOOLS, data=READ)
+    claim, right = _reported(["never read"]), _reported(["the text"])
+    call = {"tool": "element__extract", "arguments": {"text": "the text"}}
+    steps = [
+        text(json.dumps(call)),
+        *(text(json.dumps({"final": o} if mode == "schema" else o)) for o in (claim, right)),
+    ]
+    result, history, requests = _run(bundle, mode, steps, {})
+    assert result.status == "finished", result.error
+    assert result.state["read"] == ["the text"]
+    (rejected,) = [r for r in history if r["action"] == "rejected"]
+    assert rejected["validation_errors"][0]["path"] == "$.data.read[0]"
+    if mode == "schema":
+        before, after = (json.dumps(r["response_format"]) for r in requests[:2])
+        # Before the call the grammar leaves the list alone; after it, it holds only what
+        # the call was given.
+        assert '"maxItems": 0' not in before and '"enum": ["the text"]' not in before
+        assert '"enum": ["the text"]' in after and "x-calls" not in after

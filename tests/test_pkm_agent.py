@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import SEED_PKM
+from endpoint import serve, settings_for, text
 from jsonschema import Draft202012Validator
 from langchain_core.tools import BaseTool
 
@@ -25,6 +26,8 @@ from skilldeck.errors import ToolError
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.scripted import load_script
 from skilldeck.skills import builtin_skills_dir, load_bundle
+from skilldeck.skills.contract import turn_schema
+from skilldeck.skills.pins import pin_errors, pin_values, pinned
 from skilldeck.tools import default_registry
 from skilldeck.tools.pkm import PARA_FOLDERS, pkm_tools
 
@@ -241,26 +244,37 @@ def test_registry_binds_the_matter_and_jails_it(workspace: Path) -> None:
 
 
 # -- the bundle, fixtures, cases and cassettes ------------------------------------------------
-def test_validate_holds_the_output_to_what_the_attempt_wrote() -> None:
+def test_the_output_reports_only_what_the_attempt_wrote() -> None:
     bundle = load_bundle(BUNDLE)
-    assert bundle.validate is not None
-    sleep = "Areas/Health/Sleep.md"
-    wrote = {"tool_calls": [{"name": "pkm__append", "args": {"path": sleep, "text": "- x"}}]}
-    read = {"tool_calls": [{"name": "pkm__read", "args": {"path": sleep}}]}
+    assert bundle.validate is None  # the schema's x-calls holds what validate.py used to
+    wrote = [{"name": "pkm__append", "args": {"path": SLEEP, "text": "- x"}}]
+    read = [{"name": "pkm__read", "args": {"path": SLEEP}}]
 
-    def verdict(pkm: dict[str, Any], turn: dict[str, Any]) -> Any:
+    def errors(pkm: dict[str, Any], calls: list[dict[str, Any]]) -> list[str]:
         output = {"data": {"pkm": pkm}, "control": {"action": "finish"}}
-        return bundle.validate(output, {"input": {"content": "x"}}, turn)  # type: ignore[misc]
+        return [e["message"] for e in pin_errors(bundle.pins, output, {}, calls)]
 
-    saved = {"action": "saved", "files": [sleep], "insight": "i", "reason": "r"}
+    saved = {"action": "saved", "files": [SLEEP], "insight": "i", "reason": "r"}
     skipped = {"action": "skipped", "files": [], "insight": None, "reason": "r"}
-    assert verdict(saved, wrote) == {"action": "continue"}
-    assert verdict(skipped, read) == {"action": "continue"}
-    # The turn lists only the calls that stand: a claim without its write is sent back.
-    claim = verdict(saved, read)
-    assert claim["action"] == "retry" and "no pkm__append or pkm__create call" in claim["errors"][0]
-    assert "a skip writes nothing" in verdict(skipped, wrote)["errors"][0]
-    # One record is filed in one turn: the schema, not this script, holds the action.
+    assert errors(saved, wrote) == [] and errors(skipped, read) == []
+    # A claim without its write is sent back, and so is a skip after a write.
+    (claim,) = errors(saved, read)
+    assert "is not the pkm__append.path or pkm__create.path" in claim
+    (skip,) = errors(skipped, wrote)
+    assert f"gave pkm__append.path or pkm__create.path or pkm__write.path {SLEEP!r}" in skip
+
+    # In schema mode, once a write is made, the grammar leaves one branch: a save of the
+    # files written. Before any, it leaves both (a claimed save is told to write first).
+    def final(calls: list[dict[str, Any]]) -> dict[str, Any]:
+        schema = pinned(bundle.output_schema, pin_values(bundle.pins, {}, calls))
+        data = turn_schema(schema, {}, final=True)["properties"]["final"]["properties"]["data"]
+        return dict(data["properties"]["pkm"])
+
+    assert len(final(read)["anyOf"]) == 2
+    after = final(wrote)
+    assert after["properties"]["action"] == {"enum": ["saved"]}
+    assert after["properties"]["files"]["items"]["enum"] == [SLEEP]
+    # One record is filed in one turn: the schema holds the action.
     assert bundle.output_schema["properties"]["control"]["properties"]["action"] == {
         "enum": ["finish"]
     }
@@ -456,3 +470,63 @@ def test_the_worse_cassette_destroys_markers_and_saves_what_it_should_skip(
     result, workspace = run_case(deck, root, by_id["pkm_negative_dont_save_pin"])
     assert result.state["pkm"]["action"] == "saved"
     assert "PIN hint" in (workspace / "PKM" / "Areas/Finance/Spending.md").read_text("utf-8")
+
+
+# -- the files a call can name, held by the grammar -------------------------------------------
+def test_the_tools_that_need_a_file_say_which_files_exist(workspace: Path) -> None:
+    registry = default_registry(workspace.parent)
+    listed = [f["path"] for f in registry_list(registry)]
+    for name in ("pkm__read", "pkm__append", "pkm__write"):
+        assert registry.has_choices(name)
+        assert registry.choices(name, {"matter_id": "m1"}) == {"path": listed}, name
+    assert not registry.has_choices("pkm__create")  # a new file: no list to hold it to
+    assert registry.choices("pkm__create", {"matter_id": "m1"}) == {}
+    assert registry.choices("pkm__read", {"matter_id": "../elsewhere"}) == {}  # cannot tell
+    assert registry.choices("pkm__read", {"matter_id": "empty"}) == {"path": []}
+
+
+def registry_list(registry: Any) -> list[dict[str, Any]]:
+    result = registry.invoke("pkm__list", {}, {"matter_id": "m1"})
+    assert result.ok, result.content
+    return list(json.loads(result.content)["files"])
+
+
+def test_in_schema_mode_a_call_may_name_only_a_file_that_exists_now(workspace: Path) -> None:
+    new = "Resources/Pottery.md"
+    steps = [
+        text(json.dumps({"tool": "pkm__create", "arguments": {"path": new, "text": "# Pottery"}})),
+        text(json.dumps({"tool": "pkm__list", "arguments": {"folder": ""}})),
+    ]
+    files = sorted(p.relative_to(workspace / "PKM").as_posix() for p in workspace.rglob("*.md"))
+    with serve(steps) as endpoint:
+        settings = settings_for(endpoint, output_mode="schema", files_root=str(workspace.parent))
+        with SkillDeck([BUNDLE], checkpointer="memory://", settings=settings) as deck:
+            deck.run({"content": "Glazes: celadon."}, context="pkm", matter_id="m1")
+    first, second = (_tool_args(r["response_format"]) for r in endpoint.requests[:2])
+    assert first["pkm__read"]["properties"]["path"]["enum"] == files
+    # The create wrote its file before the second call (the failed run then undid it).
+    assert second["pkm__append"]["properties"]["path"]["enum"] == sorted([*files, new])
+    assert "enum" not in first["pkm__create"]["properties"]["path"]
+    # The prompt is not where the files are: it stays the same for every run.
+    assert endpoint.requests[0]["messages"][0] == endpoint.requests[1]["messages"][0]
+
+
+def _tool_args(response_format: dict[str, Any]) -> dict[str, Any]:
+    """Each tool's arguments schema in a reply grammar, by tool name."""
+    branches = response_format["json_schema"]["schema"]["anyOf"]
+    return {
+        b["properties"]["tool"]["const"]: b["properties"]["arguments"]
+        for b in branches
+        if "tool" in b["properties"]
+    }
+
+
+def test_a_call_that_could_name_no_file_is_not_offered(tmp_path: Path) -> None:
+    (tmp_path / "fresh" / "PKM").mkdir(parents=True)
+    with serve([text(json.dumps({"tool": "pkm__list", "arguments": {"folder": ""}}))]) as endpoint:
+        settings = settings_for(endpoint, output_mode="schema", files_root=str(tmp_path))
+        with SkillDeck([BUNDLE], checkpointer="memory://", settings=settings) as deck:
+            deck.run({"content": "Glazes: celadon."}, context="pkm", matter_id="fresh")
+    offered = _tool_args(endpoint.requests[0]["response_format"])
+    assert {"pkm__list", "pkm__create"} <= set(offered)
+    assert not {"pkm__read", "pkm__append", "pkm__write"} & set(offered)

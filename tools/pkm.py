@@ -13,14 +13,16 @@ careless model *can* destroy notes and the graders can catch it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Annotated
+from typing import Annotated, Any
 
 from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from skilldeck.errors import ToolError
 from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
+from skilldeck.tools.registry import CHOICES
 
 __all__ = ["PARA_FOLDERS", "PKM_DIR", "pkm_tools"]
 
@@ -67,6 +69,18 @@ def _parts(path: str) -> tuple[str, ...]:
     if parts and parts[0] == PKM_DIR:
         raise ToolError(f"paths are relative to PKM/: use {'/'.join(parts[1:])!r}, not {path!r}")
     return parts
+
+
+def _markdown_files(top: Path, start: Path) -> Iterator[tuple[Path, PurePosixPath]]:
+    """The markdown files under ``start`` and their paths relative to ``top``, sorted; hidden
+    ones (``.obsidian``, ``.trash``) and links that lead out of ``top`` left out."""
+    if not start.is_dir():
+        return
+    for file in sorted(start.rglob("*.md")):
+        rel = PurePosixPath(file.relative_to(top).as_posix())
+        hidden = any(p.startswith(".") for p in rel.parts)
+        if not hidden and file.is_file() and file.resolve().is_relative_to(top):
+            yield file, rel
 
 
 def _first_heading(text: str) -> str | None:
@@ -134,17 +148,12 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
         files: list[dict[str, object]] = []
         folders: set[str] = set()
         total = 0
-        if start.is_dir():
-            for file in sorted(start.rglob("*.md")):
-                rel = file.relative_to(top)
-                hidden = any(p.startswith(".") for p in rel.parts)
-                if hidden or not file.is_file() or not file.resolve().is_relative_to(top):
-                    continue  # .obsidian, .trash and links that lead out of PKM/
-                folders.add(rel.parent.as_posix())
-                total += 1
-                if total <= MAX_LIST_FILES:
-                    text = file.read_text("utf-8", errors="replace")
-                    files.append({"path": rel.as_posix(), "title": _first_heading(text)})
+        for file, rel in _markdown_files(top, start):
+            folders.add(rel.parent.as_posix())
+            total += 1
+            if total <= MAX_LIST_FILES:
+                text = file.read_text("utf-8", errors="replace")
+                files.append({"path": rel.as_posix(), "title": _first_heading(text)})
         result: dict[str, object] = {
             "folder": folder.strip("/"),
             "files": files,
@@ -156,6 +165,12 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
                 f"{f}/" for f in PARA_FOLDERS
             )
         return result
+
+    def existing_files(identity: Mapping[str, Any]) -> dict[str, list[str]]:
+        """The files a read, an append or a replace can name now (``metadata["choices"]``)."""
+        top = pkm_root(identity.get("matter_id"))
+        paths = [rel.as_posix() for _, rel in _markdown_files(top, top)]
+        return {"path": paths[:MAX_LIST_FILES]}
 
     def read(path: str, matter_id: str | None = None) -> dict[str, object]:
         text = read_existing(existing(path, matter_id), path)
@@ -208,12 +223,14 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
             name="pkm__read",
             description="The full text of a PKM markdown file.",
             args_schema=_PathArgs,
+            metadata={CHOICES: existing_files},
         ),
         StructuredTool.from_function(
             append,
             name="pkm__append",
             description="Append text to the end of an existing PKM markdown file.",
             args_schema=_TextArgs,
+            metadata={CHOICES: existing_files},
         ),
         StructuredTool.from_function(
             create,
@@ -232,5 +249,6 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
                 "in the new text: prefer pkm__append."
             ),
             args_schema=_TextArgs,
+            metadata={CHOICES: existing_files},
         ),
     ]

@@ -5,6 +5,11 @@ have bare aliases (seed 001's ``lexical_search``). Identity arguments (``user_id
 ``matter_id``, ``thread_id``) are declared as ``InjectedToolArg``: the model never sees them and
 may not pass them; the runtime binds them from the run's config. So is ``skill``, the calling
 skill, for the tools that read a skill's own files.
+
+A tool may say which values an argument can take right now (the files that exist): its
+``metadata["choices"]`` is a function of those runtime arguments that returns ``{argument:
+[values]}``. In ``schema`` mode the grammar of the next call then allows only them; the tool's
+own check stands in every mode.
 """
 
 from __future__ import annotations
@@ -18,11 +23,25 @@ from langchain_core.tools import BaseTool
 
 from skilldeck.errors import ErrorCode, SkillDeckError, ToolError
 
-__all__ = ["IDENTITY_KEYS", "RUNTIME_KEYS", "ToolRegistry", "ToolResult"]
+__all__ = [
+    "CHOICES",
+    "IDENTITY_KEYS",
+    "RUNTIME_KEYS",
+    "ToolRegistry",
+    "ToolResult",
+    "runtime_values",
+]
 
 IDENTITY_KEYS = ("user_id", "matter_id", "thread_id")
 #: What the runtime binds: identity, and the skill that makes the call.
 RUNTIME_KEYS = (*IDENTITY_KEYS, "skill")
+#: The ``metadata`` key of a tool's current argument values (see the module docstring).
+CHOICES = "choices"
+
+
+def runtime_values(configurable: Mapping[str, Any], skill: str) -> dict[str, Any]:
+    """What the runtime binds to a call of ``skill``'s, from the run's config."""
+    return {k: configurable.get(k) for k in IDENTITY_KEYS} | {"skill": skill}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +128,24 @@ class ToolRegistry:
         full = set(full_schema.model_json_schema().get("properties", {}))
         visible = set(call_schema.model_json_schema().get("properties", {}))
         return (full - visible) & set(RUNTIME_KEYS)
+
+    def has_choices(self, name: str) -> bool:
+        """Whether ``name`` says which values its arguments can take right now."""
+        return callable((self.get(name).metadata or {}).get(CHOICES))
+
+    def choices(self, name: str, identity: Mapping[str, Any]) -> dict[str, list[Any]]:
+        """The values ``name``'s arguments can take now, by argument, for the run of
+        ``identity``; ``{}`` when the tool does not say or cannot tell (its own check
+        stands)."""
+        find = (self.get(name).metadata or {}).get(CHOICES)
+        if not callable(find):
+            return {}
+        bound = {k: identity.get(k) for k in self.identity_params(name)}
+        try:
+            found = find(bound)
+        except Exception:  # no workspace yet, say: nothing to narrow by
+            return {}
+        return {str(arg): list(values) for arg, values in dict(found).items()}
 
     def invoke(self, name: str, args: Mapping[str, Any], identity: Mapping[str, Any]) -> ToolResult:
         """Run ``name`` with the model's ``args`` and the run's ``identity`` (the
