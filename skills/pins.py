@@ -12,10 +12,9 @@ model cannot report something else:
   wrote, and a skip wrote nothing).
 
 After the reply the values are checked like the rest of the contract. In ``schema`` mode the
-grammar holds them: a ``const`` for a state pin; for a calls pin, once such a call has been
-made, an ``enum`` of its values and at least one item. Before any such call the grammar leaves
-the list as it is: a model that reports a save it has not made is told to make it (the check
-after the reply), where a grammar would have held it to a skip it did not mean.
+grammar holds them: a ``const`` for a state pin; for a calls pin, an ``enum`` of the values
+and at least one item, or no item before any such call (pkm-agent's grammar then has no save to
+claim, and after a write no skip).
 
 Pins sit on properties only (``properties`` all the way from the root): a pin inside a list
 or a branch would not say which item or branch it binds.
@@ -164,19 +163,19 @@ def pin_values(
 
 def pinned(schema: Mapping[str, Any], values: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
     """``schema`` with each pin's values held (for the grammar): a scalar as a ``const``, a
-    calls pin's values as the list's only items (at least one; no values, no change)."""
+    calls pin's values as the list's only items (at least one), or no item when none."""
     out = copy.deepcopy(dict(schema))
     for path, value in values.items():
-        if value == ():
-            continue
         node = out
         for name in path:
             node = node["properties"][name]
-        if isinstance(value, tuple):
+        if not isinstance(value, tuple):
+            node["const"] = value
+        elif value:
             node["items"] = {**(node.get("items") or {}), "enum": list(value)}
             node["minItems"] = max(int(node.get("minItems", 0)), 1)
         else:
-            node["const"] = value
+            node["maxItems"] = 0
     return out
 
 

@@ -92,8 +92,8 @@ def test_a_save_or_skip_conditional_becomes_two_branches_that_mean_the_same() ->
 def test_a_branch_that_can_hold_nothing_is_dropped_and_the_rest_mean_the_same(
     files: dict[str, Any], left: str
 ) -> None:
-    # A list that must stay empty holds no save; one that must name a written file (what a
-    # calls pin does to pkm-agent's files after a write) holds no skip.
+    # What a calls pin does to pkm-agent's files: before a write, no save can hold; after
+    # one, no skip can.
     schema = {**SAVE_OR_SKIP, "properties": {**SAVE_OR_SKIP["properties"]}}
     schema["properties"]["files"] = {**schema["properties"]["files"], **files}
     unfolded = for_grammar(schema, "p_")
