@@ -121,8 +121,9 @@ class ModelCaller:
         """The tools' schemas with the values their arguments can take now as ``enum``s; a
         tool with an argument that can take none is not offered (unless none would be)."""
         schemas, offered = self.tool_schemas(), {}
+        now = self.ctx.registry.choices(schemas, identity)
         for name, schema in schemas.items():
-            choices = self.ctx.registry.choices(name, identity)
+            choices = now.get(name, {})
             if any(not values for values in choices.values()):
                 continue
             props = dict(schema.get("properties") or {})

@@ -12,14 +12,14 @@ import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import yaml
 from conftest import SEED_PKM
 from endpoint import serve, settings_for, text
 from jsonschema import Draft202012Validator
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.errors import ToolError
@@ -30,6 +30,7 @@ from skilldeck.skills.contract import turn_schema
 from skilldeck.skills.pins import pin_errors, pin_values, pinned
 from skilldeck.tools import default_registry
 from skilldeck.tools.pkm import PARA_FOLDERS, pkm_tools
+from skilldeck.tools.registry import CHOICES, ToolRegistry
 
 pytestmark = pytest.mark.L2
 
@@ -474,13 +475,35 @@ def test_the_worse_cassette_destroys_markers_and_saves_what_it_should_skip(
 def test_the_tools_that_need_a_file_say_which_files_exist(workspace: Path) -> None:
     registry = default_registry(workspace.parent)
     listed = [f["path"] for f in registry_list(registry)]
-    for name in ("pkm__read", "pkm__append", "pkm__write"):
+    named = ("pkm__read", "pkm__append", "pkm__write")
+    for name in named:
         assert registry.has_choices(name)
-        assert registry.choices(name, {"matter_id": "m1"}) == {"path": listed}, name
+    assert registry.choices(named, {"matter_id": "m1"}) == {n: {"path": listed} for n in named}
     assert not registry.has_choices("pkm__create")  # a new file: no list to hold it to
-    assert registry.choices("pkm__create", {"matter_id": "m1"}) == {}
-    assert registry.choices("pkm__read", {"matter_id": "../elsewhere"}) == {}  # cannot tell
-    assert registry.choices("pkm__read", {"matter_id": "empty"}) == {"path": []}
+    assert registry.choices(["pkm__create"], {"matter_id": "m1"}) == {}
+    assert registry.choices(["pkm__read"], {"matter_id": "../elsewhere"}) == {}  # cannot tell
+    assert registry.choices(["pkm__read"], {"matter_id": "empty"}) == {"pkm__read": {"path": []}}
+
+
+def test_a_choices_function_that_tools_share_runs_once_a_call() -> None:
+    runs: list[dict[str, Any]] = []
+
+    def files(identity: dict[str, Any]) -> dict[str, list[str]]:
+        runs.append(identity)
+        return {"path": ["a.md"]}
+
+    def tool(name: str) -> BaseTool:
+        def run(path: str, matter_id: Annotated[str | None, InjectedToolArg] = None) -> str:
+            return path
+
+        return StructuredTool.from_function(
+            run, name=name, description=name, metadata={CHOICES: files}
+        )
+
+    registry = ToolRegistry([tool("x__read"), tool("x__append")])
+    found = registry.choices(["x__read", "x__append"], {"matter_id": "m1", "user_id": "u"})
+    assert found == {"x__read": {"path": ["a.md"]}, "x__append": {"path": ["a.md"]}}
+    assert runs == [{"matter_id": "m1"}]  # once, with the arguments the tools bind
 
 
 def registry_list(registry: Any) -> list[dict[str, Any]]:

@@ -133,19 +133,29 @@ class ToolRegistry:
         """Whether ``name`` says which values its arguments can take right now."""
         return callable((self.get(name).metadata or {}).get(CHOICES))
 
-    def choices(self, name: str, identity: Mapping[str, Any]) -> dict[str, list[Any]]:
-        """The values ``name``'s arguments can take now, by argument, for the run of
-        ``identity``; ``{}`` when the tool does not say or cannot tell (its own check
-        stands)."""
-        find = (self.get(name).metadata or {}).get(CHOICES)
-        if not callable(find):
-            return {}
-        bound = {k: identity.get(k) for k in self.identity_params(name)}
-        try:
-            found = find(bound)
-        except Exception:  # no workspace yet, say: nothing to narrow by
-            return {}
-        return {str(arg): list(values) for arg, values in dict(found).items()}
+    def choices(
+        self, names: Iterable[str], identity: Mapping[str, Any]
+    ) -> dict[str, dict[str, list[Any]]]:
+        """The values each of ``names``' arguments can take now, for the run of ``identity``:
+        ``{tool: {argument: [values]}}``, leaving out the tools that do not say or cannot tell
+        (their own check stands). A function several tools share (the files that exist) runs
+        once for the same runtime arguments."""
+        found: dict[tuple[int, tuple[tuple[str, Any], ...]], dict[str, list[Any]]] = {}
+        out: dict[str, dict[str, list[Any]]] = {}
+        for name in names:
+            find = (self.get(name).metadata or {}).get(CHOICES)
+            if not callable(find):
+                continue
+            bound = {k: identity.get(k) for k in sorted(self.identity_params(name))}
+            key = (id(find), tuple(bound.items()))
+            if key not in found:
+                try:
+                    found[key] = {str(a): list(v) for a, v in dict(find(bound)).items()}
+                except Exception:  # no workspace yet, say: nothing to narrow by
+                    found[key] = {}
+            if found[key]:
+                out[name] = found[key]
+        return out
 
     def invoke(self, name: str, args: Mapping[str, Any], identity: Mapping[str, Any]) -> ToolResult:
         """Run ``name`` with the model's ``args`` and the run's ``identity`` (the
