@@ -103,10 +103,11 @@ class ModelCaller:
         """The output mode of the skill's calls (``auto`` resolved)."""
         return self.ctx.output_mode(self.name)
 
-    def tool_schemas(self) -> dict[str, dict[str, Any]]:
-        """The arguments schema of each tool the skill lists, by the name it lists."""
+    def tool_schemas(self, names: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The arguments schema of each of ``names`` (default: every tool the skill lists), by
+        the name it lists."""
         schemas = {}
-        for name in self.bundle.tools:
+        for name in self.bundle.tools if names is None else names:
             schema: Any = self.ctx.registry.get(name).tool_call_schema
             schemas[name] = schema if isinstance(schema, dict) else schema.model_json_schema()
         return schemas
@@ -117,16 +118,27 @@ class ModelCaller:
             self._has_choices = any(self.ctx.registry.has_choices(t) for t in self.bundle.tools)
         return self._has_choices
 
-    def _tools_now(self, identity: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    def _tools_now(
+        self, names: Sequence[str], identity: Mapping[str, Any], made: Sequence[Mapping[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
         """The tools' schemas with the values their arguments can take now as ``enum``s; a
-        tool with an argument that can take none is not offered (unless none would be)."""
-        schemas, offered = self.tool_schemas(), {}
+        tool with an argument that can take none is not offered (unless none would be).
+
+        A tool of one argument loses the values its calls in ``made`` (the attempt's calls
+        that worked) took: their results are in the conversation, and a small model that
+        repeats its last call (reading the same note again) is steered to the next step by
+        the grammar instead of losing its tools for the turn."""
+        schemas, offered = self.tool_schemas(names), {}
         now = self.ctx.registry.choices(schemas, identity)
         for name, schema in schemas.items():
-            choices = now.get(name, {})
+            props = dict(schema.get("properties") or {})
+            choices = dict(now.get(name, {}))
+            if len(props) == 1 and set(choices) == set(props):
+                ((arg, values),) = choices.items()
+                spent = [c["args"].get(arg) for c in made if c["name"] == name]
+                choices[arg] = [v for v in values if v not in spent]
             if any(not values for values in choices.values()):
                 continue
-            props = dict(schema.get("properties") or {})
             for arg, values in choices.items():
                 if arg in props:
                     props[arg] = {**props[arg], "enum": values}
@@ -139,10 +151,12 @@ class ModelCaller:
         schema: Mapping[str, Any] | None = None,
         pins: Mapping[tuple[str, ...], Any] | None = None,
         identity: Mapping[str, Any] | None = None,
+        made: Sequence[Mapping[str, Any]] = (),
+        tools: Sequence[str] | None = None,
     ) -> Any:
         """The model bound for ``use``: ``tools`` (its tools, or their envelope), ``final``
         (the output only), ``calls`` (its tools only) or ``json:NAME`` (a JSON step of its own
-        ``schema``).
+        ``schema``); ``tools`` are those offered now (default: all the skill's).
 
         Bound once per model: binding converts every tool's schema (about 15 µs a tool), which
         a step would otherwise pay on each call. A grammar with pinned values, or with the
@@ -156,36 +170,41 @@ class ModelCaller:
         pinned_output = bool(pins) and use in ("tools", "final")
         live_tools = identity is not None and self._live() and use in ("tools", "calls")
         own = mode == "schema" and (pinned_output or live_tools)
+        names = tuple(self.bundle.tools if tools is None else tools)
+        key = use if names == self.bundle.tools else f"{use}:{','.join(names)}"
         if schema is not None:  # a JSON step's schema may change per call (cited evidence)
-            use += ":" + hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()
-        cached = None if own else self._binds.get((mode, use))
+            key += ":" + hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()
+        cached = None if own else self._binds.get((mode, key))
         if cached is not None and cached[0] is model:
             return cached[1]
         if use.startswith("json:"):
             bound = model.bind(response_format=response_format(mode, use.split(":")[1], schema))
         elif mode == "tool":
-            specs: list[Any] = [self.ctx.registry.get(t) for t in self.bundle.tools]
+            specs: list[Any] = [self.ctx.registry.get(t) for t in names]
             if use == "calls":  # no submit_output, and a call is required
-                bound = model.bind_tools(specs, tool_choice="required")
+                choice = self.ctx.registry.get(names[0]).name if len(names) == 1 else "required"
+                bound = model.bind_tools(specs, tool_choice=choice)
             else:
                 bound = model.bind_tools([*(specs if use == "tools" else []), self._submit_spec()])
         elif mode == "json":  # a reply out of turn is refused after it (see the skill node)
             bound = model.bind(response_format={"type": "json_object"})
         else:
-            tools = {}
+            offered = {}
             if use != "final":
-                tools = (
-                    self._tools_now(identity) if live_tools and identity else self.tool_schemas()
+                offered = (
+                    self._tools_now(names, identity, made)
+                    if live_tools and identity
+                    else self.tool_schemas(names)
                 )
             output = (
                 pinned(self.bundle.output_schema, pins or {})
                 if pinned_output
                 else self.bundle.output_schema
             )
-            envelope = turn_schema(output, tools, final=use != "calls")
+            envelope = turn_schema(output, offered, final=use != "calls")
             bound = model.bind(response_format=response_format(mode, "reply", envelope))
         if not own:
-            self._binds[(mode, use)] = (model, bound)
+            self._binds[(mode, key)] = (model, bound)
         return bound
 
     def _submit_spec(self) -> dict[str, Any]:
@@ -207,14 +226,17 @@ class ModelCaller:
         offer: Literal["tools", "final", "calls"],
         pins: Mapping[tuple[str, ...], Any] | None = None,
         identity: Mapping[str, Any] | None = None,
+        made: Sequence[Mapping[str, Any]] = (),
+        tools: Sequence[str] | None = None,
         deadline: float | None = None,
         attempt: int = 1,
     ) -> AIMessage:
         """One reply: a tool call or the output (``offer`` ``tools``), the output only
         (``final``), or a tool call only (``calls``). ``pins`` are the output fields whose
-        values the run fixes, and ``identity`` the run's, for the values tools' arguments can
-        take now (``schema`` mode's grammar holds both)."""
-        bound = self._bound(offer, pins=pins, identity=identity)
+        values the run fixes, ``identity`` the run's, for the values tools' arguments can
+        take now, and ``made`` the calls that worked, whose results are above (``schema``
+        mode's grammar holds all three); ``tools``: the tools offered now (default: all)."""
+        bound = self._bound(offer, pins=pins, identity=identity, made=made, tools=tools)
         return self._invoke(bound, conversation, index, deadline, attempt)
 
     def ask_json(

@@ -39,6 +39,7 @@ from skilldeck.nodes.model_call import (
     RetryableModelError,
     cut_off_reply,
 )
+from skilldeck.nodes.offer import offered
 from skilldeck.nodes.prompt import render_feedback, render_system, render_user
 from skilldeck.nodes.replies import SUBMIT_TOOL, read_reply
 from skilldeck.nodes.router import route
@@ -175,25 +176,26 @@ class SkillNode:
         calls = visit.calls
         index = calls.get(self.name, 0)
         rounds_left = self._max_rounds() - turn["round"]
-        # The output only: no tools, no rounds left, or the model repeated a call that worked.
-        final_only = rounds_left <= 0 or not self.bundle.tools or bool(turn.get("narrow"))
-        # Calls only: the skill requires one, and none of this attempt's has worked yet.
-        calls_only = (
-            not final_only
-            and self.bundle.execution.tool_choice == "required"
-            and not any(c["status"] == "ok" for c in turn["tool_calls"])
-        )
+        now = offered(self.bundle, turn["tool_calls"], turn.get("earlier", []))
+        tools = now.tools
+        # The output only: no tools (left), no rounds left, or the model repeated a call that
+        # worked.
+        final_only = rounds_left <= 0 or not tools or bool(turn.get("narrow"))
+        calls_only = now.calls_only and not final_only
         offer: Literal["tools", "final", "calls"] = (
             "final" if final_only else "calls" if calls_only else "tools"
         )
         deadline = config["configurable"].get(DEADLINE_KEY)
+        made = _made(turn)
         try:
             message = self.caller.call(
                 conversation,
                 index,
                 offer=offer,
-                pins=pin_values(self.bundle.pins, state, _made(turn)),
+                pins=pin_values(self.bundle.pins, state, made),
                 identity=runtime_values(config.get("configurable", {}), self.name),
+                made=made,
+                tools=tools,
                 deadline=deadline,
                 attempt=int(turn.get("attempt", 1)),
             )
@@ -210,6 +212,8 @@ class SkillNode:
         except Exception as exc:
             return self._model_error(visit, exc, turn)
         calls[self.name] = index + 1
+        # A call of a tool that is listed but not offered now is still read as a call: the tools
+        # node refuses it and says why, which an output error would not.
         allowed = () if final_only else self.bundle.tools
         reply = read_reply(message, self.caller.mode, allowed, f"call_{self.name}_{index}")
         message = reply.message
@@ -221,11 +225,12 @@ class SkillNode:
             "tokens": _add_tokens(turn.get("tokens"), message),
         }
         if reply.calls and final_only:  # a model that calls tools when it may only answer
-            why = (
-                f"tool round limit ({self._max_rounds()}) reached"
-                if rounds_left <= 0 or not self.bundle.tools
-                else "the results of those calls are above already"
-            )
+            if rounds_left <= 0 or not self.bundle.tools:
+                why = f"tool round limit ({self._max_rounds()}) reached"
+            elif not tools:
+                why = "every tool has reached its limit (tool_limits)"
+            else:
+                why = "the results of those calls are above already"
             errors = [{"path": "$", "message": f"{why}; reply with the final JSON output now"}]
             return self._reject(visit, turn, errors, None, message)
         if reply.calls:
@@ -233,12 +238,12 @@ class SkillNode:
         if reply.errors:
             return self._reject(visit, turn, reply.errors, None, message)
         if calls_only:  # the grammar or tool_choice holds this; JSON mode is told after
-            names = ", ".join(self.bundle.tools)
+            choice = self.bundle.execution.tool_choice
             errors = [
                 {
                     "path": "$",
                     "message": "this skill answers only after one of its tool calls has worked "
-                    f"(tool_choice: required): call one of {names} first",
+                    f"(tool_choice: {choice}): call one of {', '.join(tools)} first",
                 }
             ]
             return self._reject(visit, turn, errors, None, message)

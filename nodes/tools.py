@@ -19,6 +19,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
 from skilldeck.nodes.context import NodeContext
+from skilldeck.nodes.offer import offered
 from skilldeck.nodes.transcript import append_messages
 from skilldeck.tools.registry import ToolResult, runtime_values
 from skilldeck.tools.workspace import staged, written_by
@@ -47,6 +48,8 @@ class ToolsNode:
         for call in turn["pending"]:
             started = time.perf_counter()
             canonical = registry.resolve(call["name"])
+            done = [*turn["tool_calls"], *records]
+            withheld = offered(bundle, done, turn.get("earlier", [])).withheld
             if canonical is None or canonical not in allowed:
                 status = "refused"
                 result = ToolResult(
@@ -54,6 +57,9 @@ class ToolsNode:
                     f"Error: tool {call['name']!r} is not allowed for skill {bundle.name!r}; "
                     f"allowed tools: {', '.join(bundle.tools) or 'none'}",
                 )
+            elif call["name"] in withheld:  # not offered now (tool_choice, tool_limits)
+                status = "refused"
+                result = ToolResult(False, f"Error: {withheld[call['name']]}")
             else:
                 with staged(store, thread_id, turn["id"], call["id"]):
                     result = registry.invoke(canonical, call["args"], identity)

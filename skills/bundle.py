@@ -48,8 +48,11 @@ class ExecutionConfig:
     mode: str = "single"
     output_mode: str | None = None
     #: ``required``: until one of the attempt's tool calls has worked, the model may only call
-    #: tools (a skill whose job is a tool's effect, like saving a card, cannot skip it).
+    #: tools (a skill whose job is a tool's effect, like saving a card, cannot skip it); a
+    #: tool's name: until one of its calls has worked, the model may only call that tool.
     tool_choice: str = "auto"
+    #: The most calls of each named tool in one attempt (a tool at its limit is not offered).
+    tool_limits: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ __all__ = [
     "input_fits",
     "json_path",
     "output_skeleton",
+    "response_schema",
     "skeleton",
     "turn_schema",
 ]
@@ -145,6 +146,22 @@ def control_actions(source: Any) -> tuple[str, ...]:
     return tuple(a for a in ACTIONS if a in enum)
 
 
+def response_schema(source: Any) -> dict[str, Any]:
+    """The contract's ``response``: a string, which a skill may cap with ``maxLength`` ("one
+    sentence"). A grammar holds the cap, so a small model that repeats itself has to end the
+    reply instead of running into the output token limit.
+
+    Raises:
+        ValueError: ``source`` says anything but ``{"maxLength": N}``, N a positive integer.
+    """
+    if source is None:
+        return {"type": "string"}
+    cap = source.get("maxLength") if isinstance(source, Mapping) else None
+    if set(source) != {"maxLength"} or not isinstance(cap, int) or cap < 1:
+        raise ValueError('a skill may only cap response\'s length: write {"maxLength": 400}')
+    return {"type": "string", "maxLength": cap}
+
+
 def _control_schema(actions: Sequence[str]) -> dict[str, Any]:
     """:data:`CONTROL_SCHEMA` for a skill that may take only ``actions``. A skill that never
     asks has no card keys and one that never retries no ``retry_prompt``: a constrained reply
@@ -205,7 +222,7 @@ def build_output_schema(
             "required": ["response", "profile", "data", "control"],
             "additionalProperties": False,
             "properties": {
-                "response": {"type": "string"},
+                "response": response_schema(props.get("response")),
                 "profile": _profile_schema(provides, props.get("profile") or {}),
                 "data": data,
                 "control": _control_schema(control_actions(props.get("control"))),

@@ -44,7 +44,12 @@ from skilldeck.skills.bundle import (
     SkillBundle,
 )
 from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
-from skilldeck.skills.contract import build_output_schema, compile_schema, control_actions
+from skilldeck.skills.contract import (
+    build_output_schema,
+    compile_schema,
+    control_actions,
+    response_schema,
+)
 from skilldeck.skills.pins import AnyPin, CallsPin, find_pins
 from skilldeck.skills.problems import Problems
 from skilldeck.skills.tokens import estimate_tokens, truncate_to_tokens
@@ -257,6 +262,39 @@ def _references(reader: _Reader, folder: Path, budget: int) -> tuple[Reference, 
     return tuple(refs)
 
 
+def _tool_rules(problems: Problems, file: Path, meta: Mapping[str, Any]) -> None:
+    """``execution_config.tool_choice`` and ``tool_limits`` name the skill's own tools, in the
+    mode where the model calls them."""
+    execution = meta.get("execution_config") or {}
+    tools = list(meta.get("tools") or [])
+    choice = execution.get("tool_choice", "auto")
+    single = execution.get("mode", "single") == "single"
+    if choice != "auto":
+        if not single:
+            why = "in the planner and retrieval modes the runtime calls the tools"
+        elif not tools:
+            why = "the skill lists no tools to call"
+        elif choice != "required" and choice not in tools:
+            why = f"{choice!r} is not one of the skill's tools ({', '.join(tools)})"
+        else:
+            why = None
+        if why:
+            problems.error(
+                file,
+                "$.execution_config.tool_choice",
+                f"tool_choice {choice!r} cannot hold: {why}; drop it (default 'auto') or name "
+                "one of the skill's tools",
+            )
+    for name in execution.get("tool_limits") or {}:
+        if name not in tools or not single:
+            problems.error(
+                file,
+                f"$.execution_config.tool_limits.{name}",
+                f"tool_limits names {name!r}, which the model cannot call here: list it in "
+                "tools (single mode only)",
+            )
+
+
 def _meta(
     reader: _Reader, folder: Path, skill_md: Path, front: Mapping[str, Any] | None
 ) -> tuple[Path, dict[str, Any]] | None:
@@ -274,20 +312,7 @@ def _meta(
             problems.error(
                 file, "$.name", f"name {meta['name']!r} must equal the folder name {folder.name!r}"
             )
-        execution = meta.get("execution_config") or {}
-        if execution.get("tool_choice") == "required":
-            if execution.get("mode", "single") != "single":
-                why = "in the planner and retrieval modes the runtime calls the tools"
-            elif not meta.get("tools"):
-                why = "the skill lists no tools to call"
-            else:
-                why = None
-            if why:
-                problems.error(
-                    file,
-                    "$.execution_config.tool_choice",
-                    f"tool_choice 'required' cannot hold: {why}; drop it (default 'auto')",
-                )
+        _tool_rules(problems, file, meta)
         return file, meta
     if front is None:
         problems.error(
@@ -428,11 +453,12 @@ def _output_schema(
             "data fields become state keys, so they must all be declared: set it to false",
         )
         return None
-    try:
-        control_actions((source.get("properties") or {}).get("control"))
-    except ValueError as exc:
-        problems.error(file, "$.properties.control", str(exc))
-        return None
+    for key, check in (("response", response_schema), ("control", control_actions)):
+        try:
+            check((source.get("properties") or {}).get(key))
+        except ValueError as exc:
+            problems.error(file, f"$.properties.{key}", str(exc))
+            return None
     outputs = meta.get("outputs") or {}
     output_schema, data_schema = build_output_schema(source, tuple(outputs.get("provides", ())))
     try:

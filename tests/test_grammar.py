@@ -212,6 +212,18 @@ def test_a_skill_narrows_control_action_for_the_grammar_and_the_check(
     assert output_skeleton(schema)["control"] == {"action": "finish"}
 
 
+def test_a_skill_caps_its_response_for_the_grammar_and_the_check() -> None:
+    schema, _ = build_output_schema({"properties": {"response": {"maxLength": 12}}}, ())
+    grammar = turn_schema(schema)
+    final = grammar["properties"]["final"]
+    assert final["properties"]["response"] == {"type": "string", "maxLength": 12}
+    validator = compile_schema(schema)
+    output = {"profile": {}, "data": {}, "control": {"action": "finish"}}
+    assert format_errors(validator, {**output, "response": "Saved it."}) == []
+    errors = format_errors(validator, {**output, "response": "Saved it, and more, and more."})
+    assert [e["path"] for e in errors] == ["$.response"]
+
+
 def test_the_skeleton_takes_the_first_allowed_action_when_finish_is_not_one() -> None:
     source = {
         "properties": {"control": {"properties": {"action": {"enum": ["ask_user", "continue"]}}}}

@@ -58,12 +58,17 @@ def _four_part(profile: dict[str, Any]) -> dict[str, Any]:
 def test_builtin_litigation_intake_meta_is_the_seed_meta() -> None:
     folder = builtin_skills_dir() / "litigation-intake"
     meta = json.loads((folder / "skill.meta.json").read_text("utf-8"))
-    # The seed's meta, and skilldeck's one addition: its short checklist stays in the prompt.
+    # The seed's meta, and skilldeck's two additions: its short checklist stays in the prompt,
+    # and a turn starts by reading the documents (tool_choice).
     assert meta.pop("references") == "inline"
+    assert meta["execution_config"].pop("tool_choice") == "file__parse"
     assert meta == SEED_META
     bundles = {b.name: b for b in load_skills(builtin_skills_dir())}
     bundle = bundles["litigation-intake"]
-    assert bundle.meta == {**SEED_META, "references": "inline"}
+    added = {"references": "inline"}
+    execution = {**SEED_META["execution_config"], "tool_choice": "file__parse"}
+    assert bundle.meta == {**SEED_META, **added, "execution_config": execution}
+    assert bundle.execution.tool_choice == "file__parse"
     assert bundle.tools == tuple(SEED_META["tools"])
     assert bundle.provides == tuple(SEED_META["outputs"]["provides"])
     assert bundle.contexts == ("matter",)
@@ -318,6 +323,12 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
         "$.properties.control",
         "distinct actions of continue, retry, ask_user, finish; got \\['stop'\\]",
     ),
+    "response-widened": (
+        _schema({"properties": {"response": {"type": "object"}}}),
+        "output_schema.json",
+        "$.properties.response",
+        "may only cap response's length",
+    ),
     "control-empty-enum": (
         _schema({"properties": {"control": {"properties": {"action": {"enum": []}}}}}),
         "output_schema.json",
@@ -339,10 +350,22 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
         "the runtime calls the tools",
     ),
     "tool-choice-unknown": (
-        _meta(execution_config={"tool_choice": "any"}),
+        _meta(tools=["file__parse"], execution_config={"tool_choice": "any"}),
         "skill.meta.json",
         "$.execution_config.tool_choice",
-        "any",
+        "'any' is not one of the skill's tools",
+    ),
+    "tool-limits-unlisted-tool": (
+        _meta(execution_config={"tool_limits": {"file__parse": 1}}),
+        "skill.meta.json",
+        "$.execution_config.tool_limits.file__parse",
+        "list it in tools",
+    ),
+    "tool-limits-zero": (
+        _meta(tools=["file__parse"], execution_config={"tool_limits": {"file__parse": 0}}),
+        "skill.meta.json",
+        "$.execution_config.tool_limits.file__parse",
+        "must be at least 1",
     ),
     "condition-dunder": (
         _meta(triggers={"contexts": ["ctx"], "state_conditions": ["__import__('os')"]}),

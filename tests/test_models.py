@@ -116,9 +116,13 @@ def test_openai_compatible_endpoint_with_function_calling(
     # max_output_tokens on every call, in the field current OpenAI endpoints read
     assert first["max_completion_tokens"] == second["max_completion_tokens"] == 1024
     assert first["model"] == "qwen/qwen3-32b" and first["temperature"] == 0.2
-    names = [t["function"]["name"] for t in first["tools"]]
+    # The intake starts by reading its documents (tool_choice: file__parse), then may do
+    # anything its contract allows.
+    assert [t["function"]["name"] for t in first["tools"]] == ["file__parse"]
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "file__parse"}}
+    names = [t["function"]["name"] for t in second["tools"]]
     assert names == ["file__get_info", "file__parse", "element__extract", "submit_output"]
-    params = first["tools"][1]["function"]["parameters"]
+    params = first["tools"][0]["function"]["parameters"]
     assert "matter_id" not in params.get("properties", {})  # identity is never offered
     assert "response_format" not in first  # function calling, not json_schema
     tool_message = second["messages"][-1]

@@ -100,7 +100,9 @@ def test_schema_mode_sends_one_strict_schema_of_the_next_step() -> None:
     assert result.state["attempt"]["output_mode"] == "schema"
     first, second = endpoint.requests
     assert "tools" not in first  # the envelope carries the calls: no native tools
-    fmt = first["response_format"]
+    # The intake starts by reading (tool_choice: file__parse): its first reply can only do that.
+    assert _branches(first) == ["tool"] and _tools_offered(first) == ["file__parse"]
+    fmt = second["response_format"]
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
     schema = fmt["json_schema"]["schema"]
     names = [b["properties"]["tool"]["const"] for b in schema["anyOf"][:-1]]
@@ -220,6 +222,75 @@ def test_an_output_before_a_required_call_is_rejected_in_json_mode(must_call: Pa
     (rejected,) = [r for r in history if r["action"] == "rejected"]
     message = rejected["validation_errors"][0]["message"]
     assert "tool_choice: required" in message and "file__parse" in message
+
+
+def _intake_with(tmp_path: Path, **execution: Any) -> Path:
+    """A copy of the intake with ``execution`` merged into its ``execution_config``."""
+    bundle = tmp_path / INTAKE.name
+    shutil.copytree(INTAKE, bundle)
+    meta = json.loads((bundle / "skill.meta.json").read_text("utf-8"))
+    meta.setdefault("execution_config", {}).update(execution)
+    (bundle / "skill.meta.json").write_text(json.dumps(meta), "utf-8")
+    return bundle
+
+
+def _tools_offered(request: dict[str, Any]) -> list[str]:
+    schema = request["response_format"]["json_schema"]["schema"]
+    branches = schema.get("anyOf", [schema])
+    return [b["properties"]["tool"]["const"] for b in branches if "tool" in b["properties"]]
+
+
+def test_a_named_tool_choice_offers_that_tool_alone_until_it_worked(tmp_path: Path) -> None:
+    bundle = _intake_with(tmp_path, tool_choice="file__parse")
+    steps: list[Any] = [text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]
+    with _intake_on(steps, bundle, output_mode="schema") as (endpoint, _, result):
+        assert result.status == "finished", result.error
+    first, second = endpoint.requests
+    assert _branches(first) == ["tool"] and _tools_offered(first) == ["file__parse"]
+    assert "final" in _branches(second)
+    assert _tools_offered(second) == ["file__get_info", "file__parse", "element__extract"]
+
+
+def test_a_named_tool_choice_is_sent_to_the_endpoint_in_tool_mode(tmp_path: Path) -> None:
+    bundle = _intake_with(tmp_path, tool_choice="file__parse")
+    submit = call("submit_output", INTAKE_FINAL, "c2")
+    steps: list[Any] = [call("file__parse", PARSE["arguments"], "c1"), submit]
+    with _intake_on(steps, bundle, output_mode="tool") as (endpoint, _, result):
+        assert result.status == "finished", result.error
+    first = endpoint.requests[0]
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "file__parse"}}
+    assert [t["function"]["name"] for t in first["tools"]] == ["file__parse"]
+
+
+def test_a_tool_at_its_limit_is_not_offered_again(tmp_path: Path) -> None:
+    bundle = _intake_with(tmp_path, tool_limits={"file__parse": 1})
+    info = {"tool": "file__get_info", "arguments": {"file_id": "complaint.txt"}}
+    steps: list[Any] = [
+        text(json.dumps(PARSE)),
+        text(json.dumps(info)),
+        text(json.dumps({"final": INTAKE_FINAL})),
+    ]
+    with _intake_on(steps, bundle, output_mode="schema") as (endpoint, _, result):
+        assert result.status == "finished", result.error
+    first, second, _ = endpoint.requests
+    assert "file__parse" in _tools_offered(first)
+    assert _tools_offered(second) == ["file__get_info", "element__extract"]
+
+
+def test_a_call_over_its_limit_is_refused_in_json_mode(tmp_path: Path) -> None:
+    bundle = _intake_with(tmp_path, tool_limits={"file__parse": 1})
+    again = {**PARSE, "arguments": {"file_id": "complaint.txt", "mode": "text"}}
+    steps: list[Any] = [
+        text(json.dumps(PARSE)),
+        text(json.dumps(again)),
+        text(json.dumps(INTAKE_FINAL)),
+    ]
+    with _intake_on(steps, bundle, output_mode="json") as (endpoint, deck, result):
+        assert result.status == "finished", result.error
+        ran = [r for r in deck.history(result.thread_id) if r["node"] == "tools"]
+    assert [c["status"] for r in ran for c in r["tool_calls"]] == ["ok", "refused"]
+    told = json.dumps(endpoint.requests[2]["messages"])
+    assert "file__parse may be called 1 time(s) in an attempt (tool_limits)" in told
 
 
 # -- limits and endpoint failures -----------------------------------------------------------

@@ -103,6 +103,30 @@ def test_list_shows_markdown_files_with_their_first_heading(
     assert sorted(f["path"] for f in only_health["files"]) == ["Areas/Health/Fitness.md", SLEEP]
 
 
+def test_search_ranks_the_notes_that_share_the_most_with_the_record(
+    tool: Callable[..., Any], workspace: Path
+) -> None:
+    found = tool("pkm__search", query="Slept 5.5h, energy crashed at 2pm; sleep log")
+    assert found["files"][0] == {"path": SLEEP, "title": "Sleep"}
+    assert len(found["files"]) <= 5
+    # A note's path counts as its words: "Kitchen-Renovation" matches "renovation".
+    kitchen = tool("pkm__search", query="second quote for the renovation counters")
+    assert kitchen["files"][0]["path"] == "Projects/Kitchen-Renovation.md"
+    (workspace / "PKM" / ".obsidian").mkdir()
+    (workspace / "PKM" / ".obsidian" / "sleep.md").write_text("# sleep sleep sleep", "utf-8")
+    assert ".obsidian/sleep.md" not in [
+        f["path"] for f in tool("pkm__search", query="sleep")["files"]
+    ]
+
+
+@pytest.mark.parametrize("query", ["👍", "zzzqqq"])
+def test_search_that_finds_nothing_says_so_and_is_no_error(
+    tool: Callable[..., Any], query: str
+) -> None:
+    found = tool("pkm__search", query=query)
+    assert found["files"] == [] and "pkm__create" in found["note"]
+
+
 def test_list_says_when_it_is_truncated(
     tool: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -421,7 +445,7 @@ def test_seed_case_appends_to_the_sleep_log_after_reading_it(
         for m in read_messages(deck.store, result.thread_id, turn)
         for c in getattr(m, "tool_calls", [])
     ]
-    assert calls == [("pkm__list", None), ("pkm__read", SLEEP), ("pkm__append", SLEEP)]
+    assert calls == [("pkm__search", None), ("pkm__read", SLEEP), ("pkm__append", SLEEP)]
 
 
 def test_fact_case_keeps_the_fact_id_and_updates_the_card_insight(
@@ -512,7 +536,22 @@ def registry_list(registry: Any) -> list[dict[str, Any]]:
     return list(json.loads(result.content)["files"])
 
 
-def test_in_schema_mode_a_call_may_name_only_a_file_that_exists_now(workspace: Path) -> None:
+@pytest.fixture
+def unlimited(tmp_path: Path) -> Path:
+    """pkm-agent without its tool_choice and tool_limits: what the grammar offers by the
+    files and the calls alone."""
+    bundle = tmp_path / "bundle" / BUNDLE.name
+    shutil.copytree(BUNDLE, bundle)
+    meta = json.loads((bundle / "skill.meta.json").read_text("utf-8"))
+    for key in ("tool_choice", "tool_limits"):
+        del meta["execution_config"][key]
+    (bundle / "skill.meta.json").write_text(json.dumps(meta), "utf-8")
+    return bundle
+
+
+def test_in_schema_mode_a_call_may_name_only_a_file_that_exists_now(
+    workspace: Path, unlimited: Path
+) -> None:
     new = "Resources/Pottery.md"
     steps = [
         text(json.dumps({"tool": "pkm__create", "arguments": {"path": new, "text": "# Pottery"}})),
@@ -521,7 +560,7 @@ def test_in_schema_mode_a_call_may_name_only_a_file_that_exists_now(workspace: P
     files = sorted(p.relative_to(workspace / "PKM").as_posix() for p in workspace.rglob("*.md"))
     with serve(steps) as endpoint:
         settings = settings_for(endpoint, output_mode="schema", files_root=str(workspace.parent))
-        with SkillDeck([BUNDLE], checkpointer="memory://", settings=settings) as deck:
+        with SkillDeck([unlimited], checkpointer="memory://", settings=settings) as deck:
             deck.run({"content": "Glazes: celadon."}, context="pkm", matter_id="m1")
     first, second = (_tool_args(r["response_format"]) for r in endpoint.requests[:2])
     assert first["pkm__read"]["properties"]["path"]["enum"] == files
@@ -542,11 +581,47 @@ def _tool_args(response_format: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def test_a_call_that_could_name_no_file_is_not_offered(tmp_path: Path) -> None:
+def test_in_schema_mode_a_call_of_one_argument_that_worked_is_not_offered_again(
+    workspace: Path, unlimited: Path
+) -> None:
+    """A small model repeats its last call; the grammar steers it on instead (calls of more
+    arguments, such as an append, keep every file)."""
+    sleep = "Areas/Health/Sleep.md"
+    steps = [
+        text(json.dumps({"tool": "pkm__list", "arguments": {"folder": ""}})),
+        text(json.dumps({"tool": "pkm__read", "arguments": {"path": sleep}})),
+        text(json.dumps({"tool": "pkm__read", "arguments": {"path": "Areas/Health/Fitness.md"}})),
+    ]
+    with serve(steps) as endpoint:
+        settings = settings_for(endpoint, output_mode="schema", files_root=str(workspace.parent))
+        with SkillDeck([unlimited], checkpointer="memory://", settings=settings) as deck:
+            deck.run({"content": "Slept 5.5h."}, context="pkm", matter_id="m1")
+    second, third = (_tool_args(r["response_format"]) for r in endpoint.requests[1:3])
+    assert sleep in second["pkm__read"]["properties"]["path"]["enum"]
+    assert sleep not in third["pkm__read"]["properties"]["path"]["enum"]
+    assert sleep in third["pkm__append"]["properties"]["path"]["enum"]
+    assert sleep in third["pkm__write"]["properties"]["path"]["enum"]
+
+
+def test_a_call_that_has_named_every_file_is_not_offered(tmp_path: Path, unlimited: Path) -> None:
+    (tmp_path / "one" / "PKM" / "Areas").mkdir(parents=True)
+    (tmp_path / "one" / "PKM" / "Areas" / "Pottery.md").write_text("# Pottery\n", "utf-8")
+    steps = [text(json.dumps({"tool": "pkm__read", "arguments": {"path": "Areas/Pottery.md"}}))]
+    with serve(steps) as endpoint:
+        settings = settings_for(endpoint, output_mode="schema", files_root=str(tmp_path))
+        with SkillDeck([unlimited], checkpointer="memory://", settings=settings) as deck:
+            deck.run({"content": "Glazes: celadon."}, context="pkm", matter_id="one")
+    first, second = (_tool_args(r["response_format"]) for r in endpoint.requests[:2])
+    assert "pkm__read" in first
+    assert "pkm__read" not in second
+    assert second["pkm__append"]["properties"]["path"]["enum"] == ["Areas/Pottery.md"]
+
+
+def test_a_call_that_could_name_no_file_is_not_offered(tmp_path: Path, unlimited: Path) -> None:
     (tmp_path / "fresh" / "PKM").mkdir(parents=True)
     with serve([text(json.dumps({"tool": "pkm__list", "arguments": {"folder": ""}}))]) as endpoint:
         settings = settings_for(endpoint, output_mode="schema", files_root=str(tmp_path))
-        with SkillDeck([BUNDLE], checkpointer="memory://", settings=settings) as deck:
+        with SkillDeck([unlimited], checkpointer="memory://", settings=settings) as deck:
             deck.run({"content": "Glazes: celadon."}, context="pkm", matter_id="fresh")
     offered = _tool_args(endpoint.requests[0]["response_format"])
     assert {"pkm__list", "pkm__create"} <= set(offered)

@@ -21,8 +21,10 @@ from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from skilldeck.errors import ToolError
+from skilldeck.tools.bm25 import BM25Index
 from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
 from skilldeck.tools.registry import CHOICES
+from skilldeck.tools.text import Tokenizer
 
 __all__ = ["PARA_FOLDERS", "PKM_DIR", "pkm_tools"]
 
@@ -30,6 +32,9 @@ PKM_DIR = "PKM"
 PARA_FOLDERS = ("Projects", "Areas", "Resources", "Archives")
 MAX_READ_CHARS = 40_000
 MAX_LIST_FILES = 500
+#: Notes a search returns: a record belongs in one or two; a few more show the alternatives.
+SEARCH_LIMIT = 5
+_TOKENIZER = Tokenizer(stem=True, stopwords=True)
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
 
 MatterId = Annotated[str | None, InjectedToolArg]
@@ -40,14 +45,18 @@ class _Args(BaseModel):
 
 
 class _ListArgs(_Args):
-    folder: str = Field(
-        default="", description='A folder inside PKM/ such as "Areas/Health"; "" for all of PKM/.'
-    )
+    folder: str = Field(default="", description='"" for all of PKM/, or a folder inside it.')
+    matter_id: MatterId = None
+
+
+class _SearchArgs(_Args):
+    query: str = Field(description="Words of the record; the notes that share most come first.")
     matter_id: MatterId = None
 
 
 class _PathArgs(_Args):
-    path: str = Field(description='A markdown file, relative to PKM/: "Areas/Health/Sleep.md".')
+    # No example path: a small model reads the example file, whatever the record is about.
+    path: str = Field(description="A markdown file, relative to PKM/, as pkm__list shows it.")
     matter_id: MatterId = None
 
 
@@ -92,7 +101,8 @@ def _first_heading(text: str) -> str | None:
 
 
 def pkm_tools(root: str | Path | None) -> list[BaseTool]:
-    """``pkm__list``, ``pkm__read``, ``pkm__append``, ``pkm__create`` and ``pkm__write``."""
+    """``pkm__list``, ``pkm__search``, ``pkm__read``, ``pkm__append``, ``pkm__create`` and
+    ``pkm__write``."""
     base = Path(root) if root is not None else None
 
     def pkm_root(matter_id: str | None) -> Path:
@@ -172,6 +182,26 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
         paths = [rel.as_posix() for _, rel in _markdown_files(top, top)]
         return {"path": paths[:MAX_LIST_FILES]}
 
+    def search(query: str, matter_id: str | None = None) -> dict[str, object]:
+        """The notes that match ``query`` best by BM25 over their path, headings and text: a
+        knowledge base has a few hundred notes at most, so the index is built per call."""
+        terms = _TOKENIZER.tokens(query)
+        top = pkm_root(matter_id)
+        index, notes = BM25Index(), []
+        for file, rel in _markdown_files(top, top):
+            text = file.read_text("utf-8", errors="replace")
+            words = " ".join([*rel.with_suffix("").parts, text])
+            index.add(_TOKENIZER.tokens(words.replace("-", " ").replace("_", " ")))
+            notes.append({"path": rel.as_posix(), "title": _first_heading(text)})
+            if len(notes) >= MAX_LIST_FILES:
+                break
+        # A query of no words (an emoji) finds nothing: a search that comes before a skip.
+        found = [notes[doc] for doc, _ in index.top(terms, SEARCH_LIMIT)] if terms else []
+        result: dict[str, object] = {"query": query, "files": found}
+        if not found:
+            result["note"] = "no note shares a word with the query; see pkm__list, or pkm__create"
+        return result
+
     def read(path: str, matter_id: str | None = None) -> dict[str, object]:
         text = read_existing(existing(path, matter_id), path)
         return {
@@ -217,6 +247,13 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
             name="pkm__list",
             description="The markdown files under a PKM/ folder, each with its first heading.",
             args_schema=_ListArgs,
+        ),
+        StructuredTool.from_function(
+            search,
+            name="pkm__search",
+            description="The PKM notes that best match some words (BM25), best first, with "
+            "their first headings.",
+            args_schema=_SearchArgs,
         ),
         StructuredTool.from_function(
             read,

@@ -1,7 +1,8 @@
 """The PKM agent without a model (``--model rules``): lexical routing into PARA.
 
-It skips low-signal records (a bare acknowledgement, a few characters, or the user saying not
-to save); otherwise it lists ``PKM/``, scores each note by the words it shares with the record
+It searches the notes first, as the skill starts (``tool_choice``), then skips low-signal
+records (a bare acknowledgement, a few characters, or the user saying not to save); otherwise
+it lists ``PKM/``, scores each note by the words it shares with the record
 (BM25 over the note's name and title, IDF over the knowledge base, stemmed; its folders'
 words count half), reads the best note that shares a word of its own with the record, appends
 the record in that note's style (a bullet, a table row or a paragraph, as its last entries
@@ -111,12 +112,14 @@ def respond(state: Mapping[str, Any], results: list[dict[str, Any]]) -> dict[str
     given = state.get("input") or {}
     content = str(given.get("content") or "")
     fact_id = given.get("fact_id")
-    why = low_signal(content, str(given.get("instructions") or ""))
-    if why is not None:
-        return _finish("Not saved: " + why + ".", "skipped", [], None, why)
     done: dict[str, dict[str, Any]] = {}
     for result in results:
         done.setdefault(result["name"], result)
+    if "pkm__search" not in done:
+        return _call("pkm__search", query=content)
+    why = low_signal(content, str(given.get("instructions") or ""))
+    if why is not None:
+        return _finish("Not saved: " + why + ".", "skipped", [], None, why)
     if "pkm__list" not in done:
         return _call("pkm__list", folder="")
     files = list((done["pkm__list"]["content"] or {}).get("files") or [])

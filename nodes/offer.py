@@ -1,0 +1,55 @@
+"""Which of a skill's tools its model may call at this point of an attempt.
+
+``execution_config.tool_choice`` and ``tool_limits`` narrow the skill's tools as the attempt
+goes: a named ``tool_choice`` offers that tool alone until one of its calls has worked,
+``required`` offers no output until any call has, and a tool that has been called its limit's
+number of times is not offered again. The skill node offers the model these tools (``schema``
+mode's grammar and ``tool`` mode's binding hold them); the tools node refuses a call outside
+them, which a model in ``json`` mode, or one that ignores its binding, can still make.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from skilldeck.skills.bundle import SkillBundle
+
+__all__ = ["Offer", "offered"]
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """The tools the model may call now, and whether it may only call them."""
+
+    tools: tuple[str, ...]
+    calls_only: bool
+    #: Why each of the skill's other tools is not offered, for a call that names one anyway.
+    withheld: Mapping[str, str]
+
+
+def offered(
+    bundle: SkillBundle,
+    calls: Sequence[Mapping[str, Any]],
+    standing: Sequence[Mapping[str, Any]] = (),
+) -> Offer:
+    """What ``bundle``'s model may call after the attempt's ``calls`` (each ``name`` and
+    ``status``); ``standing``: the calls of earlier attempts whose results stand, which meet a
+    ``tool_choice`` as well (a re-ask need not repeat them), but use no limit of this one."""
+    execution = bundle.execution
+    choice = execution.tool_choice
+    worked = [c["name"] for c in calls if c["status"] == "ok"] + [c["name"] for c in standing]
+    if choice not in ("auto", "required") and choice not in worked:
+        why = f"call {choice} first: this skill starts with it (tool_choice)"
+        return Offer((choice,), True, {t: why for t in bundle.tools if t != choice})
+    used = Counter(c["name"] for c in calls if c["status"] != "refused")
+    withheld = {
+        name: f"{name} may be called {limit} time(s) in an attempt (tool_limits) and was; "
+        "use the results above or call another tool"
+        for name, limit in execution.tool_limits.items()
+        if used[name] >= limit
+    }
+    tools = tuple(t for t in bundle.tools if t not in withheld)
+    return Offer(tools, choice == "required" and not worked, withheld)
