@@ -130,7 +130,8 @@ def control_actions(source: Any) -> tuple[str, ...]:
     props = source.get("properties") if isinstance(source, Mapping) else None
     action = props.get("action") if isinstance(props, Mapping) else None
     if (
-        set(source) != {"properties"}
+        not isinstance(source, Mapping)
+        or set(source) != {"properties"}
         or set(props or {}) != {"action"}
         or not isinstance(action, Mapping)
         or set(action) != {"enum"}
@@ -156,8 +157,9 @@ def response_schema(source: Any) -> dict[str, Any]:
     """
     if source is None:
         return {"type": "string"}
-    cap = source.get("maxLength") if isinstance(source, Mapping) else None
-    if set(source) != {"maxLength"} or not isinstance(cap, int) or cap < 1:
+    only_cap = isinstance(source, Mapping) and set(source) == {"maxLength"}
+    cap = source["maxLength"] if only_cap else None
+    if not isinstance(cap, int) or cap < 1:
         raise ValueError('a skill may only cap response\'s length: write {"maxLength": 400}')
     return {"type": "string", "maxLength": cap}
 

@@ -323,6 +323,18 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
         "$.properties.control",
         "distinct actions of continue, retry, ask_user, finish; got \\['stop'\\]",
     ),
+    "response-boolean-schema": (
+        _schema({"properties": {"response": True}}),
+        "output_schema.json",
+        "$.properties.response",
+        "may only cap response's length",
+    ),
+    "control-boolean-schema": (
+        _schema({"properties": {"control": True}}),
+        "output_schema.json",
+        "$.properties.control",
+        "may only narrow control.action",
+    ),
     "response-widened": (
         _schema({"properties": {"response": {"type": "object"}}}),
         "output_schema.json",
