@@ -182,7 +182,8 @@ class ModelCaller:
         elif mode == "tool":
             specs: list[Any] = [self.ctx.registry.get(t) for t in names]
             if use == "calls":  # no submit_output, and a call is required
-                choice = self.ctx.registry.get(names[0]).name if len(names) == 1 else "required"
+                first = self.bundle.execution.first_tool
+                choice = self.ctx.registry.get(first).name if first else "required"
                 bound = model.bind_tools(specs, tool_choice=choice)
             else:
                 bound = model.bind_tools([*(specs if use == "tools" else []), self._submit_spec()])

@@ -39,11 +39,11 @@ def offered(
     ``status``); ``standing``: the calls of earlier attempts whose results stand, which meet a
     ``tool_choice`` as well (a re-ask need not repeat them), but use no limit of this one."""
     execution = bundle.execution
-    choice = execution.tool_choice
+    first = execution.first_tool
     worked = [c["name"] for c in calls if c["status"] == "ok"] + [c["name"] for c in standing]
-    if choice not in ("auto", "required") and choice not in worked:
-        why = f"call {choice} first: this skill starts with it (tool_choice)"
-        return Offer((choice,), True, {t: why for t in bundle.tools if t != choice})
+    if first is not None and first not in worked:
+        why = f"call {first} first: this skill starts with it (tool_choice)"
+        return Offer((first,), True, {t: why for t in bundle.tools if t != first})
     used = Counter(c["name"] for c in calls if c["status"] != "refused")
     withheld = {
         name: f"{name} may be called {limit} time(s) in an attempt (tool_limits) and was; "
@@ -52,4 +52,4 @@ def offered(
         if used[name] >= limit
     }
     tools = tuple(t for t in bundle.tools if t not in withheld)
-    return Offer(tools, choice == "required" and not worked, withheld)
+    return Offer(tools, execution.tool_choice == "required" and not worked, withheld)

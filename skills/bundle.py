@@ -54,6 +54,11 @@ class ExecutionConfig:
     #: The most calls of each named tool in one attempt (a tool at its limit is not offered).
     tool_limits: Mapping[str, int] = field(default_factory=dict)
 
+    @property
+    def first_tool(self) -> str | None:
+        """The tool an attempt starts with (``tool_choice`` names it), or ``None``."""
+        return None if self.tool_choice in ("auto", "required") else self.tool_choice
+
 
 @dataclass(frozen=True, slots=True)
 class Reference:
