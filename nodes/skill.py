@@ -589,22 +589,21 @@ def _add_tokens(total: Mapping[str, int] | None, message: AIMessage) -> dict[str
 def _made(turn: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The calls whose results this attempt's output may report: its own successful ones,
     and those of earlier attempts that still stand."""
-    current = [
-        {"name": c["name"], "args": c.get("args", {})}
-        for c in turn.get("tool_calls", [])
-        if c["status"] == "ok"
-    ]
+    current = [_made_call(c) for c in turn.get("tool_calls", []) if c["status"] == "ok"]
     return [*turn.get("earlier", []), *current]
 
 
 def _standing(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The successful calls of a rejected attempt whose results stand after its rollback:
     those that wrote no file."""
-    return [
-        {"name": c["name"], "args": c.get("args", {})}
-        for c in calls
-        if c["status"] == "ok" and not c.get("wrote")
-    ]
+    return [_made_call(c) for c in calls if c["status"] == "ok" and not c.get("wrote")]
+
+
+def _made_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    """What pins and offers read of a successful call: its name, arguments and any result
+    fields an output is pinned to."""
+    made = {"name": call["name"], "args": call.get("args", {})}
+    return made | {"returned": call["returned"]} if "returned" in call else made
 
 
 def _digest(message: AIMessage) -> str:

@@ -10,6 +10,7 @@ is accepted.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from langgraph.types import Command
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.offer import offered
 from skilldeck.nodes.transcript import append_messages
+from skilldeck.skills.pins import result_fields
 from skilldeck.tools.registry import ToolResult, runtime_values
 from skilldeck.tools.workspace import staged, written_by
 
@@ -45,6 +47,7 @@ class ToolsNode:
         thread_id = str(configurable["thread_id"])
         messages: list[ToolMessage] = []
         records: list[dict[str, Any]] = []
+        kept = result_fields(bundle.pins)
         for call in turn["pending"]:
             started = time.perf_counter()
             canonical = registry.resolve(call["name"])
@@ -84,6 +87,8 @@ class ToolsNode:
                     "ref": f"{turn['id']}/{turn['pos'] + len(records):06d}",
                 }
             )
+            if result.ok and call["name"] in kept:
+                records[-1]["returned"] = _returned(result.content, kept[call["name"]])
         # Which calls changed files: their results do not outlast a rejected attempt.
         wrote = written_by(store, thread_id, turn["id"])
         for record in records:
@@ -92,3 +97,15 @@ class ToolsNode:
         pos = append_messages(store, thread_id, turn["id"], turn["pos"], messages)
         update = {**turn, "pending": [], "pos": pos, "tool_calls": turn["tool_calls"] + records}
         return Command(goto=turn["skill"], update={"turn": update})
+
+
+def _returned(content: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The ``fields`` of a call's JSON result that an output field is pinned to (``x-result``):
+    only those reach the state, the result itself stays in the transcript."""
+    try:
+        value = json.loads(content) if isinstance(content, str) else content
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {f: value[f] for f in fields if isinstance(value.get(f), str | int | float | bool)}

@@ -103,8 +103,8 @@ class SkillBundle:
     validator: Validator = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
     #: A digest of the files the loader read: a thread records it, to tell an edited skill.
     fingerprint: str = ""
-    #: Output fields pinned to state values or to the attempt's calls (``x-state``,
-    #: ``x-calls``; see :mod:`skilldeck.skills.pins`).
+    #: Output fields pinned to state values, to the attempt's calls or to what a call
+    #: returned (``x-state``, ``x-calls``, ``x-result``; see :mod:`skilldeck.skills.pins`).
     pins: tuple[AnyPin, ...] = ()
 
     @property

@@ -20,7 +20,8 @@ __all__ = ["for_grammar"]
 
 # Keywords for people, not for a grammar: a constrained decoder needs none of them, and some
 # (a default of null on a string) contradict the types. (A state pin, ``x-state``, reaches
-# the grammar as the ``const`` it stands for, and a calls pin as its values: see skills/pins.py.)
+# the grammar as the ``const`` it stands for, a calls pin as its values and a result pin as the
+# value returned: see skills/pins.py.)
 _PROSE = frozenset(
     (
         "title",
@@ -32,6 +33,7 @@ _PROSE = frozenset(
         "$comment",
         "x-state",
         "x-calls",
+        "x-result",
     )
 )
 # Regular expressions each grammar converter reads its own subset of, and one it misreads can
@@ -63,7 +65,19 @@ def for_grammar(schema: Any, prefix: str) -> Any:
             out[key] = {k: for_grammar(v, prefix) for k, v in value.items()}  # names as they are
         else:
             out[key] = for_grammar(value, prefix)
-    return _unfolded(_lifted(out))
+    return _unfolded(_lifted(_bounded(out)))
+
+
+def _bounded(node: dict[str, Any]) -> dict[str, Any]:
+    """A list of unique items drawn from N listed values holds at most N: a grammar cannot
+    hold ``uniqueItems``, but it holds that ``maxItems`` (a list of the one written file can
+    no longer name it twice)."""
+    values = _values(node.get("items"))
+    if node.get("uniqueItems") is not True or values is None:
+        return node
+    most = node.get("maxItems")
+    bound = len(values) if not isinstance(most, int) else min(most, len(values))
+    return {**node, "maxItems": bound}
 
 
 def _lifted(node: dict[str, Any]) -> dict[str, Any]:

@@ -50,7 +50,14 @@ from skilldeck.skills.contract import (
     control_actions,
     response_schema,
 )
-from skilldeck.skills.pins import AnyPin, CallsPin, find_pins
+from skilldeck.skills.pins import (
+    CALLS_KEYWORD,
+    RESULT_KEYWORD,
+    AnyPin,
+    CallsPin,
+    Pin,
+    find_pins,
+)
 from skilldeck.skills.problems import Problems
 from skilldeck.skills.tokens import estimate_tokens, truncate_to_tokens
 
@@ -468,9 +475,12 @@ def _output_schema(
         return None
     tools = set(meta.get("tools") or ())
     for pin in pins:
-        unknown = [t for t in pin.tools if t not in tools] if isinstance(pin, CallsPin) else []
+        if isinstance(pin, Pin):
+            continue
+        unknown = [t for t in pin.tools if t not in tools]
         if unknown:
-            where = "$" + "".join(f".properties.{name}" for name in pin.path) + ".x-calls"
+            keyword = CALLS_KEYWORD if isinstance(pin, CallsPin) else RESULT_KEYWORD
+            where = "$" + "".join(f".properties.{name}" for name in pin.path) + f".{keyword}"
             problems.error(
                 file,
                 where,

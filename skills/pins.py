@@ -10,11 +10,14 @@ model cannot report something else:
   attempt's calls did. Its items are values those tools' successful calls took for that
   argument, and it is empty exactly when no such call was made (a save names only files it
   wrote, and a skip wrote nothing).
+- ``"x-result": "card__save.path"``: the field repeats a value a tool returned (the path the
+  card was saved at): that field of the result of the attempt's last successful call of the
+  tool, once there is one.
 
 After the reply the values are checked like the rest of the contract. In ``schema`` mode the
-grammar holds them: a ``const`` for a state pin; for a calls pin, an ``enum`` of the values
-and at least one item, or no item before any such call (pkm-agent's grammar then has no save to
-claim, and after a write no skip).
+grammar holds them: a ``const`` for a state or result pin; for a calls pin, an ``enum`` of the
+values and at least one item, or no item before any such call (pkm-agent's grammar then has no
+save to claim, and after a write no skip).
 
 Pins sit on properties only (``properties`` all the way from the root): a pin inside a list
 or a branch would not say which item or branch it binds.
@@ -32,17 +35,22 @@ from skilldeck._internal.paths import get_path
 __all__ = [
     "CALLS_KEYWORD",
     "KEYWORD",
+    "RESULT_KEYWORD",
     "AnyPin",
     "CallsPin",
     "Pin",
+    "ResultPin",
     "find_pins",
     "pin_errors",
     "pin_values",
     "pinned",
+    "result_fields",
 ]
 
 KEYWORD = "x-state"
 CALLS_KEYWORD = "x-calls"
+RESULT_KEYWORD = "x-result"
+_KEYWORDS = (KEYWORD, CALLS_KEYWORD, RESULT_KEYWORD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +78,33 @@ class CallsPin:
         return " or ".join(f"{tool}.{arg}" for tool, arg in self.calls)
 
 
-AnyPin = Pin | CallsPin
+@dataclass(frozen=True, slots=True)
+class ResultPin:
+    """The output field at ``path`` repeats ``field`` of what this attempt's last successful
+    ``tool`` call returned."""
+
+    path: tuple[str, ...]
+    tool: str
+    field: str
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        return (self.tool,)
+
+    def describe(self) -> str:
+        return f"the {self.field} that {self.tool} returned"
+
+
+AnyPin = Pin | CallsPin | ResultPin
+
+
+def result_fields(pins: Sequence[AnyPin]) -> dict[str, tuple[str, ...]]:
+    """The result fields that result pins read, by tool: what a call's record keeps."""
+    fields: dict[str, tuple[str, ...]] = {}
+    for pin in pins:
+        if isinstance(pin, ResultPin):
+            fields[pin.tool] = tuple(dict.fromkeys((*fields.get(pin.tool, ()), pin.field)))
+    return fields
 
 
 def find_pins(schema: Mapping[str, Any]) -> tuple[AnyPin, ...]:
@@ -88,7 +122,7 @@ def find_pins(schema: Mapping[str, Any]) -> tuple[AnyPin, ...]:
             return
         if not isinstance(node, Mapping):
             return
-        for keyword in (KEYWORD, CALLS_KEYWORD):
+        for keyword in _KEYWORDS:
             if keyword not in node:
                 continue
             if path is None:
@@ -102,7 +136,7 @@ def find_pins(schema: Mapping[str, Any]) -> tuple[AnyPin, ...]:
                 for name, inner in value.items():
                     inner_path = None if path is None else (*path, name)
                     walk(inner, inner_path, f"{where}.properties.{name}")
-            elif key not in (KEYWORD, CALLS_KEYWORD):
+            elif key not in _KEYWORDS:
                 walk(value, None, f"{where}.{key}")
 
     walk(schema, (), "$")
@@ -117,6 +151,13 @@ def _pin(node: Mapping[str, Any], keyword: str, path: tuple[str, ...], where: st
                 f"{where}.{keyword}: {source!r} is not a dotted state path like 'input.fact_id'"
             )
         return Pin(path, source)
+    if keyword == RESULT_KEYWORD:
+        parts = source.split(".") if isinstance(source, str) else []
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(
+                f"{where}.{keyword}: {source!r} is not a TOOL.FIELD name like 'card__save.path'"
+            )
+        return ResultPin(path, parts[0], parts[1])
     if node.get("type") != "array":
         raise ValueError(f'{where}: {keyword} reports calls in a list: give it "type": "array"')
     pairs = [s.split(".") for s in source] if isinstance(source, list) else []
@@ -145,17 +186,30 @@ def _call_values(pin: CallsPin, calls: Sequence[Mapping[str, Any]]) -> tuple[Any
     return tuple(dict.fromkeys(v for v in found if isinstance(v, str | int | float | bool)))
 
 
+def _result_value(pin: ResultPin, calls: Sequence[Mapping[str, Any]]) -> Any:
+    """The field of what the last successful call of the pin's tool returned, if scalar."""
+    for call in reversed(calls):
+        if call.get("name") == pin.tool and pin.field in (call.get("returned") or {}):
+            value = call["returned"][pin.field]
+            return value if isinstance(value, str | int | float | bool) else None
+    return None
+
+
 def pin_values(
     pins: tuple[AnyPin, ...],
     state: Mapping[str, Any],
     calls: Sequence[Mapping[str, Any]] = (),
 ) -> dict[tuple[str, ...], Any]:
     """What each pin holds: a state pin its scalar (left out when the state has none), a
-    calls pin the tuple of values this attempt's successful ``calls`` gave."""
+    calls pin the tuple of values this attempt's successful ``calls`` gave, a result pin the
+    value the last such call returned (left out before one)."""
     values: dict[tuple[str, ...], Any] = {}
     for pin in pins:
         if isinstance(pin, CallsPin):
             values[pin.path] = _call_values(pin, calls)
+        elif isinstance(pin, ResultPin):
+            if (returned := _result_value(pin, calls)) is not None:
+                values[pin.path] = returned
         elif (value := _state_value(pin, state)) is not None:
             values[pin.path] = value
     return values
@@ -196,10 +250,13 @@ def pin_errors(
             if isinstance(node, list):  # the schema reports anything else
                 errors += _calls_errors(pin, node, _call_values(pin, calls), where)
             continue
-        value = _state_value(pin, state)
+        if isinstance(pin, ResultPin):
+            value, source = _result_value(pin, calls), pin.describe()
+        else:
+            value, source = _state_value(pin, state), pin.source
         if value is not None and node is not _MISSING and node != value:
             errors.append(
-                {"path": where, "message": f"{node!r} must be {pin.source}, {value!r}, unchanged"}
+                {"path": where, "message": f"{node!r} must be {source}, {value!r}, unchanged"}
             )
     return errors
 

@@ -253,3 +253,40 @@ def test_cites_evidence_reads_other_paths_and_refuses_unknown_keys() -> None:
     assert grader.evaluate(GradeContext(task, moved)).passed is False
     with pytest.raises(EvalConfigError, match=r"unknown config key.*views"):
         build_grader("cites_evidence", {"views": "state.view"})
+
+
+# -- the cases stay out of the prompts -------------------------------------------------------------
+def _word_runs(text: str, n: int = 4) -> set[tuple[str, ...]]:
+    """The runs of ``n`` words in ``text`` (each CJK character counts as a word)."""
+    words = re.findall(r"[\u3400-\u9fff]|[^\W_]+", text.lower())
+    return set(zip(*(words[i:] for i in range(n)), strict=False))
+
+
+def _case_texts(value: Any, key: str = "") -> list[str]:
+    """The free text of a case's input; record ids (``fact_id``) are shared structure."""
+    if isinstance(value, str):
+        return [] if key.endswith("_id") else [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _case_texts(v, str(k))]
+    if isinstance(value, list):
+        return [s for v in value for s in _case_texts(v, key)]
+    return []
+
+
+@pytest.mark.parametrize(
+    "skill", sorted(p.parent.name for p in builtin_skills_dir().glob("*/cases.yaml"))
+)
+def test_no_case_text_is_in_what_the_model_reads(skill: str) -> None:
+    """A skill that quotes its eval cases in SKILL.md or a reference passes them by rote:
+    no run of four words of any case's input may appear there."""
+    bundle = builtin_skills_dir() / skill
+    read = [bundle / "SKILL.md", *sorted((bundle / "references").glob("*"))]
+    prompt = _word_runs("\n".join(p.read_text("utf-8") for p in read if p.is_file()))
+    cases = yaml.safe_load((bundle / "cases.yaml").read_text("utf-8"))
+    quoted = {
+        case["id"]: sorted(" ".join(run) for run in _word_runs(text) & prompt)
+        for case in cases
+        for text in _case_texts(case["input"])
+        if _word_runs(text) & prompt
+    }
+    assert not quoted, quoted

@@ -182,6 +182,29 @@ def test_narrowing_keeps_the_stricter_bound_and_the_common_type() -> None:
     assert _same_verdicts(schema, _instances(pools)) > 0
 
 
+@pytest.mark.parametrize(
+    ("items", "most", "bound"),
+    [({"enum": ["a.md"]}, None, 1), ({"enum": ["a", "b", "c"]}, 2, 2), ({"const": "a"}, 5, 1)],
+)
+def test_unique_items_from_listed_values_are_bounded_by_their_count(
+    items: dict[str, Any], most: int | None, bound: int
+) -> None:
+    schema: dict[str, Any] = {"type": "array", "items": items, "uniqueItems": True}
+    if most is not None:
+        schema["maxItems"] = most
+    held = for_grammar(schema, "p_")
+    assert held["maxItems"] == bound
+    pools = [[], ["a.md"], ["a.md", "a.md"], ["a", "b"], ["a", "a"], ["a", "b", "c"], ["z"]]
+    assert _same_verdicts(schema, iter(pools)) > 0
+
+
+def test_a_list_without_unique_items_or_listed_values_is_not_bounded() -> None:
+    free = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+    repeats = {"type": "array", "items": {"enum": ["a"]}}
+    assert "maxItems" not in for_grammar(free, "p_")
+    assert "maxItems" not in for_grammar(repeats, "p_")
+
+
 def test_no_built_in_skill_leaves_a_conditional_to_the_grammar() -> None:
     for bundle in load_skills(builtin_skills_dir()):
         assert not _has_conditional(turn_schema(bundle.output_schema)), bundle.name

@@ -1,5 +1,6 @@
-"""Output fields pinned to the run's state (``x-state``): found at load, held by the grammar in
-``schema`` mode, and checked after the reply in every mode."""
+"""Output fields pinned to the run's state (``x-state``), to the attempt's calls (``x-calls``)
+or to what a call returned (``x-result``): found at load, held by the grammar in ``schema``
+mode, and checked after the reply in every mode."""
 
 from __future__ import annotations
 
@@ -9,12 +10,21 @@ from typing import Any
 
 import pytest
 from conftest import write_bundle
-from endpoint import serve, settings_for, text
+from endpoint import call, serve, settings_for, text
 
 from skilldeck import SkillDeck
 from skilldeck.errors import BundleError
 from skilldeck.skills import builtin_skills_dir, load_bundle
-from skilldeck.skills.pins import CallsPin, Pin, find_pins, pin_errors, pin_values, pinned
+from skilldeck.skills.pins import (
+    CallsPin,
+    Pin,
+    ResultPin,
+    find_pins,
+    pin_errors,
+    pin_values,
+    pinned,
+    result_fields,
+)
 
 NOTE = {"note": {"type": "string", "x-state": "input.ref"}}
 
@@ -77,9 +87,13 @@ def test_a_pin_out_of_place_fails_the_bundle_at_load(
         load_bundle(bundle)
 
 
-def test_card_agent_pins_the_records_fact_id() -> None:
+def test_card_agent_pins_the_records_fact_id_and_the_saved_path() -> None:
     bundle = load_bundle(builtin_skills_dir() / "card-agent")
-    assert bundle.pins == (Pin(("data", "timeline_card", "fact_id"), "input.fact_id"),)
+    assert bundle.pins == (
+        Pin(("data", "timeline_card", "fact_id"), "input.fact_id"),
+        ResultPin(("data", "timeline_card", "path"), "card__save", "path"),
+    )
+    assert result_fields(bundle.pins) == {"card__save": ("path",)}
 
 
 @pytest.mark.parametrize("mode", ["schema", "json"])
@@ -182,3 +196,108 @@ def test_the_grammar_holds_a_calls_pin_and_the_check_refuses_an_unmade_call(
         # Before the call the list can hold nothing; after it, only what the call was given.
         assert '"maxItems": 0' in before and '"enum": ["the text"]' not in before
         assert '"enum": ["the text"]' in after and "x-calls" not in after
+
+
+# -- x-result: a field that repeats what a call returned ---------------------------------------
+SAVED = {"saved": {"type": "string", "x-result": "card__save.path"}}
+
+
+def test_a_result_pin_takes_the_last_successful_calls_value_and_holds_it() -> None:
+    schema = {"properties": {"data": {"properties": SAVED}}}
+    (pin,) = find_pins(schema)
+    assert pin == ResultPin(("data", "saved"), "card__save", "path")
+    calls = [
+        {"name": "card__save", "args": {}, "returned": {"path": "Cards/a.yaml"}},
+        {"name": "other", "args": {}, "returned": {"path": "elsewhere"}},
+        {"name": "card__save", "args": {}, "returned": {"path": "Cards/b.yaml"}},
+    ]
+    assert pin_values((pin,), {}, calls) == {("data", "saved"): "Cards/b.yaml"}
+    assert pin_values((pin,), {}, [*calls[:1], {"name": "card__save", "args": {}}]) == {
+        ("data", "saved"): "Cards/a.yaml"
+    }
+    assert pin_values((pin,), {}, []) == {}  # nothing returned yet: nothing held
+    held = pinned(schema, {("data", "saved"): "Cards/b.yaml"})["properties"]["data"]
+    assert held["properties"]["saved"]["const"] == "Cards/b.yaml"
+    assert pin_errors((pin,), _output(saved="Cards/b.yaml"), {}, calls) == []
+    assert pin_errors((pin,), _output(saved="anything"), {}, []) == []
+    (wrong,) = pin_errors((pin,), _output(saved="cards/b.yaml"), {}, calls)
+    assert wrong == {
+        "path": "$.data.saved",
+        "message": "'cards/b.yaml' must be the path that card__save returned, 'Cards/b.yaml', "
+        "unchanged",
+    }
+
+
+@pytest.mark.parametrize(
+    ("saved", "meta", "message"),
+    [
+        ({"type": "string", "x-result": "card__save"}, {"tools": ["card__save"]}, "TOOL.FIELD"),
+        ({"type": "string", "x-result": ["card__save.path"]}, {"tools": ["card__save"]}, "TOOL"),
+        ({"type": "string", "x-result": "card__save.path"}, {}, "card__save is not one of"),
+        (
+            {"type": "array", "items": {"type": "string", "x-result": "card__save.path"}},
+            {"tools": ["card__save"]},
+            "inside a list",
+        ),
+    ],
+)
+def test_a_result_pin_out_of_shape_fails_the_bundle_at_load(
+    saved: dict[str, Any], meta: dict[str, Any], message: str, tmp_path: Path
+) -> None:
+    bundle = write_bundle(tmp_path, "alpha", meta=meta, data={"saved": saved})
+    with pytest.raises(BundleError, match=message):
+        load_bundle(bundle)
+
+
+@pytest.mark.parametrize("mode", ["schema", "json"])
+def test_the_grammar_holds_the_path_a_save_returned_and_the_check_refuses_another(
+    mode: str, tmp_path: Path
+) -> None:
+    record = {"fact_id": "2026/05/25.md#ts_1", "content": "Pay rent, 900 EUR."}
+    card = {
+        "fact_id": record["fact_id"],
+        "title": "Rent",
+        "template_ids": ["transaction"],
+        "tags": ["home"],
+        "ui_config": {"item": "rent", "amount": 900, "currency": "EUR"},
+        "content": record["content"],
+    }
+    saved = {k: v for k, v in card.items() if k != "content"}
+
+    def final(path: str) -> dict[str, Any]:
+        timeline_card = {**saved, "path": path}
+        output = {
+            "response": "Saved the rent card.",
+            "profile": {"card_status": "completed"},
+            "data": {"timeline_card": timeline_card},
+            "control": {"action": "finish"},
+        }
+        return {"final": output} if mode == "schema" else output
+
+    save = {"card": card}
+    steps = [
+        text(json.dumps({"tool": "card__save", "arguments": save}))
+        if mode == "schema"
+        else call("card__save", save, "c1"),
+        text(json.dumps(final("Cards/rent.yaml"))),
+        text(json.dumps({"tool": "card__save", "arguments": save}))
+        if mode == "schema"
+        else call("card__save", save, "c2"),
+        text(json.dumps(final("Cards/2026_05_25_md_ts_1.yaml"))),
+    ]
+    with serve(steps) as endpoint:
+        settings = settings_for(endpoint, output_mode=mode, files_root=str(tmp_path))
+        bundle = builtin_skills_dir() / "card-agent"
+        with SkillDeck([bundle], checkpointer="memory://", settings=settings) as deck:
+            result = deck.run(record, context="card", matter_id="m")
+            history, requests = deck.history(result.thread_id), endpoint.requests
+    assert result.status == "finished", result.error
+    assert result.state["timeline_card"]["path"] == "Cards/2026_05_25_md_ts_1.yaml"
+    (rejected,) = [r for r in history if r["action"] == "rejected"]
+    (error,) = rejected["validation_errors"]
+    assert error["path"] == "$.data.timeline_card.path"
+    assert "must be the path that card__save returned" in error["message"]
+    if mode == "schema":
+        before, after = (json.dumps(r["response_format"]) for r in requests[:2])
+        assert '"const": "Cards/2026_05_25_md_ts_1.yaml"' not in before
+        assert '"const": "Cards/2026_05_25_md_ts_1.yaml"' in after and "x-result" not in after

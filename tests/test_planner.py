@@ -293,6 +293,19 @@ def test_plans_run_with_the_user_bound_and_observations_come_back(recall: Recall
     assert [c["status"] for c in result.state["attempt"]["tool_calls"]] == ["ok", "ok"]
 
 
+@pytest.mark.parametrize(("mode", "shown"), [("schema", False), ("json", True), ("tool", True)])
+def test_the_plan_examples_are_in_the_prompt_unless_a_grammar_holds_the_plan(
+    recall: Recall, mode: str, shown: bool
+) -> None:
+    turns = [STOP, view()]
+    deck, result = recall(turns, output_mode=mode)
+    assert result.status == "finished", result.error
+    system = str(transcript(deck, result)[0].content)
+    assert ("## scripts/tool_call_examples.md" in system) is shown
+    assert "## Observe → Reflect → Decide" in system and "## Runtime (planner mode)" in system
+    assert "## 默认值" not in system  # a reference: the host executes it
+
+
 def test_skipping_neighbors_after_good_anchors_is_recorded(recall: Recall) -> None:
     semantic = {"query_text": "spicy food", "filter": ALL}
     deck, result = recall([plan("lexical_search", **SPICY), plan("semantic_search", **semantic),

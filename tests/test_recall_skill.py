@@ -104,17 +104,25 @@ def test_the_bundle_is_the_seed_skill() -> None:
         "lexical_search",
         "semantic_search",
         "neighbors",
-    )  # no skill__read_file: the planner mode's prompt holds scripts/tool_call_examples.md
+    )  # no skill__read_file: the planner mode's prompt holds what the model acts on
     assert bundle.execution.mode == "planner"
     assert bundle.execution.provider is None and bundle.execution.model is None
     assert bundle.data_keys == ("memory_view", "evidence")
     skill_md = (BUNDLE / "SKILL.md").read_text("utf-8")
+    runtime = (BUNDLE / "references" / "runtime.md").read_text("utf-8")
     assert "name: nomemory-recall\n" in skill_md
-    if SEED.is_file():  # the seed text as given; only the name follows the folder
+    # The sections the host executes (tools, how they are called, defaults) are a reference,
+    # which planner mode never puts in a prompt; what the model acts on stays in SKILL.md.
+    for heading in ("## 可用工具", "## 工具调用方式", "## 默认值"):
+        assert heading in runtime and heading not in bundle.instructions
+    for heading in ("## Observe → Reflect → Decide", "## Planner 输出契约", "## 合成输出契约"):
+        assert heading in bundle.instructions
+    if SEED.is_file():  # the seed text as given, section by section; the name follows the folder
         seed = SEED.read_text("utf-8")
-        assert skill_md == seed.replace(
-            "name: nomemory-recall-default\n", "name: nomemory-recall\n"
-        )
+        named = seed.replace("name: nomemory-recall-default\n", "name: nomemory-recall\n")
+        sections = re.split(r"(?m)^(?=## )", named)
+        assert len(sections) == 7
+        assert all(s.strip() in skill_md or s.strip() in runtime for s in sections)
         description = re.search(r"^description: (.+)$", seed, re.M)
         assert description is not None and bundle.description == description.group(1)
     assert (BUNDLE / "scripts" / "tool_call_examples.md").is_file()  # SKILL.md points to it

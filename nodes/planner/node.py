@@ -60,22 +60,17 @@ _TEXT = 300  # characters of a message shown in an observation
 
 
 # -- prompts ------------------------------------------------------------------------------------
+# The plan's and the view's shapes are in SKILL.md's two contracts: this adds only what the
+# runtime does with them.
 _RUNTIME = """\
 ## Runtime (planner mode)
-The runtime runs the planner contract above and binds the user to every tool call.
-- Each round, reply with exactly one JSON object {{"stop": false, "tool": ..., "args": {{...}}}}
-  and nothing else; reply {{"stop": true}} when the evidence is enough.
-- Every contract rule is checked. An invalid plan is not run: it comes back as an error and
-  still uses up its round.
-- After each call you get an observation: the hit count, the top anchors, whether their context
-  is missing, and whether the neighbors rule was followed.
-- Budget (host settings): at most {rounds} rounds and {evidence} evidence messages. The runtime
-  selects the evidence: your searches' best hits (fused by reciprocal rank), then the neighbors
-  you fetched.
-- Then you see the evidence messages and reply with only the memory_view object
-  {{"preferences": [], "profile": [], "constraints": []}}, each item
-  {{"text": "...", "evidence": ["message_id", ...]}} citing only the evidence messages shown.
-  An item without evidence is rejected; leave an array empty when evidence is missing."""
+The runtime binds the user to every call.
+- Each round, reply with one plan by the planner contract, or {{"stop": true}} when the
+  evidence is enough. An invalid plan is not run: its error comes back, its round used up.
+- Budget: {rounds} rounds and {evidence} evidence messages: your searches' best hits, then the
+  neighbors you fetched.
+- Shown the evidence, reply with only the memory_view, each item {{"text": "...", "evidence":
+  ["message_id", ...]}} citing messages shown; an item without evidence is rejected."""
 
 _RETRY = (
     'Reply with only the memory_view object {"preferences": [], "profile": [], '
@@ -116,21 +111,27 @@ class PlannerSkillNode(SkillNode):
         super().__init__(ctx, bundle)
         listed = {ctx.registry.resolve(name) for name in bundle.tools}
         self.allowed = tuple(t for t in PLANNER_TOOLS if (ctx.registry.resolve(t) or "") in listed)
-        self._message = self._system(bundle, ctx)
+        self._messages: dict[str | None, SystemMessage] = {}
         self.plan_schema = plan_schema(self.allowed)
 
     def system(self) -> SystemMessage:
-        """The planner mode's own system message (its JSON steps are its output)."""
-        return self._message
+        """The planner mode's own system message (its JSON steps are its output), rendered
+        once per output mode (the rules planner has none)."""
+        mode = self.caller.mode if self.ctx.has_model(self.name) else None
+        if mode not in self._messages:
+            self._messages[mode] = self._system(self.bundle, self.ctx, mode)
+        return self._messages[mode]
 
     @staticmethod
-    def _system(bundle: SkillBundle, ctx: NodeContext) -> SystemMessage:
+    def _system(bundle: SkillBundle, ctx: NodeContext, mode: str | None) -> SystemMessage:
         parts = [f"# Skill: {bundle.name}\n{bundle.description}", bundle.instructions]
         if bundle.references:
             refs = "\n\n".join(f"### {r.name}\n{r.text.strip()}" for r in bundle.references)
             parts.append(f"## References\n{refs}")
         examples = Path(bundle.path) / "scripts" / "tool_call_examples.md"
-        if examples.is_file():  # SKILL.md points the model at this file
+        # The examples show each plan's shape; in schema mode the grammar holds that shape,
+        # and the examples would be the schema sent a second time.
+        if examples.is_file() and mode != "schema":
             parts.append(f"## scripts/tool_call_examples.md\n{examples.read_text('utf-8')}")
         settings = ctx.settings
         parts.append(
@@ -165,15 +166,10 @@ class PlannerSkillNode(SkillNode):
         first, latest, empty = self._span(identity)
         # The history's span, not only its end: a window anchored in "latest" and "now" holds
         # the last message alone, and a model planning from the brief has nothing else to go on.
-        brief = {
-            "question": question,
+        brief = {  # the question is in the state view above it
             "first_message_ts": format_ts(first) if first else None,
             "latest_message_ts": format_ts(latest) if latest else None,
             "now": format_ts(datetime.now(UTC)),
-            "budget": {
-                "rounds": self.ctx.settings.planner_max_rounds,
-                "evidence": self.ctx.settings.planner_max_evidence,
-            },
         }
         opening.append(HumanMessage(f"{_dumps(brief)}\nPlan round 1: reply with one plan."))
         rules = None

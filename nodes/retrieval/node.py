@@ -78,12 +78,11 @@ def compose_paragraphs(paragraphs: Sequence[Mapping[str, Any]]) -> str:
 
 
 _ALIASES = {RAG: "rag_retrieve", TABLE: "table_rag_retrieve", LOCAL: "local_file_search"}
+# SKILL.md already says that the runtime executes the policy; this says what the model does.
 _MODE_NOTE = """\
-## How this skill runs
-The runtime executes the retrieval policy as code: it picks the sources, their order, top_k
-and the fallbacks, and judges whether results suffice. You are asked twice: to rewrite
-the question for retrieval, then to answer from the evidence it gathered. Reply to each request
-with the one JSON object it asks for, nothing else."""
+## Your part
+You are asked twice: to rewrite the question for retrieval, then to answer from the evidence
+the runtime gathered. Reply to each with the one JSON object it asks for, nothing else."""
 _REWRITE_ASK = """\
 ## Rewrite the question for retrieval
 Question: {question}
