@@ -108,4 +108,4 @@ def _returned(content: Any, fields: tuple[str, ...]) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         return {}
-    return {f: value[f] for f in fields if isinstance(value.get(f), str | int | float | bool)}
+    return {f: value[f] for f in fields if value.get(f) is not None}

@@ -11,8 +11,8 @@ model cannot report something else:
   argument, and it is empty exactly when no such call was made (a save names only files it
   wrote, and a skip wrote nothing).
 - ``"x-result": "card__save.path"``: the field repeats a value a tool returned (the path the
-  card was saved at): that field of the result of the attempt's last successful call of the
-  tool, once there is one.
+  card was saved at, or a list or object such as the saved ``ui_config``): that field of the
+  result of the attempt's last successful call of the tool, once there is one.
 
 After the reply the values are checked like the rest of the contract. In ``schema`` mode the
 grammar holds them: a ``const`` for a state or result pin; for a calls pin, an ``enum`` of the
@@ -187,11 +187,11 @@ def _call_values(pin: CallsPin, calls: Sequence[Mapping[str, Any]]) -> tuple[Any
 
 
 def _result_value(pin: ResultPin, calls: Sequence[Mapping[str, Any]]) -> Any:
-    """The field of what the last successful call of the pin's tool returned, if scalar."""
+    """The field of what the last successful call of the pin's tool returned (any JSON value
+    but null), or ``None`` before one."""
     for call in reversed(calls):
         if call.get("name") == pin.tool and pin.field in (call.get("returned") or {}):
-            value = call["returned"][pin.field]
-            return value if isinstance(value, str | int | float | bool) else None
+            return call["returned"][pin.field]
     return None
 
 

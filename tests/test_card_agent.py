@@ -99,7 +99,10 @@ def test_save_writes_exactly_the_card_keys(tmp_path: Path) -> None:
         "fact_id": "2026/05/25.md#ts_1",  # what the output names the card by, not the path
         "path": "Cards/2026_05_25_md_ts_1.yaml",
         "status": "completed",
+        "title": "Eval team standup",  # as saved: what an output reporting the card repeats
         "template_ids": ["event"],
+        "tags": ["meeting"],
+        "ui_config": {"start": "Thursday 10:30am", "medium": "Zoom"},
     }
     text = (tmp_path / result["path"]).read_text("utf-8")
     saved = yaml.safe_load(text)

@@ -89,11 +89,12 @@ def test_a_pin_out_of_place_fails_the_bundle_at_load(
 
 def test_card_agent_pins_the_records_fact_id_and_the_saved_path() -> None:
     bundle = load_bundle(builtin_skills_dir() / "card-agent")
+    saved = ("title", "template_ids", "tags", "ui_config", "path")
     assert bundle.pins == (
         Pin(("data", "timeline_card", "fact_id"), "input.fact_id"),
-        ResultPin(("data", "timeline_card", "path"), "card__save", "path"),
+        *(ResultPin(("data", "timeline_card", f), "card__save", f) for f in saved),
     )
-    assert result_fields(bundle.pins) == {"card__save": ("path",)}
+    assert result_fields(bundle.pins) == {"card__save": saved}
 
 
 @pytest.mark.parametrize("mode", ["schema", "json"])
@@ -218,6 +219,10 @@ def test_a_result_pin_takes_the_last_successful_calls_value_and_holds_it() -> No
     assert pin_values((pin,), {}, []) == {}  # nothing returned yet: nothing held
     held = pinned(schema, {("data", "saved"): "Cards/b.yaml"})["properties"]["data"]
     assert held["properties"]["saved"]["const"] == "Cards/b.yaml"
+    listed = [{"name": "card__save", "args": {}, "returned": {"path": ["a", {"b": 1}]}}]
+    assert pin_values((pin,), {}, listed) == {("data", "saved"): ["a", {"b": 1}]}
+    assert pin_errors((pin,), _output(saved=["a", {"b": 1}]), {}, listed) == []
+    assert pin_errors((pin,), _output(saved=["a"]), {}, listed)
     assert pin_errors((pin,), _output(saved="Cards/b.yaml"), {}, calls) == []
     assert pin_errors((pin,), _output(saved="anything"), {}, []) == []
     (wrong,) = pin_errors((pin,), _output(saved="cards/b.yaml"), {}, calls)

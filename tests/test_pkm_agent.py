@@ -29,7 +29,7 @@ from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.skills.contract import turn_schema
 from skilldeck.skills.pins import pin_errors, pin_values, pinned
 from skilldeck.tools import default_registry
-from skilldeck.tools.pkm import PARA_FOLDERS, pkm_tools
+from skilldeck.tools.pkm import MAX_ENTRY_CHARS, PARA_FOLDERS, pkm_tools
 from skilldeck.tools.registry import CHOICES, ToolRegistry
 
 pytestmark = pytest.mark.L2
@@ -266,6 +266,22 @@ def test_registry_binds_the_matter_and_jails_it(workspace: Path) -> None:
         assert not escaped.ok and "not one folder name" in escaped.content, name
     unknown_arg = registry.invoke("pkm__read", {"path": SLEEP, "mode": "x"}, {"matter_id": "m1"})
     assert not unknown_arg.ok and "unknown argument(s) 'mode'" in unknown_arg.content
+
+
+def test_an_append_is_one_entry_held_to_its_cap_by_the_schema(workspace: Path) -> None:
+    registry = default_registry(workspace.parent)
+    schema = registry.get("pkm__append").tool_call_schema.model_json_schema()
+    assert schema["properties"]["text"]["maxLength"] == MAX_ENTRY_CHARS  # the grammar holds it
+    before = snapshot(workspace)
+    long = registry.invoke("pkm__append", {"path": SLEEP, "text": "z" * 1001}, {"matter_id": "m1"})
+    assert not long.ok and "invalid arguments for pkm__append" in long.content
+    assert f"at most {MAX_ENTRY_CHARS} characters" in long.content
+    assert snapshot(workspace) == before
+    fits = registry.invoke("pkm__append", {"path": SLEEP, "text": "z" * 1000}, {"matter_id": "m1"})
+    assert fits.ok
+    for whole_note in ("pkm__create", "pkm__write"):  # a whole note has no entry's cap
+        text_arg = registry.get(whole_note).tool_call_schema.model_json_schema()
+        assert "maxLength" not in text_arg["properties"]["text"], whole_note
 
 
 # -- the bundle, fixtures, cases and cassettes ------------------------------------------------

@@ -15,6 +15,7 @@ from conftest import MEMORY_TEXTS
 from skilldeck import RunResult, Settings, SkillDeck
 from skilldeck.nodes import MODES
 from skilldeck.nodes.planner import PlannerSkillNode, check_plan, check_view
+from skilldeck.nodes.planner.contract import plan_schema
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills import builtin_skills_dir
 from skilldeck.tools import default_registry
@@ -36,6 +37,7 @@ def plan(tool: str, **args: Any) -> dict[str, Any]:
 
 
 STOP = {"output": {"stop": True}}
+ANY_SEARCH_FIRST = "no search has run yet and the user has messages: plan a search before stopping"
 
 
 def view(**items: list[tuple[str, list[str]]]) -> dict[str, Any]:
@@ -231,7 +233,9 @@ def test_non_json_plans_and_tool_calls_are_invalid_plans(recall: Recall) -> None
     native = {"tool_calls": [{"name": "lexical_search", "args": SPICY}]}
     _, result = recall([{"text": "let me search for spicy"}, native, STOP, EMPTY])
     rounds = trajectory(result)
-    assert [r["valid"] for r in rounds] == [False, False, True]
+    # No round ran a search, so the stop is refused too: there is no evidence to be enough.
+    assert [r["valid"] for r in rounds] == [False, False, False]
+    assert "plan a search before stopping" in rounds[2]["errors"][0]["message"]
     assert "not JSON" in rounds[0]["errors"][0]["message"]
     assert rounds[0]["plan"] == "let me search for spicy"
     assert "a plan has exactly stop, tool and args" in rounds[1]["errors"][0]["message"]
@@ -248,7 +252,7 @@ def test_tools_the_meta_does_not_list_are_refused(recall: Recall, tmp_path: Path
         "time_range"]["since"]), STOP, EMPTY]  # fmt: skip
     _, result = recall(turns, skills=bundle)
     rounds = trajectory(result)
-    assert [r["valid"] for r in rounds] == [False, False, True]
+    assert [r["valid"] for r in rounds] == [False, False, False]  # the stop: no search ran
     assert all("not among this skill's tools" in r["errors"][0]["message"] for r in rounds[:2])
     assert result.state["attempt"]["tool_calls"] == []
 
@@ -297,13 +301,28 @@ def test_plans_run_with_the_user_bound_and_observations_come_back(recall: Recall
 def test_the_plan_examples_are_in_the_prompt_unless_a_grammar_holds_the_plan(
     recall: Recall, mode: str, shown: bool
 ) -> None:
-    turns = [STOP, view()]
+    turns = [plan("lexical_search", **SPICY), STOP, EMPTY]
     deck, result = recall(turns, output_mode=mode)
     assert result.status == "finished", result.error
     system = str(transcript(deck, result)[0].content)
     assert ("## scripts/tool_call_examples.md" in system) is shown
     assert "## Observe → Reflect → Decide" in system and "## Runtime (planner mode)" in system
     assert "## 默认值" not in system  # a reference: the host executes it
+
+
+def test_no_stop_before_a_search_while_the_user_has_messages(recall: Recall) -> None:
+    stop_branch = {"type": "object", "properties": {"stop": {"const": True}},
+                   "required": ["stop"], "additionalProperties": False}  # fmt: skip
+    assert stop_branch in plan_schema(TOOLS)["anyOf"]
+    assert stop_branch not in plan_schema(TOOLS, may_stop=False)["anyOf"]
+    (refused,) = check_plan({"stop": True}, TOOLS, may_stop=False)
+    assert refused == {"path": "$.stop", "message": ANY_SEARCH_FIRST}
+    _, result = recall([STOP, plan("lexical_search", **SPICY), STOP, EMPTY])
+    assert [(r["valid"], r["tool"]) for r in trajectory(result)] == [
+        (False, None), (True, "lexical_search"), (True, None)
+    ]  # fmt: skip
+    _, nobody = recall([STOP, EMPTY], user="nobody")  # no messages: nothing to search
+    assert [r["valid"] for r in trajectory(nobody)] == [True]
 
 
 def test_skipping_neighbors_after_good_anchors_is_recorded(recall: Recall) -> None:

@@ -347,13 +347,14 @@ def save_card(workspace: Path, card: Any) -> dict[str, Any]:
     saved["status"] = "completed"
     _write_card(path, saved)
     # The saved fact_id comes first: a caller's output names the card by it, and a small
-    # model left with only the path tends to make a fact_id of the file name.
+    # model left with only the path tends to make a fact_id of the file name. The card's
+    # fields follow as saved (the title trimmed), for an output that reports the card.
     return {
         "ok": True,
         "fact_id": checked["fact_id"],
         "path": relpath,
         "status": "completed",
-        "template_ids": checked["template_ids"],
+        **{key: saved[key] for key in ("title", "template_ids", "tags", "ui_config")},
     }
 
 

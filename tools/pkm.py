@@ -26,11 +26,13 @@ from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
 from skilldeck.tools.registry import CHOICES
 from skilldeck.tools.text import Tokenizer
 
-__all__ = ["PARA_FOLDERS", "PKM_DIR", "pkm_tools"]
+__all__ = ["MAX_ENTRY_CHARS", "PARA_FOLDERS", "PKM_DIR", "pkm_tools"]
 
 PKM_DIR = "PKM"
 PARA_FOLDERS = ("Projects", "Areas", "Resources", "Archives")
 MAX_READ_CHARS = 40_000
+#: The longest text one pkm__append adds.
+MAX_ENTRY_CHARS = 1_000
 MAX_LIST_FILES = 500
 #: Notes a search returns: a record belongs in one or two; a few more show the alternatives.
 SEARCH_LIMIT = 5
@@ -62,6 +64,16 @@ class _PathArgs(_Args):
 
 class _TextArgs(_PathArgs):
     text: str = Field(description="Markdown text.")
+
+
+class _EntryArgs(_PathArgs):
+    # An append adds an entry; the cap is in the tool's schema, so a grammar ends a text that
+    # a small model starts copying the whole note into, instead of the output token limit.
+    text: str = Field(
+        max_length=MAX_ENTRY_CHARS,
+        description=f"The entry to add, at most {MAX_ENTRY_CHARS:,} characters: the new text "
+        "only, not the note again.",
+    )
 
 
 def _parts(path: str) -> tuple[str, ...]:
@@ -265,8 +277,8 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
         StructuredTool.from_function(
             append,
             name="pkm__append",
-            description="Append text to the end of an existing PKM markdown file.",
-            args_schema=_TextArgs,
+            description="Append an entry to the end of an existing PKM markdown file.",
+            args_schema=_EntryArgs,
             metadata={CHOICES: existing_files},
         ),
         StructuredTool.from_function(

@@ -80,8 +80,9 @@ def _check_filter(raw: Any, where: str, *, nested: bool) -> Errors:
     return errors
 
 
-def check_plan(plan: Any, allowed: Collection[str]) -> Errors:
-    """Every rule of seed 001's planner contract; ``allowed``: the tools the skill may call."""
+def check_plan(plan: Any, allowed: Collection[str], *, may_stop: bool = True) -> Errors:
+    """Every rule of seed 001's planner contract; ``allowed``: the tools the skill may call.
+    ``may_stop``: whether a stop can be right now (see :func:`plan_schema`)."""
     if not isinstance(plan, Mapping):
         return [error("$", "a plan is one JSON object {stop, tool, args}")]
     errors = [
@@ -91,6 +92,8 @@ def check_plan(plan: Any, allowed: Collection[str]) -> Errors:
     stop = plan.get("stop")
     if not isinstance(stop, bool):
         errors.append(error("$.stop", "stop is required: true or false"))
+    elif stop and not may_stop:
+        return [*errors, error("$.stop", _SEARCH_FIRST)]
     elif stop:
         return errors  # a stop is a stop: a tool that came with it is not run (and recorded)
     tool = plan.get("tool")
@@ -197,18 +200,26 @@ _ARGS: dict[str, dict[str, Any]] = {
 }
 
 
-def plan_schema(allowed: Sequence[str]) -> dict[str, Any]:
-    """The JSON Schema of one plan, for ``schema`` output mode: a stop, or a call of one of
-    the ``allowed`` tools with its arguments' shape (the contract's rules, explicit filters
-    and ISO times among them, are checked after, as in every mode)."""
-    branches: list[dict[str, Any]] = [
-        {
-            "type": "object",
-            "properties": {"stop": {"const": True}},
-            "required": ["stop"],
-            "additionalProperties": False,
-        }
-    ]
+# Seed 001 stops "when the evidence is enough": before any search has run there is none, so
+# a first plan that stops (a small model's favourite, with a user who has messages) is wrong.
+_SEARCH_FIRST = "no search has run yet and the user has messages: plan a search before stopping"
+
+
+def plan_schema(allowed: Sequence[str], *, may_stop: bool = True) -> dict[str, Any]:
+    """The JSON Schema of one plan, for ``schema`` output mode: a stop (when ``may_stop``: a
+    search has run, or the user has no messages), or a call of one of the ``allowed`` tools
+    with its arguments' shape (the contract's rules, explicit filters and ISO times among
+    them, are checked after, as in every mode)."""
+    branches: list[dict[str, Any]] = []
+    if may_stop:
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"stop": {"const": True}},
+                "required": ["stop"],
+                "additionalProperties": False,
+            }
+        )
     for tool in allowed:
         branches.append(
             {

@@ -112,7 +112,7 @@ class PlannerSkillNode(SkillNode):
         listed = {ctx.registry.resolve(name) for name in bundle.tools}
         self.allowed = tuple(t for t in PLANNER_TOOLS if (ctx.registry.resolve(t) or "") in listed)
         self._messages: dict[str | None, SystemMessage] = {}
-        self.plan_schema = plan_schema(self.allowed)
+        self.plan_schemas = {may: plan_schema(self.allowed, may_stop=may) for may in (True, False)}
 
     def system(self) -> SystemMessage:
         """The planner mode's own system message (its JSON steps are its output), rendered
@@ -175,7 +175,7 @@ class PlannerSkillNode(SkillNode):
         rules = None
         if not self.ctx.has_model(self.name):
             rules = RulesPlanner(question, latest, empty=empty, config=self.rules)
-        return self._loop(visit, turn, opening, rules, identity)
+        return self._loop(visit, turn, opening, rules, identity, history=not empty)
 
     def _span(self, identity: Mapping[str, Any]) -> tuple[datetime | None, datetime | None, bool]:
         """The user's first and latest message times (relative time signals count from the
@@ -204,6 +204,8 @@ class PlannerSkillNode(SkillNode):
         opening: list[BaseMessage],
         rules: RulesPlanner | None,
         identity: Mapping[str, Any],
+        *,
+        history: bool,
     ) -> Command[str]:
         loop = Loop(session_gap_s=self.session_gap_s)
         conversation, unsaved = list(opening), list(opening)
@@ -212,10 +214,11 @@ class PlannerSkillNode(SkillNode):
         turn["trajectory"] = loop.rounds  # the same list: a failure mid-loop records it too
         for number in range(1, budget + 1):
             plan: Any
+            may_stop = not history or any(r["tool"] for r in loop.rounds)
             if rules is None:
                 try:
                     message = self.ask_json(
-                        conversation, visit.calls, turn, "plan", self.plan_schema
+                        conversation, visit.calls, turn, "plan", self.plan_schemas[may_stop]
                     )
                 except RetryableModelError as exc:  # the rules plan the rest of the loop
                     turn["model_error"] = exc.reason
@@ -235,7 +238,7 @@ class PlannerSkillNode(SkillNode):
                 plan, errors = rules.plan(loop.view()), []
                 message = AIMessage(_dumps(plan), name="rules")
             if plan is not None:
-                errors += check_plan(plan, self.allowed)
+                errors += check_plan(plan, self.allowed, may_stop=may_stop)
             pending = loop.pending()
             step: dict[str, Any] = {
                 "round": number,
