@@ -283,10 +283,9 @@ def test_no_case_text_is_in_what_the_model_reads(skill: str) -> None:
     read = [bundle / "SKILL.md", *sorted((bundle / "references").glob("*"))]
     prompt = _word_runs("\n".join(p.read_text("utf-8") for p in read if p.is_file()))
     cases = yaml.safe_load((bundle / "cases.yaml").read_text("utf-8"))
-    quoted = {
-        case["id"]: sorted(" ".join(run) for run in _word_runs(text) & prompt)
-        for case in cases
-        for text in _case_texts(case["input"])
-        if _word_runs(text) & prompt
-    }
+    quoted: dict[str, list[str]] = {}
+    for case in cases:
+        runs = set().union(*(_word_runs(text) for text in _case_texts(case["input"])))
+        if runs & prompt:
+            quoted[case["id"]] = sorted(" ".join(run) for run in runs & prompt)
     assert not quoted, quoted
