@@ -31,6 +31,8 @@ from skilldeck.nodes import (
     entry,
 )
 from skilldeck.skills.bundle import READ_FILE_TOOL, SkillBundle
+from skilldeck.skills.contract import compile_schema, format_errors
+from skilldeck.skills.examples import EXAMPLES_FILE
 from skilldeck.skills.problems import Problems
 from skilldeck.tools.mcp import MCP_PREFIX, expand_mcp_names
 from skilldeck.tools.registry import ToolRegistry
@@ -121,7 +123,27 @@ def deck_problems(bundles: Sequence[SkillBundle], registry: ToolRegistry) -> lis
                     f"{', '.join(registry.names()) or 'none'}"
                 )
             problems.error(meta, f"$.tools[{i}]", message)
+        _example_problems(problems, bundle, registry)
     return problems.items
+
+
+def _example_problems(problems: Problems, bundle: SkillBundle, registry: ToolRegistry) -> None:
+    """Each example's tool call holds to the tool's arguments schema, as the model's must."""
+    if bundle.examples is None:
+        return
+    file = bundle.path / EXAMPLES_FILE
+    for example in bundle.examples.items:
+        if example.tool is None or registry.resolve(example.tool) is None:
+            continue
+        schema = registry.arguments_schema(example.tool)
+        errors = format_errors(compile_schema(schema), example.reply["arguments"])
+        if errors:
+            first = errors[0]
+            problems.error(
+                file,
+                f"$[line {example.line}].reply.arguments{first['path'][1:]}",
+                f"{first['message']} ({example.tool}'s arguments schema)",
+            )
 
 
 def build_graph(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
@@ -36,6 +37,10 @@ class NodeContext:
     output_mode: Callable[[str], str]
     #: Routing by description with a model (``None``: the lexical ranker only).
     route_model: ModelRouter | None = None
+    #: The deck's embedding function, for matching a skill's examples by meaning (``None``:
+    #: by words), and its name.
+    embed: Callable[[list[str]], Sequence[Any]] | None = None
+    embed_name: str = ""
 
     @cached_property
     def ranker(self) -> LexicalRanker:

@@ -103,14 +103,17 @@ class ModelCaller:
         """The output mode of the skill's calls (``auto`` resolved)."""
         return self.ctx.output_mode(self.name)
 
-    def tool_schemas(self, names: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    def tool_schemas(
+        self, names: Sequence[str] | None = None, *, grammar: bool = False
+    ) -> dict[str, dict[str, Any]]:
         """The arguments schema of each of ``names`` (default: every tool the skill lists), by
-        the name it lists."""
-        schemas = {}
-        for name in self.bundle.tools if names is None else names:
-            schema: Any = self.ctx.registry.get(name).tool_call_schema
-            schemas[name] = schema if isinstance(schema, dict) else schema.model_json_schema()
-        return schemas
+        the name it lists; with ``grammar``, a tool's stricter schema for grammars if it has
+        one."""
+        registry = self.ctx.registry
+        return {
+            name: registry.arguments_schema(name, grammar=grammar)
+            for name in (self.bundle.tools if names is None else names)
+        }
 
     def _live(self) -> bool:
         """Whether a tool of the skill says which values its arguments can take now."""
@@ -128,7 +131,7 @@ class ModelCaller:
         that worked) took: their results are in the conversation, and a small model that
         repeats its last call (reading the same note again) is steered to the next step by
         the grammar instead of losing its tools for the turn."""
-        schemas, offered = self.tool_schemas(names), {}
+        schemas, offered = self.tool_schemas(names, grammar=True), {}
         now = self.ctx.registry.choices(schemas, identity)
         for name, schema in schemas.items():
             props = dict(schema.get("properties") or {})
@@ -195,7 +198,7 @@ class ModelCaller:
                 offered = (
                     self._tools_now(names, identity, made)
                     if live_tools and identity
-                    else self.tool_schemas(names)
+                    else self.tool_schemas(names, grammar=True)
                 )
             output = (
                 pinned(self.bundle.output_schema, pins or {})

@@ -21,6 +21,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from skilldeck.nodes.replies import SUBMIT_TOOL
 from skilldeck.skills.bundle import READ_FILE_TOOL, SkillBundle
 from skilldeck.skills.contract import REVIEW_TYPES
+from skilldeck.skills.examples import Example
 
 __all__ = [
     "SUBMIT_TOOL",
@@ -137,12 +138,33 @@ def render_user(
     state: Mapping[str, Any],
     data_keys: Sequence[str],
     prepared: Mapping[str, Any] | None = None,
+    *,
+    examples: Sequence[Example] = (),
+    output_mode: str = "schema",
 ) -> HumanMessage:
-    """The user message that opens a turn: the state view and any prepared context."""
-    user = ["## State", _dump(state_view(state, data_keys))]
+    """The user message that opens a turn: the worked ``examples`` (in the reply format of
+    ``output_mode``), the state view and any prepared context."""
+    user = []
+    if examples:
+        user.append("## Examples\nInputs like this one, and a good reply to each:")
+        user += [_example(e, output_mode) for e in examples]
+    user += ["## State", _dump(state_view(state, data_keys))]
     if prepared:
         user += ["## Prepared context", _dump(prepared)]
     return HumanMessage("\n".join(user))
+
+
+def _example(example: Example, output_mode: str) -> str:
+    """One worked example; in ``tool`` mode a call is described, not written as JSON, because
+    a model that sees calls written as content starts writing its own calls that way."""
+    reply = example.reply
+    if example.tool is None:
+        said = f"final output {_compact(reply['final'])}"
+    elif output_mode == "tool":
+        said = f"call {example.tool} with {_compact(reply['arguments'])}"
+    else:
+        said = _compact(reply)
+    return f"- input {_compact(example.input)}\n  reply: {said}"
 
 
 def render_prompt(

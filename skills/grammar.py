@@ -41,6 +41,8 @@ _PROSE = frozenset(
 # pkm-agent's file-path pattern (bench/RESULTS.md). A pattern is checked after the reply.
 _UNRELIABLE = frozenset(("pattern",))
 _CONDITIONAL = frozenset(("if", "then", "else"))
+# Keywords whose values are JSON data, never schemas: nothing in them is a keyword.
+_DATA = frozenset(("const", "enum"))
 # Keywords where holding both of two values is the stricter one.
 _AT_LEAST = frozenset(("minItems", "minLength", "minProperties", "minimum"))
 _AT_MOST = frozenset(("maxItems", "maxLength", "maxProperties", "maximum"))
@@ -63,6 +65,8 @@ def for_grammar(schema: Any, prefix: str) -> Any:
             out[key] = f"#/$defs/{prefix}{value.removeprefix('#/$defs/')}"
         elif key == "properties" and isinstance(value, Mapping):
             out[key] = {k: for_grammar(v, prefix) for k, v in value.items()}  # names as they are
+        elif key in _DATA:
+            out[key] = value  # values, not schemas: a pinned card's "title" is the card's
         else:
             out[key] = for_grammar(value, prefix)
     return _unfolded(_lifted(_bounded(out)))

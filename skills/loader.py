@@ -50,6 +50,7 @@ from skilldeck.skills.contract import (
     control_actions,
     response_schema,
 )
+from skilldeck.skills.examples import EXAMPLES_FILE, Examples, parse_examples
 from skilldeck.skills.pins import (
     CALLS_KEYWORD,
     RESULT_KEYWORD,
@@ -396,6 +397,7 @@ def inspect_bundle(
     )
     requires_all = _conditions(problems, meta_file, "$.requires.all", requires.get("all", ()))
     requires_any = _conditions(problems, meta_file, "$.requires.any", requires.get("any", ()))
+    examples = _examples(reader, folder, meta, schema[2] if schema else None)
     if problems.errors or schema is None:
         return None, problems
     output_schema, data_schema, validator, pins = schema
@@ -429,9 +431,38 @@ def inspect_bundle(
         validate=scripts.get("validate"),
         validator=validator,
         pins=pins,
+        examples=examples,
         fingerprint=reader.fingerprint,
     )
     return bundle, problems
+
+
+def _examples(
+    reader: _Reader, folder: Path, meta: Mapping[str, Any], validator: Any
+) -> Examples | None:
+    """The bundle's worked examples, or ``None`` (with problems if they are wrong)."""
+    file = folder / EXAMPLES_FILE
+    if not file.is_file():
+        if "examples" in meta:
+            reader.problems.error(
+                folder / "skill.meta.json",
+                "$.examples",
+                f"says how to show examples, but the bundle has no {EXAMPLES_FILE}: add it "
+                "(one JSON object per line) or drop the setting",
+            )
+        return None
+    if (meta.get("execution_config") or {}).get("mode", "single") != "single":
+        reader.problems.error(
+            file,
+            "$",
+            "examples show the model replies of a single-mode skill; in the planner and "
+            "retrieval modes the runtime makes the calls: delete the file",
+        )
+        return None
+    text = reader.text(file)
+    if text is None:
+        return None
+    return parse_examples(text, file, reader.problems, meta=meta, validator=validator)
 
 
 def _output_schema(

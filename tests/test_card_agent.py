@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 import yaml
 from conftest import SEED_CARD
+from endpoint import serve
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.errors import ToolError
@@ -21,6 +22,8 @@ from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.tools import TEMPLATES, default_registry
 from skilldeck.tools.cards import (
     CARD_KEYS,
+    MAX_FIELD_CHARS,
+    MAX_LIST_ITEMS,
     MAX_TEMPLATES,
     TEMPLATE_IDS,
     card_relpath,
@@ -493,3 +496,91 @@ def test_worse_model_that_never_saves_fails_with_no_card(trials: Path, tmp_path:
     assert "(tool_choice: required): call one of card__save" in json.dumps(result.error)
     assert not (trials / "trial-w" / "Cards").exists()
     assert "timeline_card" not in result.state
+
+
+# -- the grammar of card__save (schema mode) ------------------------------------------------------
+
+
+def _grammar() -> dict[str, Any]:
+    return default_registry(".").arguments_schema("card__save", grammar=True)
+
+
+@pytest.mark.parametrize("template", TEMPLATE_IDS)
+def test_the_grammar_allows_a_template_with_its_own_fields_and_save_accepts_it(
+    template: str, tmp_path: Path
+) -> None:
+    """Each branch is a card the tool saves: the grammar allows only what card__save accepts."""
+    fields = {name: _a_value(kind) for name, kind in TEMPLATES[template].shape}
+    card = a_card(template_ids=[template], ui_config=fields)
+    assert jsonschema.Draft202012Validator(_grammar()).is_valid({"card": card})
+    assert save_card(tmp_path, card)["ok"] is True
+
+
+def _a_value(kind: str) -> Any:
+    return {"string": "x", "number": 3, "list": ["a"], "object": {"k": "v"}}[kind]
+
+
+def test_the_grammar_ties_the_fields_to_the_one_template() -> None:
+    grammar = jsonschema.Draft202012Validator(_grammar())
+    mixed = a_card(template_ids=["rating"], ui_config={"score": "4/5", "start": "9am"})
+    assert not grammar.is_valid({"card": mixed})  # an event's field on a rating card
+    with pytest.raises(ToolError, match="start"):
+        save_card(Path("/nonexistent"), mixed)  # the tool refuses it too, in every mode
+    two = a_card(template_ids=["rating", "transaction"], ui_config={"score": "4/5"})
+    assert not grammar.is_valid({"card": two})  # secondaries: the other modes only
+    # The facts come first: ui_config precedes template_ids in every branch.
+    for branch in _grammar()["properties"]["card"]["anyOf"]:
+        keys = list(branch["properties"])
+        assert keys.index("ui_config") < keys.index("template_ids")
+
+
+def _first_request(mode: str, files: Path) -> dict[str, Any]:
+    """The first request card-agent sends in ``mode`` to an endpoint that fails every call."""
+    card = a_card()
+    with serve([]) as endpoint:
+        settings = Settings(
+            _env_file=None,  # type: ignore[call-arg]
+            model="compatible:local-model",
+            api_key="local",
+            base_url=endpoint.url,
+            files_root=str(files),
+            output_mode=mode,
+            max_retries=0,
+        )
+        with SkillDeck([BUNDLE], checkpointer="memory://", settings=settings) as deck:
+            run_input = {"fact_id": card["fact_id"], "content": card["content"]}
+            deck.run(run_input, context="card", matter_id="m")
+        return endpoint.requests[0]
+
+
+def test_schema_mode_holds_card_save_to_the_grammar(tmp_path: Path) -> None:
+    envelope = _first_request("schema", tmp_path)["response_format"]["json_schema"]["schema"]
+    branches = [b for b in envelope["anyOf"] if b["properties"]["tool"]["const"] == "card__save"]
+    card = branches[0]["properties"]["arguments"]["properties"]["card"]
+    assert len(card["anyOf"]) == len(TEMPLATE_IDS)
+
+
+def test_tool_mode_sends_the_tools_own_short_schema(tmp_path: Path) -> None:
+    tools = _first_request("tool", tmp_path)["tools"]
+    [save] = [t for t in tools if t["function"]["name"] == "card__save"]
+    assert "anyOf" not in json.dumps(save)  # the grammar's branches stay out of every prompt
+
+
+@pytest.mark.parametrize(
+    "ui_config",
+    [
+        {"summary": "the sound is great; " * 40},
+        {"participants": [f"person {i}" for i in range(MAX_LIST_ITEMS + 1)]},
+        {"participants": ["x" * (MAX_FIELD_CHARS + 1)]},
+    ],
+    ids=["long-text", "long-list", "long-item"],
+)
+def test_a_field_too_long_is_refused_and_the_grammar_cannot_write_it(
+    ui_config: dict[str, Any], tmp_path: Path
+) -> None:
+    """A repetition loop inside a field ends at the field's bound, not at the token limit."""
+    card = a_card(template_ids=["conversation"], ui_config=ui_config)
+    with pytest.raises(ToolError, match="too long"):
+        save_card(tmp_path, card)
+    assert files_under(tmp_path) == {}
+    assert not jsonschema.Draft202012Validator(_grammar()).is_valid({"card": card})

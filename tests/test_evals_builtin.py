@@ -28,6 +28,7 @@ from skilldeck.evals import (
     suite_for_skill,
 )
 from skilldeck.skills import builtin_skills_dir, load_skills
+from skilldeck.skills.examples import EXAMPLES_FILE
 
 pytestmark = pytest.mark.L2
 
@@ -277,10 +278,14 @@ def _case_texts(value: Any, key: str = "") -> list[str]:
     "skill", sorted(p.parent.name for p in builtin_skills_dir().glob("*/cases.yaml"))
 )
 def test_no_case_text_is_in_what_the_model_reads(skill: str) -> None:
-    """A skill that quotes its eval cases in SKILL.md or a reference passes them by rote:
-    no run of four words of any case's input may appear there."""
+    """A skill that quotes its eval cases in SKILL.md, a reference or a worked example passes
+    them by rote: no run of four words of any case's input may appear there."""
     bundle = builtin_skills_dir() / skill
-    read = [bundle / "SKILL.md", *sorted((bundle / "references").glob("*"))]
+    read = [
+        bundle / "SKILL.md",
+        bundle / EXAMPLES_FILE,
+        *sorted((bundle / "references").glob("*")),
+    ]
     prompt = _word_runs("\n".join(p.read_text("utf-8") for p in read if p.is_file()))
     cases = yaml.safe_load((bundle / "cases.yaml").read_text("utf-8"))
     quoted: dict[str, list[str]] = {}

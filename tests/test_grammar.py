@@ -253,3 +253,20 @@ def test_the_skeleton_takes_the_first_allowed_action_when_finish_is_not_one() ->
     }
     schema, _ = build_output_schema(source, ())
     assert output_skeleton(schema)["control"] == {"action": "continue"}
+
+
+def test_pinned_values_reach_the_grammar_whole() -> None:
+    """A ``const`` or ``enum`` holds data, not a schema: a pinned card whose keys happen to be
+    keyword names (a ``title``, a ``description``) keeps them, or the grammar would let the
+    model drop them and the check after the reply would refuse what the grammar allowed."""
+    saved = {"url": "https://example.org", "title": "A talk", "description": "d", "default": 1}
+    schema = {
+        "type": "object",
+        "properties": {
+            "ui_config": {"type": "object", "const": saved},
+            "kind": {"enum": [{"title": "x"}, "y"]},
+        },
+    }
+    grammar = for_grammar(schema, "s_")
+    assert grammar["properties"]["ui_config"]["const"] == saved
+    assert grammar["properties"]["kind"]["enum"] == [{"title": "x"}, "y"]

@@ -21,10 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from skilldeck.errors import ToolError
 from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
+from skilldeck.tools.registry import GRAMMAR
 
 __all__ = [
     "CARDS_DIR",
     "CARD_KEYS",
+    "MAX_FIELD_CHARS",
+    "MAX_LIST_ITEMS",
     "MAX_TEMPLATES",
     "TEMPLATES",
     "TEMPLATE_IDS",
@@ -131,6 +134,11 @@ TEMPLATE_IDS = tuple(TEMPLATES)
 
 #: A card's templates: the primary one and at most two secondary ones.
 MAX_TEMPLATES = 3
+#: The longest text of a ui_config field, and the most items of a list field: a field holds a
+#: fact copied from the record (``content`` keeps the record whole), and a grammar that bounds
+#: it ends a small model's repetition loop at the field instead of at the token limit.
+MAX_FIELD_CHARS = 500
+MAX_LIST_ITEMS = 20
 # The JSON Schema of each field type, as the checks below accept it (null leaves a field empty).
 _TYPE_SCHEMAS: dict[str, dict[str, Any]] = {
     "string": {"type": ["string", "null"]},
@@ -186,6 +194,51 @@ class _Card(BaseModel):
     )
     content: Any = _field("The raw record text, unchanged.", {"type": "string"})
     insight: Any = _field("Leave null; the PKM agent writes it.", {"type": ["string", "null"]})
+
+
+def _bounded(kind: str) -> dict[str, Any]:
+    """A field type's schema with the sizes the tool accepts (for grammars)."""
+    schema = dict(_TYPE_SCHEMAS[kind])
+    if kind == "list":
+        schema["items"] = {**schema["items"], "maxLength": MAX_FIELD_CHARS}
+        schema["maxItems"] = MAX_LIST_ITEMS
+    elif kind != "object":
+        schema["maxLength"] = MAX_FIELD_CHARS
+    return schema
+
+
+def _grammar_schema() -> dict[str, Any]:
+    """``card__save``'s arguments as ``schema`` mode's grammar holds them: one branch per
+    template, whose ``ui_config`` has that template's fields only, and whose card has that
+    template only. A small model shown cards of several kinds mixes their fields (an event's
+    ``start`` on a rating card) and is refused until its tool rounds run out; here it cannot.
+    ``ui_config`` comes before ``template_ids``: the facts a model copies from the record
+    decide the template, not the other way round. Secondary templates, which the tool accepts,
+    are left to the other output modes: a grammar cannot tie fields to an item of a list."""
+    card = _Card.model_json_schema()
+    props = {k: v for k, v in card["properties"].items() if k not in ("template_ids", "ui_config")}
+    branches = []
+    for template in TEMPLATES.values():
+        own = {
+            "type": "object",
+            "properties": {name: _bounded(kind) for name, kind in template.shape},
+            "additionalProperties": False,
+        }
+        one = {"type": "array", "items": {"enum": [template.id]}, "minItems": 1, "maxItems": 1}
+        ordered = {
+            "fact_id": props["fact_id"],
+            "title": props["title"],
+            "ui_config": own,
+            "template_ids": one,
+            **{k: v for k, v in props.items() if k not in ("fact_id", "title")},
+        }
+        branches.append({**card, "properties": ordered})
+    return {
+        "type": "object",
+        "properties": {"card": {"anyOf": branches}},
+        "required": ["card"],
+        "additionalProperties": False,
+    }
 
 
 class _SaveArgs(BaseModel):
@@ -283,7 +336,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def _check_shape(templates: list[str], ui_config: Mapping[str, Any]) -> None:
-    """``ui_config`` holds only fields of the card's templates, each of its type."""
+    """``ui_config`` holds only fields of the card's templates, each of its type and size."""
     shape = {name: kind for t in templates for name, kind in TEMPLATES[t].shape}
     unknown = sorted(set(ui_config) - set(shape))
     if unknown:
@@ -301,6 +354,14 @@ def _check_shape(templates: list[str], ui_config: Mapping[str, Any]) -> None:
             and not all(isinstance(v, str | int | float) for v in value)
         ):
             raise ToolError(f"card.ui_config.{name} must be a list of plain values")
+        values = value if isinstance(value, list) else [value]
+        if len(values) > MAX_LIST_ITEMS or any(
+            isinstance(v, str) and len(v) > MAX_FIELD_CHARS for v in values
+        ):
+            raise ToolError(
+                f"card.ui_config.{name} is too long: at most {MAX_LIST_ITEMS} items of "
+                f"{MAX_FIELD_CHARS} characters; copy the key facts (content keeps the record)"
+            )
 
 
 def read_card(workspace: Path, fact_id: str) -> dict[str, Any] | None:
@@ -397,6 +458,7 @@ def card_tools(root: str | Path | None) -> list[BaseTool]:
                 "ui_config holds the fields of the card's templates."
             ),
             args_schema=_SaveArgs,
+            metadata={GRAMMAR: _grammar_schema()},
         ),
         StructuredTool.from_function(
             set_insight,

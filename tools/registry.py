@@ -10,6 +10,11 @@ A tool may say which values an argument can take right now (the files that exist
 ``metadata["choices"]`` is a function of those runtime arguments that returns ``{argument:
 [values]}``. In ``schema`` mode the grammar of the next call then allows only them; the tool's
 own check stands in every mode.
+
+A tool may also give its arguments a stricter schema for grammars only: its
+``metadata["grammar"]`` (a JSON Schema) is what ``schema`` mode's grammar holds a call to, when
+the tool's rules are too long to send as its parameters in every prompt (``card__save`` ties a
+card's ``ui_config`` to its template). It must allow only arguments the tool accepts.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from skilldeck.errors import ErrorCode, SkillDeckError, ToolError
 
 __all__ = [
     "CHOICES",
+    "GRAMMAR",
     "IDENTITY_KEYS",
     "RUNTIME_KEYS",
     "ToolRegistry",
@@ -37,6 +43,8 @@ IDENTITY_KEYS = ("user_id", "matter_id", "thread_id")
 RUNTIME_KEYS = (*IDENTITY_KEYS, "skill")
 #: The ``metadata`` key of a tool's current argument values (see the module docstring).
 CHOICES = "choices"
+#: The ``metadata`` key of a tool's arguments schema for grammars (see the module docstring).
+GRAMMAR = "grammar"
 
 
 def runtime_values(configurable: Mapping[str, Any], skill: str) -> dict[str, Any]:
@@ -106,11 +114,7 @@ class ToolRegistry:
         """The arguments the model may pass to ``name`` (``None``: the tool does not say)."""
         canonical = self.resolve(name) or name
         if canonical not in self._known:
-            schema: Any = self.get(name).tool_call_schema
-            if isinstance(schema, dict):
-                props = schema.get("properties")
-            else:
-                props = schema.model_json_schema().get("properties")
+            props = self.arguments_schema(name).get("properties")
             self._known[canonical] = set(props) if isinstance(props, dict) else None
         return self._known[canonical]
 
@@ -128,6 +132,16 @@ class ToolRegistry:
         full = set(full_schema.model_json_schema().get("properties", {}))
         visible = set(call_schema.model_json_schema().get("properties", {}))
         return (full - visible) & set(RUNTIME_KEYS)
+
+    def arguments_schema(self, name: str, *, grammar: bool = False) -> dict[str, Any]:
+        """The JSON Schema of the arguments the model passes to ``name``; with ``grammar``,
+        the tool's stricter one for grammars, if it has one."""
+        tool = self.get(name)
+        strict = (tool.metadata or {}).get(GRAMMAR) if grammar else None
+        if isinstance(strict, dict):
+            return strict
+        schema: Any = tool.tool_call_schema
+        return schema if isinstance(schema, dict) else schema.model_json_schema()
 
     def has_choices(self, name: str) -> bool:
         """Whether ``name`` says which values its arguments can take right now."""

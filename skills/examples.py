@@ -1,0 +1,157 @@
+"""Worked examples a skill ships in ``assets/examples.jsonl``, checked when the bundle loads.
+
+Each line is one example: a run's ``input`` and the ``reply`` a good model gives it, either a
+tool call (``{"tool": NAME, "arguments": {...}}``) or the final output (``{"final": {...}}``).
+A turn shows the model the few examples whose input is nearest to its own (see
+:mod:`skilldeck.nodes.examples`): a small model copies the shape and the choices of a worked
+example far better than it follows a rule, and the examples it sees match the record at hand
+instead of one fixed case that pulls every answer towards itself.
+
+The engine reads the file itself (it is never offered to the model as a file), and checks each
+line here: the input has the field the examples are matched on, the tool is one of the skill's,
+and a final output follows the skill's contract. A tool call's arguments are checked against
+the tool's schema when the deck has its tools (:func:`skilldeck.graph.builder.deck_problems`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skilldeck._internal.documents import DocumentError, parse_json
+from skilldeck.skills.contract import Validator, format_errors
+from skilldeck.skills.problems import Problems
+
+__all__ = ["EXAMPLES_FILE", "Example", "Examples", "example_text", "parse_examples"]
+
+#: Where a bundle keeps its examples, relative to the bundle folder.
+EXAMPLES_FILE = "assets/examples.jsonl"
+#: How many examples a turn shows when ``skill.meta.json`` does not say.
+DEFAULT_SHOWN = 2
+#: The state field examples are matched on when ``skill.meta.json`` does not say.
+DEFAULT_MATCH = "input"
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """One worked example: a run's ``input`` and the model's reply to it."""
+
+    input: Mapping[str, Any]
+    reply: Mapping[str, Any]
+    #: The text the example is matched on (its input at the skill's ``match`` path).
+    text: str
+    #: The line of ``assets/examples.jsonl`` it came from (1-based).
+    line: int
+
+    @property
+    def tool(self) -> str | None:
+        """The tool the reply calls, or ``None`` for a final output."""
+        tool = self.reply.get("tool")
+        return tool if isinstance(tool, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Examples:
+    """A skill's examples and how a turn picks them."""
+
+    items: tuple[Example, ...]
+    #: How many a turn shows: the nearest to the run's input.
+    shown: int = DEFAULT_SHOWN
+    #: The dot path under the state whose text the examples are matched on (``input`` or a
+    #: field of it, e.g. ``input.content``).
+    match: str = DEFAULT_MATCH
+
+
+def example_text(value: Any) -> str:
+    """The text of a matched value: a string as it is; an object's or a list's strings (at any
+    depth) joined by newlines; anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return "\n".join(filter(None, (example_text(v) for v in value.values())))
+    if isinstance(value, list):
+        return "\n".join(filter(None, (example_text(v) for v in value)))
+    return "" if value is None else str(value)
+
+
+def _at(value: Any, path: Sequence[str]) -> Any:
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def parse_examples(
+    text: str,
+    file: Path,
+    problems: Problems,
+    *,
+    meta: Mapping[str, Any],
+    validator: Validator | None,
+) -> Examples | None:
+    """The examples in ``text`` (the file's contents), or ``None`` with a problem for each bad
+    line. ``meta``: the skill's metadata (its ``tools`` and ``examples`` settings);
+    ``validator``: the skill's compiled contract, for final outputs (``None`` skips them)."""
+    settings = meta.get("examples") or {}
+    match = str(settings.get("match", DEFAULT_MATCH))
+    path = match.split(".")[1:]  # the path under ``input``
+    tools = set(meta.get("tools") or ())
+    items: list[Example] = []
+    before = len(problems.errors)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"$[line {number}]"
+        try:
+            value = parse_json(line)
+        except DocumentError as exc:
+            problems.error(file, where, exc.reason)
+            continue
+        reason = _problem(value, tools, validator, path, match)
+        if reason:
+            problems.error(file, where, reason)
+            continue
+        shown = example_text(_at(value["input"], path))
+        items.append(Example(value["input"], value["reply"], shown, number))
+    if len(problems.errors) > before:
+        return None
+    if not items:
+        problems.error(file, "$", "has no examples: add one JSON object per line, or delete it")
+        return None
+    return Examples(tuple(items), int(settings.get("shown", DEFAULT_SHOWN)), match)
+
+
+def _problem(
+    value: Any,
+    tools: set[str],
+    validator: Validator | None,
+    path: Sequence[str],
+    match: str,
+) -> str | None:
+    """What is wrong with one example line, or ``None``."""
+    if not isinstance(value, dict) or set(value) != {"input", "reply"}:
+        return 'an example is one object with exactly "input" and "reply"'
+    if not isinstance(value["input"], dict):
+        return '"input" must be an object: the run input the example answers'
+    if not example_text(_at(value["input"], path)).strip():
+        return f"the input has no text at {match!r}, which the examples are matched on"
+    reply = value["reply"]
+    if isinstance(reply, dict) and set(reply) == {"tool", "arguments"}:
+        if reply["tool"] not in tools:
+            listed = ", ".join(sorted(tools)) or "none"
+            return f"reply calls {reply['tool']!r}, not one of the skill's tools ({listed})"
+        if not isinstance(reply["arguments"], dict):
+            return '"arguments" must be an object: the tool call\'s arguments'
+        return None
+    if isinstance(reply, dict) and set(reply) == {"final"}:
+        if validator is None:
+            return None
+        errors = format_errors(validator, reply["final"])
+        if errors:
+            first = errors[0]
+            return f"the final output breaks the contract at {first['path']}: {first['message']}"
+        return None
+    return 'reply must be {"tool": NAME, "arguments": {...}} or {"final": OUTPUT}'
