@@ -292,9 +292,9 @@ class SkillNode:
         """A new turn and its opening messages (not yet stored)."""
         prepared = self.bundle.preprocess(dict(state)) if self.bundle.preprocess else None
         shown = self.examples.pick(state) if self.examples else ()
-        user = render_user(
-            state, self.bundle.data_keys, prepared, examples=shown, output_mode=self.caller.mode
-        )
+        # Only examples depend on the mode; a rules-only skill has no model to ask it of.
+        mode = self.caller.mode if shown else "schema"
+        user = render_user(state, self.bundle.data_keys, prepared, examples=shown, output_mode=mode)
         messages = [self.system(), user]
         turn: dict[str, Any] = {
             "id": uuid.uuid4().hex,

@@ -37,8 +37,9 @@ def read_turn(messages: Sequence[BaseMessage]) -> tuple[dict[str, Any], list[dic
     state: dict[str, Any] = {}
     opening = next((m for m in messages if isinstance(m, HumanMessage)), None)
     if opening is not None:
-        text = str(opening.content).removeprefix("## State\n").split("\n## Prepared context\n")
-        state = json.loads(text[0])
+        # The state follows the worked examples, if the turn shows any.
+        view = str(opening.content).partition("## State\n")[2]
+        state = json.loads(view.split("\n## Prepared context\n")[0])
     calls: dict[Any, Any] = {
         c["id"]: c for m in messages if isinstance(m, AIMessage) for c in m.tool_calls
     }
