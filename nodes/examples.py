@@ -69,7 +69,7 @@ class ExampleMatcher:
         for key in self.examples.match.split("."):
             value = value.get(key) if isinstance(value, Mapping) else None
         text = example_text(value).strip()
-        if not text or shown >= len(items):
+        if not text:
             return items[:shown]
         scores = self._scores(text)
         # A stable sort keeps file order among equal scores.

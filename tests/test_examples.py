@@ -173,6 +173,12 @@ def test_by_words_without_an_embedding_function(tmp_path: Path) -> None:
     assert _tools_of(picked)[0] == "money.txt"
 
 
+def test_showing_every_example_still_puts_the_nearest_first(tmp_path: Path) -> None:
+    matcher = ExampleMatcher(_examples(tmp_path, shown=8), None)
+    picked = matcher.pick({"input": {"content": "lunch was 9 euros"}})
+    assert len(picked) == 4 and _tools_of(picked)[0] == "money.txt"
+
+
 def test_a_failing_embedding_falls_back_to_words(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
