@@ -31,7 +31,7 @@ from skilldeck.nodes import (
     entry,
 )
 from skilldeck.skills.bundle import READ_FILE_TOOL, SkillBundle
-from skilldeck.skills.contract import compile_schema, format_errors
+from skilldeck.skills.contract import Validator, compile_schema, format_errors
 from skilldeck.skills.examples import EXAMPLES_FILE
 from skilldeck.skills.problems import Problems
 from skilldeck.tools.mcp import MCP_PREFIX, expand_mcp_names
@@ -132,11 +132,13 @@ def _example_problems(problems: Problems, bundle: SkillBundle, registry: ToolReg
     if bundle.examples is None:
         return
     file = bundle.path / EXAMPLES_FILE
+    validators: dict[str, Validator] = {}  # one per tool: a skill has many examples per tool
     for example in bundle.examples.items:
         if example.tool is None or registry.resolve(example.tool) is None:
             continue
-        schema = registry.arguments_schema(example.tool)
-        errors = format_errors(compile_schema(schema), example.reply["arguments"])
+        if example.tool not in validators:
+            validators[example.tool] = compile_schema(registry.arguments_schema(example.tool))
+        errors = format_errors(validators[example.tool], example.reply["arguments"])
         if errors:
             first = errors[0]
             problems.error(

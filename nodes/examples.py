@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from cachetools import LRUCache
 
+from skilldeck._internal.paths import get_path
 from skilldeck.skills.examples import Example, Examples, example_text
 from skilldeck.tools.bm25 import BM25Index
 from skilldeck.tools.text import Tokenizer
@@ -65,10 +66,7 @@ class ExampleMatcher:
         0.5B model chose the first shown example's template in 12 of the 17 card-agent cases
         where the first and the last differed and it chose one of them (bench/RESULTS.md)."""
         items, shown = self.examples.items, self.examples.shown
-        value: Any = state
-        for key in self.examples.match.split("."):
-            value = value.get(key) if isinstance(value, Mapping) else None
-        text = example_text(value).strip()
+        text = example_text(get_path(state, self.examples.match)).strip()
         if not text:
             return items[:shown]
         scores = self._scores(text)

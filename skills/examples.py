@@ -15,12 +15,13 @@ the tool's schema when the deck has its tools (:func:`skilldeck.graph.builder.de
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from skilldeck._internal.documents import DocumentError, parse_json
+from skilldeck._internal.paths import get_path
 from skilldeck.skills.contract import Validator, format_errors
 from skilldeck.skills.problems import Problems
 
@@ -76,14 +77,6 @@ def example_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _at(value: Any, path: Sequence[str]) -> Any:
-    for key in path:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return value
-
-
 def parse_examples(
     text: str,
     file: Path,
@@ -97,7 +90,6 @@ def parse_examples(
     ``validator``: the skill's compiled contract, for final outputs (``None`` skips them)."""
     settings = meta.get("examples") or {}
     match = str(settings.get("match", DEFAULT_MATCH))
-    path = match.split(".")[1:]  # the path under ``input``
     tools = set(meta.get("tools") or ())
     items: list[Example] = []
     before = len(problems.errors)
@@ -110,11 +102,11 @@ def parse_examples(
         except DocumentError as exc:
             problems.error(file, where, exc.reason)
             continue
-        reason = _problem(value, tools, validator, path, match)
+        reason = _problem(value, tools, validator, match)
         if reason:
             problems.error(file, where, reason)
             continue
-        shown = example_text(_at(value["input"], path))
+        shown = example_text(get_path(value, match))
         items.append(Example(value["input"], value["reply"], shown, number))
     if len(problems.errors) > before:
         return None
@@ -128,7 +120,6 @@ def _problem(
     value: Any,
     tools: set[str],
     validator: Validator | None,
-    path: Sequence[str],
     match: str,
 ) -> str | None:
     """What is wrong with one example line, or ``None``."""
@@ -136,7 +127,7 @@ def _problem(
         return 'an example is one object with exactly "input" and "reply"'
     if not isinstance(value["input"], dict):
         return '"input" must be an object: the run input the example answers'
-    if not example_text(_at(value["input"], path)).strip():
+    if not example_text(get_path(value, match)).strip():
         return f"the input has no text at {match!r}, which the examples are matched on"
     reply = value["reply"]
     if isinstance(reply, dict) and set(reply) == {"tool", "arguments"}:

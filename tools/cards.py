@@ -9,6 +9,7 @@ temporary file, then a rename), so a reader never sees half a card. A bad card i
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -207,6 +208,7 @@ def _bounded(kind: str) -> dict[str, Any]:
     return schema
 
 
+@functools.cache  # built from constants; every registry (one per deck) shares it, unchanged
 def _grammar_schema() -> dict[str, Any]:
     """``card__save``'s arguments as ``schema`` mode's grammar holds them: one branch per
     template, whose ``ui_config`` has that template's fields only, and whose card has that
