@@ -2,10 +2,14 @@
 
 ``execution_config.tool_choice`` and ``tool_limits`` narrow the skill's tools as the attempt
 goes: a named ``tool_choice`` offers that tool alone until one of its calls has worked,
-``required`` offers no output until any call has, and a tool that has been called its limit's
-number of times is not offered again. The skill node offers the model these tools (``schema``
-mode's grammar and ``tool`` mode's binding hold them); the tools node refuses a call outside
-them, which a model in ``json`` mode, or one that ignores its binding, can still make.
+``required`` offers no output until any call has, and a tool whose calls have worked its
+limit's number of times is not offered again. A limit may name a group (``tool_groups``): the
+calls of all its tools count together, so a skill can allow one write of any kind. Failed calls
+count for no limit: they changed nothing, and the model may correct one.
+
+The skill node offers the model these tools (``schema`` mode's grammar and ``tool`` mode's
+binding hold them); the tools node refuses a call outside them, which a model in ``json`` mode,
+or one that ignores its binding, can still make.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skilldeck.skills.bundle import SkillBundle
+from skilldeck.skills.bundle import ExecutionConfig, SkillBundle
 
 __all__ = ["Offer", "offered"]
 
@@ -44,12 +48,32 @@ def offered(
     if first is not None and first not in worked:
         why = f"call {first} first: this skill starts with it (tool_choice)"
         return Offer((first,), True, {t: why for t in bundle.tools if t != first})
-    used = Counter(c["name"] for c in calls if c["status"] != "refused")
-    withheld = {
-        name: f"{name} may be called {limit} time(s) in an attempt (tool_limits) and was; "
-        "use the results above or call another tool"
-        for name, limit in execution.tool_limits.items()
-        if used[name] >= limit
-    }
+    withheld = _at_limit(execution, Counter(c["name"] for c in calls if c["status"] == "ok"))
+    for name, before in execution.tool_after.items():
+        if not set(before) & set(worked):
+            why = (
+                f"{{}} is offered only after a call of {', '.join(before)} has worked in this "
+                f"attempt (tool_after); call {before[0]} first"
+            )
+            for member in execution.tool_groups.get(name, (name,)):
+                withheld.setdefault(member, why.format(member))
     tools = tuple(t for t in bundle.tools if t not in withheld)
     return Offer(tools, execution.tool_choice == "required" and not worked, withheld)
+
+
+def _at_limit(execution: ExecutionConfig, worked: Counter[str]) -> dict[str, str]:
+    """Why each tool at its own or its group's limit (``tool_limits``) is not offered."""
+    withheld: dict[str, str] = {}
+    for name, limit in execution.tool_limits.items():
+        members = tuple(execution.tool_groups.get(name, (name,)))
+        if sum(worked[m] for m in members) < limit:
+            continue
+        counted = name if members == (name,) else f"{name} ({', '.join(members)})"
+        for member in members:
+            withheld.setdefault(
+                member,
+                f"{member} is not offered: calls of {counted} have worked {limit} time(s) in "
+                "this attempt, the limit (tool_limits); use the results above or call another "
+                "tool",
+            )
+    return withheld

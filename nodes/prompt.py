@@ -155,10 +155,14 @@ def render_user(
 
 
 def _example(example: Example, output_mode: str) -> str:
-    """One worked example; in ``tool`` mode a call is described, not written as JSON, because
-    a model that sees calls written as content starts writing its own calls that way."""
+    """One worked example, its reply as the mode has the model write it: a small model copies
+    an example's first characters, so ``schema`` mode shows the envelope its grammar holds,
+    ``{"final": ...}`` included. In ``tool`` mode a call is described, not written as JSON,
+    because a model that sees calls written as content starts writing its own calls that way."""
     reply = example.reply
-    if example.tool is None:
+    if output_mode == "schema":
+        said = _compact(reply)
+    elif example.tool is None:
         said = f"final output {_compact(reply['final'])}"
     elif output_mode == "tool":
         said = f"call {example.tool} with {_compact(reply['arguments'])}"

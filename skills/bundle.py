@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,8 +53,14 @@ class ExecutionConfig:
     #: tools (a skill whose job is a tool's effect, like saving a card, cannot skip it); a
     #: tool's name: until one of its calls has worked, the model may only call that tool.
     tool_choice: str = "auto"
-    #: The most calls of each named tool in one attempt (a tool at its limit is not offered).
+    #: The most calls that work of each named tool or tool group in one attempt (a tool at its
+    #: own or its group's limit is not offered). A failed call changed nothing and uses none.
     tool_limits: Mapping[str, int] = field(default_factory=dict)
+    #: Named sets of tools that share one limit, e.g. every tool that writes a file.
+    tool_groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: Tools (or groups) offered only after a call of one of the named tools has worked in the
+    #: attempt, e.g. an edit only after a read.
+    tool_after: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     @property
     def first_tool(self) -> str | None:

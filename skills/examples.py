@@ -91,6 +91,7 @@ def parse_examples(
     settings = meta.get("examples") or {}
     match = str(settings.get("match", DEFAULT_MATCH))
     tools = set(meta.get("tools") or ())
+    choice = str((meta.get("execution_config") or {}).get("tool_choice", "auto"))
     items: list[Example] = []
     before = len(problems.errors)
     for number, line in enumerate(text.splitlines(), start=1):
@@ -102,7 +103,7 @@ def parse_examples(
         except DocumentError as exc:
             problems.error(file, where, exc.reason)
             continue
-        reason = _problem(value, tools, validator, match)
+        reason = _problem(value, tools, validator, match) or _against_choice(value, choice)
         if reason:
             problems.error(file, where, reason)
             continue
@@ -114,6 +115,20 @@ def parse_examples(
         problems.error(file, "$", "has no examples: add one JSON object per line, or delete it")
         return None
     return Examples(tuple(items), int(settings.get("shown", DEFAULT_SHOWN)), match)
+
+
+def _against_choice(value: Mapping[str, Any], choice: str) -> str | None:
+    """Why an example's reply is one ``tool_choice`` never lets a first reply be, or ``None``:
+    an example teaches the model a move its grammar would forbid."""
+    tool = value["reply"].get("tool")
+    if choice == "required" and tool is None:
+        return (
+            "reply is a final output, but tool_choice 'required' makes every attempt call a "
+            "tool first"
+        )
+    if choice not in ("auto", "required") and tool != choice:
+        return f"reply must call {choice!r}: tool_choice makes every attempt start with it"
+    return None
 
 
 def _problem(

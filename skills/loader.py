@@ -271,8 +271,9 @@ def _references(reader: _Reader, folder: Path, budget: int) -> tuple[Reference, 
 
 
 def _tool_rules(problems: Problems, file: Path, meta: Mapping[str, Any]) -> None:
-    """``execution_config.tool_choice`` and ``tool_limits`` name the skill's own tools, in the
-    mode where the model calls them."""
+    """``execution_config.tool_choice``, ``tool_groups``, ``tool_limits`` and ``tool_after``
+    name the skill's own tools (a limit or an order may name a group), in the mode where the
+    model calls them."""
     execution = meta.get("execution_config") or {}
     tools = list(meta.get("tools") or [])
     choice = execution.get("tool_choice", "auto")
@@ -293,14 +294,37 @@ def _tool_rules(problems: Problems, file: Path, meta: Mapping[str, Any]) -> None
                 f"tool_choice {choice!r} cannot hold: {why}; drop it (default 'auto') or name "
                 "one of the skill's tools",
             )
-    for name in execution.get("tool_limits") or {}:
-        if name not in tools or not single:
-            problems.error(
-                file,
-                f"$.execution_config.tool_limits.{name}",
-                f"tool_limits names {name!r}, which the model cannot call here: list it in "
-                "tools (single mode only)",
-            )
+    groups = execution.get("tool_groups") or {}
+    for group, members in groups.items():
+        where = f"$.execution_config.tool_groups.{group}"
+        if group in tools:
+            problems.error(file, where, f"{group!r} is a tool's name: name the group otherwise")
+        for member in members:
+            if member not in tools or not single:
+                problems.error(
+                    file,
+                    where,
+                    f"tool_groups puts {member!r} in {group!r}, which the model cannot call "
+                    "here: list it in tools (single mode only)",
+                )
+    for key in ("tool_limits", "tool_after"):
+        for name in execution.get(key) or {}:
+            if (name not in tools and name not in groups) or not single:
+                problems.error(
+                    file,
+                    f"$.execution_config.{key}.{name}",
+                    f"{key} names {name!r}, which the model cannot call here: list it in "
+                    "tools, or name a group of tool_groups (single mode only)",
+                )
+    for name, before in (execution.get("tool_after") or {}).items():
+        for tool in before:
+            if tool not in tools:
+                problems.error(
+                    file,
+                    f"$.execution_config.tool_after.{name}",
+                    f"tool_after offers {name!r} after {tool!r}, which is not one of the "
+                    "skill's tools: list it in tools",
+                )
 
 
 def _meta(

@@ -120,6 +120,21 @@ def test_an_empty_file_and_a_setting_without_a_file_are_refused(tmp_path: Path) 
     assert where == "$.examples" and "has no assets/examples.jsonl" in message
 
 
+@pytest.mark.parametrize(
+    ("choice", "reason"),
+    [
+        ("pkm__create", "reply must call 'pkm__create': tool_choice makes every attempt start"),
+        ("required", "reply is a final output, but tool_choice 'required'"),
+    ],
+)
+def test_an_example_reply_the_tool_choice_forbids_is_refused(
+    tmp_path: Path, choice: str, reason: str
+) -> None:
+    folder = _bundle(tmp_path, execution_config={"tool_choice": choice})
+    [(where, message)] = _problems(folder)  # the final output, not the three calls
+    assert where == "$[line 4]" and message.startswith(reason)
+
+
 def test_examples_belong_to_single_mode_skills(tmp_path: Path) -> None:
     folder = _bundle(tmp_path, execution_config={"mode": "planner"})
     assert any("in the planner and retrieval modes" in m for _, m in _problems(folder))
@@ -207,8 +222,9 @@ def test_no_text_to_match_shows_the_first_examples(tmp_path: Path) -> None:
 def test_each_mode_shows_the_reply_as_it_would_be_written(tmp_path: Path) -> None:
     items = _examples(tmp_path).items
     state = {"input": {"content": "x"}}
-    schema = render_user(state, (), examples=items[:1], output_mode="schema").content
+    schema = render_user(state, (), examples=items, output_mode="schema").content
     assert 'reply: {"tool":"pkm__create","arguments":{"path":"event.txt"' in schema
+    assert 'reply: {"final":{"response":"ok"' in schema  # the envelope the grammar holds
     tool = render_user(state, (), examples=items, output_mode="tool").content
     assert 'reply: call pkm__create with {"path":"event.txt"' in tool
     assert '"tool":' not in tool  # a model shown calls as text writes its own calls as text

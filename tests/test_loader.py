@@ -379,6 +379,48 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
         "$.execution_config.tool_limits.file__parse",
         "must be at least 1",
     ),
+    "tool-groups-unlisted-member": (
+        _meta(
+            tools=["file__parse"],
+            execution_config={"tool_groups": {"reads": ["file__parse", "file__get_info"]}},
+        ),
+        "skill.meta.json",
+        "$.execution_config.tool_groups.reads",
+        "puts 'file__get_info' in 'reads', which the model cannot call here",
+    ),
+    "tool-groups-named-as-a-tool": (
+        _meta(
+            tools=["file__parse", "file__get_info"],
+            execution_config={"tool_groups": {"file__parse": ["file__parse", "file__get_info"]}},
+        ),
+        "skill.meta.json",
+        "$.execution_config.tool_groups.file__parse",
+        "is a tool's name: name the group otherwise",
+    ),
+    "tool-groups-of-one": (
+        _meta(tools=["file__parse"], execution_config={"tool_groups": {"g": ["file__parse"]}}),
+        "skill.meta.json",
+        "$.execution_config.tool_groups.g",
+        "must have at least 2 items",
+    ),
+    "tool-limits-unknown-group": (
+        _meta(tools=["file__parse"], execution_config={"tool_limits": {"reads": 1}}),
+        "skill.meta.json",
+        "$.execution_config.tool_limits.reads",
+        "or name a group of tool_groups",
+    ),
+    "tool-after-unknown-tool": (
+        _meta(tools=["file__parse"], execution_config={"tool_after": {"file__get_info": ["x"]}}),
+        "skill.meta.json",
+        "$.execution_config.tool_after.file__get_info",
+        "tool_after names 'file__get_info', which the model cannot call here",
+    ),
+    "tool-after-unknown-before": (
+        _meta(tools=["file__parse"], execution_config={"tool_after": {"file__parse": ["x"]}}),
+        "skill.meta.json",
+        "$.execution_config.tool_after.file__parse",
+        "offers 'file__parse' after 'x', which is not one of the skill's tools",
+    ),
     "condition-dunder": (
         _meta(triggers={"contexts": ["ctx"], "state_conditions": ["__import__('os')"]}),
         "skill.meta.json",

@@ -102,14 +102,21 @@ def test_schema_mode_sends_one_strict_schema_of_the_next_step() -> None:
     assert "tools" not in first  # the envelope carries the calls: no native tools
     # The intake starts by reading (tool_choice: file__parse): its first reply can only do that.
     assert _branches(first) == ["tool"] and _tools_offered(first) == ["file__parse"]
+    # ... of a file the matter has: a model cannot ask for one it does not.
+    parse = first["response_format"]["json_schema"]["schema"]
+    assert parse["properties"]["arguments"]["properties"]["file_id"]["enum"] == ["complaint.txt"]
     fmt = second["response_format"]
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
     schema = fmt["json_schema"]["schema"]
     names = [b["properties"]["tool"]["const"] for b in schema["anyOf"][:-1]]
-    assert names == ["file__get_info", "file__parse", "element__extract"]
+    # The matter's one file was parsed: its result is above, so parsing it is not offered.
+    assert names == ["file__get_info", "element__extract"]
     assert schema["anyOf"][-1]["required"] == ["final"]
     validator = jsonschema.Draft202012Validator(schema)
-    assert validator.is_valid(PARSE) and validator.is_valid({"final": INTAKE_FINAL})
+    info = {"tool": "file__get_info", "arguments": {"file_id": "complaint.txt"}}
+    assert validator.is_valid(info) and validator.is_valid({"final": INTAKE_FINAL})
+    assert not validator.is_valid({**info, "arguments": {"file_id": "answer.txt"}})
+    assert not validator.is_valid(PARSE)
     assert not validator.is_valid({"tool": "file__delete", "arguments": {}})
     assert not validator.is_valid({"final": {**INTAKE_FINAL, "profile": {"judge": "X"}}})
     # The schema is sent once: as the grammar, not again in the prompt.
@@ -248,7 +255,7 @@ def test_a_named_tool_choice_offers_that_tool_alone_until_it_worked(tmp_path: Pa
     first, second = endpoint.requests
     assert _branches(first) == ["tool"] and _tools_offered(first) == ["file__parse"]
     assert "final" in _branches(second)
-    assert _tools_offered(second) == ["file__get_info", "file__parse", "element__extract"]
+    assert _tools_offered(second) == ["file__get_info", "element__extract"]  # complaint read
 
 
 def test_a_named_tool_choice_is_sent_to_the_endpoint_in_tool_mode(tmp_path: Path) -> None:
@@ -277,6 +284,46 @@ def test_a_tool_at_its_limit_is_not_offered_again(tmp_path: Path) -> None:
     assert _tools_offered(second) == ["file__get_info", "element__extract"]
 
 
+def test_a_group_limit_counts_the_calls_of_all_its_tools(tmp_path: Path) -> None:
+    reading = ["file__parse", "file__get_info"]
+    bundle = _intake_with(tmp_path, tool_groups={"reading": reading}, tool_limits={"reading": 1})
+    steps: list[Any] = [text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]
+    with _intake_on(steps, bundle, output_mode="schema") as (endpoint, _, result):
+        assert result.status == "finished", result.error
+    # The intake starts with file__parse (tool_choice); after it worked, file__get_info,
+    # which is in its group, is not offered either.
+    assert _tools_offered(endpoint.requests[1]) == ["element__extract"]
+
+
+def test_a_tool_after_another_is_offered_once_that_one_worked(tmp_path: Path) -> None:
+    bundle = _intake_with(
+        tmp_path, tool_choice="auto", tool_after={"file__get_info": ["file__parse"]}
+    )
+    steps: list[Any] = [text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]
+    with _intake_on(steps, bundle, output_mode="schema") as (endpoint, _, result):
+        assert result.status == "finished", result.error
+    first, second = endpoint.requests
+    assert _tools_offered(first) == ["file__parse", "element__extract"]
+    assert _tools_offered(second) == ["file__get_info", "element__extract"]
+
+
+def test_a_failed_call_uses_no_limit(tmp_path: Path) -> None:
+    bundle = _intake_with(tmp_path, tool_limits={"file__parse": 1})
+    missing = {**PARSE, "arguments": {"file_id": "no-such-file.txt"}}
+    steps: list[Any] = [
+        text(json.dumps(missing)),
+        text(json.dumps(PARSE)),
+        text(json.dumps({"final": INTAKE_FINAL})),
+    ]
+    with _intake_on(steps, bundle, output_mode="schema") as (endpoint, deck, result):
+        assert result.status == "finished", result.error
+        ran = [r for r in deck.history(result.thread_id) if r["node"] == "tools"]
+    assert [c["status"] for r in ran for c in r["tool_calls"]] == ["error", "ok"]
+    _, second, third = endpoint.requests
+    assert "file__parse" in _tools_offered(second)
+    assert "file__parse" not in _tools_offered(third)
+
+
 def test_a_call_over_its_limit_is_refused_in_json_mode(tmp_path: Path) -> None:
     bundle = _intake_with(tmp_path, tool_limits={"file__parse": 1})
     again = {**PARSE, "arguments": {"file_id": "complaint.txt", "mode": "text"}}
@@ -290,7 +337,7 @@ def test_a_call_over_its_limit_is_refused_in_json_mode(tmp_path: Path) -> None:
         ran = [r for r in deck.history(result.thread_id) if r["node"] == "tools"]
     assert [c["status"] for r in ran for c in r["tool_calls"]] == ["ok", "refused"]
     told = json.dumps(endpoint.requests[2]["messages"])
-    assert "file__parse may be called 1 time(s) in an attempt (tool_limits)" in told
+    assert "calls of file__parse have worked 1 time(s) in this attempt, the limit" in told
 
 
 # -- limits and endpoint failures -----------------------------------------------------------

@@ -554,12 +554,12 @@ def registry_list(registry: Any) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def unlimited(tmp_path: Path) -> Path:
-    """pkm-agent without its tool_choice and tool_limits: what the grammar offers by the
-    files and the calls alone."""
+    """pkm-agent without its tool limits and order: what the grammar offers by the files and
+    the calls alone."""
     bundle = tmp_path / "bundle" / BUNDLE.name
     shutil.copytree(BUNDLE, bundle)
     meta = json.loads((bundle / "skill.meta.json").read_text("utf-8"))
-    for key in ("tool_choice", "tool_limits"):
+    for key in ("tool_groups", "tool_limits", "tool_after"):
         del meta["execution_config"][key]
     (bundle / "skill.meta.json").write_text(json.dumps(meta), "utf-8")
     return bundle

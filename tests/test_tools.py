@@ -190,6 +190,23 @@ def test_invalid_arguments_come_back_as_errors(
 # -- the file jail --------------------------------------------------------------------------
 
 
+def test_file_tools_name_only_the_matters_own_files(
+    files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = default_registry(files)
+    tools = ["file__parse", "file__get_info"]
+    mine = registry.choices(tools, {"matter_id": "m1"})
+    assert mine == {t: {"file_id": ["complaint.txt"]} for t in tools}
+    assert registry.choices(tools, {"matter_id": "m2"})["file__parse"] == {"file_id": ["other.txt"]}
+    (files / "m3").mkdir()
+    # No files, no matter folder, no matter: nothing to narrow by (the tool's error says why).
+    for matter in ("m3", "m4", None):
+        assert registry.choices(tools, {"matter_id": matter}) == {}
+    # Nor does a matter with more files than a grammar lists.
+    monkeypatch.setattr("skilldeck.tools.files.MAX_CHOICES", 0)
+    assert registry.choices(tools, {"matter_id": "m1"}) == {}
+
+
 @pytest.mark.parametrize(
     "file_id",
     ["../outside/secret.txt", "m1/../../outside/secret.txt", "..", "", "link/secret.txt"],

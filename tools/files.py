@@ -14,18 +14,24 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel, Field
 
 from skilldeck.errors import ToolError
+from skilldeck.tools.registry import CHOICES
 from skilldeck.tools.workspace import record_write
 
 __all__ = ["MATTER_ID", "file_tools", "jailed_path", "matter_folder", "write_text_atomic"]
 
 MAX_PARSE_CHARS = 20_000
+#: The most files of a matter a listing walks.
+MAX_WALK = 1000
+#: The most file ids a ``schema`` mode grammar lists; a matter with more is not narrowed.
+MAX_CHOICES = 200
 #: A matter id: one folder name (no separators, never "." or ".."), so it names one folder.
 MATTER_ID = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 
@@ -77,10 +83,16 @@ def matter_folder(root: Path | None, matter_id: str | None) -> Path:
     return jailed_path(root, matter_id)
 
 
+def _file_ids(folder: Path) -> list[str]:
+    """The matter's file ids (paths relative to its folder), in name order; the walk stops at
+    :data:`MAX_WALK` files so a huge folder cannot stall a call."""
+    found = itertools.islice((p for p in folder.rglob("*") if p.is_file()), MAX_WALK)
+    return sorted(p.relative_to(folder).as_posix() for p in found)
+
+
 def _listing(folder: Path, limit: int = 20) -> str:
-    """The matter's file ids (relative paths), the first ``limit`` in name order."""
-    found = itertools.islice((p for p in folder.rglob("*") if p.is_file()), 1000)  # bounded walk
-    ids = sorted(p.relative_to(folder).as_posix() for p in found)
+    """The matter's file ids, the first ``limit`` in name order."""
+    ids = _file_ids(folder)
     if not ids:
         return "the matter has no files"
     shown = ", ".join(ids[:limit]) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
@@ -103,6 +115,13 @@ def file_tools(root: str | Path | None) -> list[BaseTool]:
             # The ids that do exist give the caller (often a model) something to copy.
             raise ToolError(f"no file {file_id!r} in this matter; {_listing(folder)}")
         return path
+
+    def existing(identity: Mapping[str, Any]) -> dict[str, list[str]]:
+        """The file ids a call can name now (``metadata["choices"]``): a model that asks for
+        a file the matter does not have is held to the ones it has. None, or too many to
+        list, narrow nothing (the tools' own error then says what exists)."""
+        ids = _file_ids(matter_folder(base, identity.get("matter_id")))
+        return {"file_id": ids} if 0 < len(ids) <= MAX_CHOICES else {}
 
     def get_info(file_id: str, matter_id: str | None = None) -> dict[str, object]:
         path = locate(file_id, matter_id)
@@ -131,11 +150,13 @@ def file_tools(root: str | Path | None) -> list[BaseTool]:
             name="file__get_info",
             description="Name, size and type of a file.",
             args_schema=_FileArgs,
+            metadata={CHOICES: existing},
         ),
         StructuredTool.from_function(
             parse,
             name="file__parse",
             description="The text content of a file.",
             args_schema=_FileArgs,
+            metadata={CHOICES: existing},
         ),
     ]

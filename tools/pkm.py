@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from skilldeck.errors import ToolError
 from skilldeck.tools.bm25 import BM25Index
 from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
-from skilldeck.tools.registry import CHOICES
+from skilldeck.tools.registry import CHOICES, GRAMMAR
 from skilldeck.tools.text import Tokenizer
 
 __all__ = ["MAX_ENTRY_CHARS", "PARA_FOLDERS", "PKM_DIR", "pkm_tools"]
@@ -34,6 +34,8 @@ MAX_READ_CHARS = 40_000
 #: The longest text one pkm__append adds.
 MAX_ENTRY_CHARS = 1_000
 MAX_LIST_FILES = 500
+#: A new note's path: a ``.md`` file inside one of the PARA folders.
+NEW_FILE_PATTERN = rf"^({'|'.join(PARA_FOLDERS)})/([^/\\]+/)*[^/\\]+\.md$"
 #: Notes a search returns: a record belongs in one or two; a few more show the alternatives.
 SEARCH_LIMIT = 5
 _TOKENIZER = Tokenizer(stem=True, stopwords=True)
@@ -63,6 +65,13 @@ class _PathArgs(_Args):
 
 
 class _TextArgs(_PathArgs):
+    text: str = Field(description="Markdown text.")
+
+
+# pkm__create's arguments as grammars hold them (``metadata["grammar"]``): a new note's path
+# inside a PARA folder. In the other modes the tool's own check says what is wrong.
+class _NewFile(_Args):
+    path: str = Field(pattern=NEW_FILE_PATTERN, description="The new markdown file.")
     text: str = Field(description="Markdown text.")
 
 
@@ -163,14 +172,15 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
                 start = jailed_path(top, folder.strip("/"))
             except ToolError:
                 raise ToolError(f"folder {folder!r} leads outside PKM/") from None
-            if not start.is_dir():
+            # A PARA folder is part of the method even before its first note.
+            if not start.is_dir() and folder.strip("/") not in PARA_FOLDERS:
                 raise ToolError(
                     f'no folder {folder!r} in PKM/; call pkm__list with folder "" to see all'
                 )
         files: list[dict[str, object]] = []
         folders: set[str] = set()
         total = 0
-        for file, rel in _markdown_files(top, start):
+        for file, rel in _markdown_files(top, start) if start.is_dir() else ():
             folders.add(rel.parent.as_posix())
             total += 1
             if total <= MAX_LIST_FILES:
@@ -193,6 +203,14 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
         top = pkm_root(identity.get("matter_id"))
         paths = [rel.as_posix() for _, rel in _markdown_files(top, top)]
         return {"path": paths[:MAX_LIST_FILES]}
+
+    def existing_folders(identity: Mapping[str, Any]) -> dict[str, list[str]]:
+        """The folders a listing can name now (``metadata["choices"]``): all of ``PKM/``, the
+        PARA folders, and every folder that holds a note. A small model otherwise lists a
+        note's path as if it were a folder."""
+        top = pkm_root(identity.get("matter_id"))
+        held = {rel.parent.as_posix() for _, rel in _markdown_files(top, top)} - {"."}
+        return {"folder": ["", *PARA_FOLDERS, *sorted(held - set(PARA_FOLDERS))]}
 
     def search(query: str, matter_id: str | None = None) -> dict[str, object]:
         """The notes that match ``query`` best by BM25 over their path, headings and text: a
@@ -259,6 +277,7 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
             name="pkm__list",
             description="The markdown files under a PKM/ folder, each with its first heading.",
             args_schema=_ListArgs,
+            metadata={CHOICES: existing_folders},
         ),
         StructuredTool.from_function(
             search,
@@ -289,6 +308,7 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
                 "Archives/; refuses a file that already exists."
             ),
             args_schema=_TextArgs,
+            metadata={GRAMMAR: _NewFile.model_json_schema()},
         ),
         StructuredTool.from_function(
             write,

@@ -1,6 +1,6 @@
 """The PKM agent without a model (``--model rules``): lexical routing into PARA.
 
-It searches the notes first, as the skill starts (``tool_choice``), then skips low-signal
+It searches the notes, then skips low-signal
 records (a bare acknowledgement, a few characters, or the user saying not to save); otherwise
 it lists ``PKM/``, scores each note by the words it shares with the record
 (BM25 over the note's name and title, IDF over the knowledge base, stemmed; its folders'
