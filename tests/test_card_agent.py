@@ -256,6 +256,7 @@ def test_update_insight_without_a_card_starts_a_draft(tmp_path: Path) -> None:
         (None, "x", "fact_id is required"),
         ("2026/05/25.md#ts_1", "", "insight is required"),
         ("2026/05/25.md#ts_1", None, "insight is required"),
+        ("2026/05/25.md#ts_1", "x" * 401, "insight is 401 characters; write at most 400"),
     ],
 )
 def test_bad_insight_arguments_are_refused(

@@ -185,6 +185,12 @@ def test_writes_keep_the_file_mode_and_new_files_are_readable(
     assert (workspace / "PKM/Areas/New.md").stat().st_mode & 0o777 == 0o644
 
 
+def test_a_para_folder_without_notes_lists_empty(tool: Callable[..., Any], workspace: Path) -> None:
+    shutil.rmtree(workspace / "PKM" / "Archives")
+    listed = tool("pkm__list", folder="Archives/")
+    assert listed["files"] == [] and "create one under" in listed["note"]
+
+
 def test_write_replaces_the_whole_file(tool: Callable[..., Any], workspace: Path) -> None:
     # The destructive tool exists on purpose: the graders, not the tool, catch its misuse.
     tool("pkm__write", path=SLEEP, text="# Sleep\n\nall gone")
@@ -279,9 +285,17 @@ def test_an_append_is_one_entry_held_to_its_cap_by_the_schema(workspace: Path) -
     assert snapshot(workspace) == before
     fits = registry.invoke("pkm__append", {"path": SLEEP, "text": "z" * 1000}, {"matter_id": "m1"})
     assert fits.ok
-    for whole_note in ("pkm__create", "pkm__write"):  # a whole note has no entry's cap
-        text_arg = registry.get(whole_note).tool_call_schema.model_json_schema()
-        assert "maxLength" not in text_arg["properties"]["text"], whole_note
+    # A replacement is the whole note: no cap. A new note and a query are short.
+    text_arg = registry.get("pkm__write").tool_call_schema.model_json_schema()
+    assert "maxLength" not in text_arg["properties"]["text"]
+    before = snapshot(workspace)
+    for name, args, cap in [
+        ("pkm__create", {"path": "Areas/New.md", "text": "x" * 1501}, 1500),
+        ("pkm__search", {"query": "sleep " * 51}, 300),
+    ]:
+        refused = registry.invoke(name, args, {"matter_id": "m1"})
+        assert not refused.ok and f"at most {cap} characters" in refused.content, name
+    assert snapshot(workspace) == before
 
 
 # -- the bundle, fixtures, cases and cassettes ------------------------------------------------

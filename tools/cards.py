@@ -28,6 +28,7 @@ __all__ = [
     "CARDS_DIR",
     "CARD_KEYS",
     "MAX_FIELD_CHARS",
+    "MAX_INSIGHT_CHARS",
     "MAX_LIST_ITEMS",
     "MAX_TEMPLATES",
     "TEMPLATES",
@@ -139,6 +140,8 @@ MAX_TEMPLATES = 3
 #: fact copied from the record (``content`` keeps the record whole), and a grammar that bounds
 #: it ends a small model's repetition loop at the field instead of at the token limit.
 MAX_FIELD_CHARS = 500
+#: The longest insight: one or two sentences.
+MAX_INSIGHT_CHARS = 400
 MAX_LIST_ITEMS = 20
 # The JSON Schema of each field type, as the checks below accept it (null leaves a field empty).
 _TYPE_SCHEMAS: dict[str, dict[str, Any]] = {
@@ -250,7 +253,12 @@ class _SaveArgs(BaseModel):
 
 class _InsightArgs(BaseModel):
     fact_id: str = Field(description="The fact_id of the card.")
-    insight: str = Field(description="One or two grounded sentences about the record.")
+    # Bounded in the schema, so a grammar ends a small model's repetition loop here instead of
+    # at the output token limit.
+    insight: str = Field(
+        max_length=MAX_INSIGHT_CHARS,
+        description="One or two grounded sentences about the record.",
+    )
     matter_id: Annotated[str | None, InjectedToolArg] = None
 
 
@@ -426,6 +434,11 @@ def update_insight(workspace: Path, fact_id: Any, insight: Any) -> dict[str, Any
     fact_id = _check_fact_id(fact_id)
     if not isinstance(insight, str) or not insight.strip():
         raise ToolError("insight is required: one or two grounded sentences as a string")
+    if len(insight.strip()) > MAX_INSIGHT_CHARS:
+        raise ToolError(
+            f"insight is {len(insight.strip()):,} characters; write at most "
+            f"{MAX_INSIGHT_CHARS} (one or two sentences)"
+        )
     card = read_card(workspace, fact_id)
     if card is None:
         card = {"fact_id": fact_id, "status": "draft"}

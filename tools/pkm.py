@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from skilldeck.errors import ToolError
 from skilldeck.tools.bm25 import BM25Index
 from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
-from skilldeck.tools.registry import CHOICES, GRAMMAR
+from skilldeck.tools.registry import CHOICES
 from skilldeck.tools.text import Tokenizer
 
 __all__ = ["MAX_ENTRY_CHARS", "PARA_FOLDERS", "PKM_DIR", "pkm_tools"]
@@ -34,8 +34,10 @@ MAX_READ_CHARS = 40_000
 #: The longest text one pkm__append adds.
 MAX_ENTRY_CHARS = 1_000
 MAX_LIST_FILES = 500
-#: A new note's path: a ``.md`` file inside one of the PARA folders.
-NEW_FILE_PATTERN = rf"^({'|'.join(PARA_FOLDERS)})/([^/\\]+/)*[^/\\]+\.md$"
+# Free strings a small model fills are bounded in the tools' schemas, so a grammar ends a
+# repetition loop at the bound instead of at the output token limit.
+MAX_QUERY_CHARS = 300
+MAX_NEW_NOTE_CHARS = 1_500
 #: Notes a search returns: a record belongs in one or two; a few more show the alternatives.
 SEARCH_LIMIT = 5
 _TOKENIZER = Tokenizer(stem=True, stopwords=True)
@@ -54,7 +56,10 @@ class _ListArgs(_Args):
 
 
 class _SearchArgs(_Args):
-    query: str = Field(description="Words of the record; the notes that share most come first.")
+    query: str = Field(
+        max_length=MAX_QUERY_CHARS,
+        description="Words of the record; the notes that share most come first.",
+    )
     matter_id: MatterId = None
 
 
@@ -68,11 +73,11 @@ class _TextArgs(_PathArgs):
     text: str = Field(description="Markdown text.")
 
 
-# pkm__create's arguments as grammars hold them (``metadata["grammar"]``): a new note's path
-# inside a PARA folder. In the other modes the tool's own check says what is wrong.
-class _NewFile(_Args):
-    path: str = Field(pattern=NEW_FILE_PATTERN, description="The new markdown file.")
-    text: str = Field(description="Markdown text.")
+class _NewNoteArgs(_PathArgs):
+    text: str = Field(
+        max_length=MAX_NEW_NOTE_CHARS,
+        description="The new note: a # title, one line on what it is for, then the entry.",
+    )
 
 
 class _EntryArgs(_PathArgs):
@@ -307,8 +312,7 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
                 "Create a new PKM markdown file under Projects/, Areas/, Resources/ or "
                 "Archives/; refuses a file that already exists."
             ),
-            args_schema=_TextArgs,
-            metadata={GRAMMAR: _NewFile.model_json_schema()},
+            args_schema=_NewNoteArgs,
         ),
         StructuredTool.from_function(
             write,
