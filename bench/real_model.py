@@ -58,6 +58,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from rich.table import Table
 
 from skilldeck import Settings, SkillDeck, demo
+from skilldeck.checkpoints.inspect import transcript
 from skilldeck.errors import InvalidAnswersError, ThreadNotFoundError
 from skilldeck.evals import run_suite
 from skilldeck.evals.suites import Suite, suite_for_skill
@@ -241,6 +242,8 @@ def run_demo(model: str, mode: str, runs: int, tmp: Path) -> dict[str, Any]:
                 }
             )
             log(f"demo {mode} {i + 1}/{runs}: {outcomes[-1]}")
+            if any(r["action"] == "rejected" for r in done):  # what the model wrote, to read
+                outcomes[-1]["transcript"] = transcript(deck, result.thread_id)
     return {
         "mode": mode,
         "runs": runs,

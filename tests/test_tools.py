@@ -18,6 +18,7 @@ from skilldeck import Settings, SkillDeck
 from skilldeck.errors import ErrorCode, SkillDeckError, ToolError
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.tools import ToolRegistry, default_registry, extract_elements, jailed_path
+from skilldeck.tools.elements import MAX_WRITTEN_TEXT
 
 pytestmark = pytest.mark.L2
 
@@ -308,6 +309,15 @@ def _deck(
         settings=Settings(model=f"scripted:{script}"),
         checkpointer="memory://",
     )
+
+
+def test_a_grammar_holds_a_written_text_well_inside_the_reply_budget() -> None:
+    registry = default_registry(None)
+    text = registry.arguments_schema("element__extract", grammar=True)["properties"]["text"]
+    assert text["maxLength"] == MAX_WRITTEN_TEXT
+    # The tool itself takes a whole document, from any caller.
+    long = registry.invoke("element__extract", {"text": "x " * 5_000}, {})
+    assert long.ok, long.content
 
 
 def test_tool_not_in_meta_is_refused(tmp_path: Path, skills_dir: Path) -> None:

@@ -7,11 +7,14 @@ nothing more; skills use it as evidence, not as a verdict.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-__all__ = ["element_tools", "extract_elements"]
+from skilldeck.tools.registry import GRAMMAR
+
+__all__ = ["MAX_WRITTEN_TEXT", "element_tools", "extract_elements"]
 
 _PARTY = re.compile(
     r"(?P<role>Plaintiff|Defendant|原告|被告)\s*[:：]\s*(?P<name>[^\n,;，；。]+)", re.IGNORECASE
@@ -56,6 +59,18 @@ class _ExtractArgs(BaseModel):
     text: str = Field(description="The text to extract elements from.", max_length=200_000)
 
 
+#: The longest text a grammar lets a model write into one call (``metadata["grammar"]``): a
+#: model copies a document into ``text``, and a copy that starts repeating itself has to end
+#: well inside the reply's output token budget instead of running into it.
+MAX_WRITTEN_TEXT = 2_000
+
+
+def _grammar() -> dict[str, Any]:
+    schema = _ExtractArgs.model_json_schema()
+    schema["properties"]["text"]["maxLength"] = MAX_WRITTEN_TEXT
+    return schema
+
+
 def element_tools() -> list[BaseTool]:
     return [
         StructuredTool.from_function(
@@ -63,5 +78,6 @@ def element_tools() -> list[BaseTool]:
             name="element__extract",
             description="Extract parties (plaintiff/defendant), dates and money amounts.",
             args_schema=_ExtractArgs,
+            metadata={GRAMMAR: _grammar()},
         )
     ]
