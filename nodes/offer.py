@@ -5,7 +5,8 @@ goes: a named ``tool_choice`` offers that tool alone until one of its calls has 
 ``required`` offers no output until any call has, and a tool whose calls have worked its
 limit's number of times is not offered again. A limit may name a group (``tool_groups``): the
 calls of all its tools count together, so a skill can allow one write of any kind. Failed calls
-count for no limit: they changed nothing, and the model may correct one.
+count for no limit: they changed nothing, and the model may correct one. ``tool_after`` offers
+a tool (or a group's tools) only once a call of another has worked: an edit after a read.
 
 The skill node offers the model these tools (``schema`` mode's grammar and ``tool`` mode's
 binding hold them); the tools node refuses a call outside them, which a model in ``json`` mode,
@@ -50,13 +51,14 @@ def offered(
         return Offer((first,), True, {t: why for t in bundle.tools if t != first})
     withheld = _at_limit(execution, Counter(c["name"] for c in calls if c["status"] == "ok"))
     for name, before in execution.tool_after.items():
-        if not set(before) & set(worked):
-            why = (
-                f"{{}} is offered only after a call of {', '.join(before)} has worked in this "
-                f"attempt (tool_after); call {before[0]} first"
+        if set(before) & set(worked):
+            continue
+        for member in execution.tool_groups.get(name, (name,)):
+            withheld.setdefault(
+                member,
+                f"{member} is offered only after a call of {', '.join(before)} has worked in "
+                f"this attempt (tool_after); call {before[0]} first",
             )
-            for member in execution.tool_groups.get(name, (name,)):
-                withheld.setdefault(member, why.format(member))
     tools = tuple(t for t in bundle.tools if t not in withheld)
     return Offer(tools, execution.tool_choice == "required" and not worked, withheld)
 

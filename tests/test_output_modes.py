@@ -307,6 +307,24 @@ def test_a_tool_after_another_is_offered_once_that_one_worked(tmp_path: Path) ->
     assert _tools_offered(second) == ["file__get_info", "element__extract"]
 
 
+def test_a_call_before_its_turn_is_refused_in_json_mode(tmp_path: Path) -> None:
+    bundle = _intake_with(
+        tmp_path, tool_choice="auto", tool_after={"file__get_info": ["file__parse"]}
+    )
+    info = {"tool": "file__get_info", "arguments": {"file_id": "complaint.txt"}}
+    steps: list[Any] = [
+        text(json.dumps(info)),
+        text(json.dumps(PARSE)),
+        text(json.dumps(INTAKE_FINAL)),
+    ]
+    with _intake_on(steps, bundle, output_mode="json") as (endpoint, deck, result):
+        assert result.status == "finished", result.error
+        ran = [r for r in deck.history(result.thread_id) if r["node"] == "tools"]
+    assert [c["status"] for r in ran for c in r["tool_calls"]] == ["refused", "ok"]
+    told = json.dumps(endpoint.requests[1]["messages"])
+    assert "file__get_info is offered only after a call of file__parse has worked" in told
+
+
 def test_a_failed_call_uses_no_limit(tmp_path: Path) -> None:
     bundle = _intake_with(tmp_path, tool_limits={"file__parse": 1})
     missing = {**PARSE, "arguments": {"file_id": "no-such-file.txt"}}
