@@ -533,6 +533,9 @@ def test_the_tools_that_need_a_file_say_which_files_exist(workspace: Path) -> No
     for name in named:
         assert registry.has_choices(name)
     assert registry.choices(named, {"matter_id": "m1"}) == {n: {"path": listed} for n in named}
+    # One walk serves every tool; each takes its own argument from it.
+    [listing] = registry.choices(["pkm__list"], {"matter_id": "m1"}).values()
+    assert set(listing) == {"folder"} and listing["folder"][:2] == ["", "Projects"]
     assert not registry.has_choices("pkm__create")  # a new file: no list to hold it to
     assert registry.choices(["pkm__create"], {"matter_id": "m1"}) == {}
     assert registry.choices(["pkm__read"], {"matter_id": "../elsewhere"}) == {}  # cannot tell

@@ -203,19 +203,18 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
             )
         return result
 
-    def existing_files(identity: Mapping[str, Any]) -> dict[str, list[str]]:
-        """The files a read, an append or a replace can name now (``metadata["choices"]``)."""
+    def nameable(identity: Mapping[str, Any]) -> dict[str, list[str]]:
+        """What a call can name now (``metadata["choices"]``), from one walk of the notes that
+        every tool shares: the files a read, an append or a replace can take, and the folders a
+        listing can (all of ``PKM/``, the PARA folders and every folder that holds a note; a
+        small model otherwise lists a note's path as if it were a folder)."""
         top = pkm_root(identity.get("matter_id"))
-        paths = [rel.as_posix() for _, rel in _markdown_files(top, top)]
-        return {"path": paths[:MAX_LIST_FILES]}
-
-    def existing_folders(identity: Mapping[str, Any]) -> dict[str, list[str]]:
-        """The folders a listing can name now (``metadata["choices"]``): all of ``PKM/``, the
-        PARA folders, and every folder that holds a note. A small model otherwise lists a
-        note's path as if it were a folder."""
-        top = pkm_root(identity.get("matter_id"))
-        held = {rel.parent.as_posix() for _, rel in _markdown_files(top, top)} - {"."}
-        return {"folder": ["", *PARA_FOLDERS, *sorted(held - set(PARA_FOLDERS))]}
+        notes = [rel for _, rel in _markdown_files(top, top)]
+        held = {rel.parent.as_posix() for rel in notes} - {"."}
+        return {
+            "path": [rel.as_posix() for rel in notes[:MAX_LIST_FILES]],
+            "folder": ["", *PARA_FOLDERS, *sorted(held - set(PARA_FOLDERS))],
+        }
 
     def search(query: str, matter_id: str | None = None) -> dict[str, object]:
         """The notes that match ``query`` best by BM25 over their path, headings and text: a
@@ -282,7 +281,7 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
             name="pkm__list",
             description="The markdown files under a PKM/ folder, each with its first heading.",
             args_schema=_ListArgs,
-            metadata={CHOICES: existing_folders},
+            metadata={CHOICES: nameable},
         ),
         StructuredTool.from_function(
             search,
@@ -296,14 +295,14 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
             name="pkm__read",
             description="The full text of a PKM markdown file.",
             args_schema=_PathArgs,
-            metadata={CHOICES: existing_files},
+            metadata={CHOICES: nameable},
         ),
         StructuredTool.from_function(
             append,
             name="pkm__append",
             description="Append an entry to the end of an existing PKM markdown file.",
             args_schema=_EntryArgs,
-            metadata={CHOICES: existing_files},
+            metadata={CHOICES: nameable},
         ),
         StructuredTool.from_function(
             create,
@@ -322,6 +321,6 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
                 "in the new text: prefer pkm__append."
             ),
             args_schema=_TextArgs,
-            metadata={CHOICES: existing_files},
+            metadata={CHOICES: nameable},
         ),
     ]

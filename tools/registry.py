@@ -152,8 +152,9 @@ class ToolRegistry:
     ) -> dict[str, dict[str, list[Any]]]:
         """The values each of ``names``' arguments can take now, for the run of ``identity``:
         ``{tool: {argument: [values]}}``, leaving out the tools that do not say or cannot tell
-        (their own check stands). A function several tools share (the files that exist) runs
-        once for the same runtime arguments."""
+        (their own check stands). A function several tools share (the files and folders that
+        exist) runs once for the same runtime arguments, and each tool takes the values of its
+        own arguments from it."""
         found: dict[tuple[int, tuple[tuple[str, Any], ...]], dict[str, list[Any]]] = {}
         out: dict[str, dict[str, list[Any]]] = {}
         for name in names:
@@ -167,8 +168,9 @@ class ToolRegistry:
                     found[key] = {str(a): list(v) for a, v in dict(find(bound)).items()}
                 except Exception:  # no workspace yet, say: nothing to narrow by
                     found[key] = {}
-            if found[key]:
-                out[name] = found[key]
+            own = {a: v for a, v in found[key].items() if a in self.get(name).args}
+            if own:
+                out[name] = own
         return out
 
     def invoke(self, name: str, args: Mapping[str, Any], identity: Mapping[str, Any]) -> ToolResult:
