@@ -241,6 +241,18 @@ def _intake_with(tmp_path: Path, **execution: Any) -> Path:
     return bundle
 
 
+def _intake_calls(
+    bundle: Path, replies: list[dict[str, Any]], mode: str
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The intake of ``bundle`` run on ``replies`` (each written as JSON) in ``mode``, to a
+    finish: the endpoint's requests and the status of each tool call, in order."""
+    steps: list[Any] = [text(json.dumps(reply)) for reply in replies]
+    with _intake_on(steps, bundle, output_mode=mode) as (endpoint, deck, result):
+        assert result.status == "finished", result.error
+        ran = [r for r in deck.history(result.thread_id) if r["node"] == "tools"]
+    return endpoint.requests, [c["status"] for r in ran for c in r["tool_calls"]]
+
+
 def _tools_offered(request: dict[str, Any]) -> list[str]:
     schema = request["response_format"]["json_schema"]["schema"]
     branches = schema.get("anyOf", [schema])
@@ -312,32 +324,19 @@ def test_a_call_before_its_turn_is_refused_in_json_mode(tmp_path: Path) -> None:
         tmp_path, tool_choice="auto", tool_after={"file__get_info": ["file__parse"]}
     )
     info = {"tool": "file__get_info", "arguments": {"file_id": "complaint.txt"}}
-    steps: list[Any] = [
-        text(json.dumps(info)),
-        text(json.dumps(PARSE)),
-        text(json.dumps(INTAKE_FINAL)),
-    ]
-    with _intake_on(steps, bundle, output_mode="json") as (endpoint, deck, result):
-        assert result.status == "finished", result.error
-        ran = [r for r in deck.history(result.thread_id) if r["node"] == "tools"]
-    assert [c["status"] for r in ran for c in r["tool_calls"]] == ["refused", "ok"]
-    told = json.dumps(endpoint.requests[1]["messages"])
+    requests, statuses = _intake_calls(bundle, [info, PARSE, INTAKE_FINAL], "json")
+    assert statuses == ["refused", "ok"]
+    told = json.dumps(requests[1]["messages"])
     assert "file__get_info is offered only after a call of file__parse has worked" in told
 
 
 def test_a_failed_call_uses_no_limit(tmp_path: Path) -> None:
     bundle = _intake_with(tmp_path, tool_limits={"file__parse": 1})
     missing = {**PARSE, "arguments": {"file_id": "no-such-file.txt"}}
-    steps: list[Any] = [
-        text(json.dumps(missing)),
-        text(json.dumps(PARSE)),
-        text(json.dumps({"final": INTAKE_FINAL})),
-    ]
-    with _intake_on(steps, bundle, output_mode="schema") as (endpoint, deck, result):
-        assert result.status == "finished", result.error
-        ran = [r for r in deck.history(result.thread_id) if r["node"] == "tools"]
-    assert [c["status"] for r in ran for c in r["tool_calls"]] == ["error", "ok"]
-    _, second, third = endpoint.requests
+    replies = [missing, PARSE, {"final": INTAKE_FINAL}]
+    requests, statuses = _intake_calls(bundle, replies, "schema")
+    assert statuses == ["error", "ok"]
+    _, second, third = requests
     assert "file__parse" in _tools_offered(second)
     assert "file__parse" not in _tools_offered(third)
 
@@ -345,16 +344,9 @@ def test_a_failed_call_uses_no_limit(tmp_path: Path) -> None:
 def test_a_call_over_its_limit_is_refused_in_json_mode(tmp_path: Path) -> None:
     bundle = _intake_with(tmp_path, tool_limits={"file__parse": 1})
     again = {**PARSE, "arguments": {"file_id": "complaint.txt", "mode": "text"}}
-    steps: list[Any] = [
-        text(json.dumps(PARSE)),
-        text(json.dumps(again)),
-        text(json.dumps(INTAKE_FINAL)),
-    ]
-    with _intake_on(steps, bundle, output_mode="json") as (endpoint, deck, result):
-        assert result.status == "finished", result.error
-        ran = [r for r in deck.history(result.thread_id) if r["node"] == "tools"]
-    assert [c["status"] for r in ran for c in r["tool_calls"]] == ["ok", "refused"]
-    told = json.dumps(endpoint.requests[2]["messages"])
+    requests, statuses = _intake_calls(bundle, [PARSE, again, INTAKE_FINAL], "json")
+    assert statuses == ["ok", "refused"]
+    told = json.dumps(requests[2]["messages"])
     assert "calls of file__parse have worked 1 time(s) in this attempt, the limit" in told
 
 
