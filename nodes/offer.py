@@ -53,7 +53,7 @@ def offered(
     for name, before in execution.tool_after.items():
         if set(before) & set(worked):
             continue
-        for member in execution.tool_groups.get(name, (name,)):
+        for member in execution.members(name):
             withheld.setdefault(
                 member,
                 f"{member} is offered only after a call of {', '.join(before)} has worked in "
@@ -67,7 +67,7 @@ def _at_limit(execution: ExecutionConfig, worked: Counter[str]) -> dict[str, str
     """Why each tool at its own or its group's limit (``tool_limits``) is not offered."""
     withheld: dict[str, str] = {}
     for name, limit in execution.tool_limits.items():
-        members = tuple(execution.tool_groups.get(name, (name,)))
+        members = execution.members(name)
         if sum(worked[m] for m in members) < limit:
             continue
         counted = name if members == (name,) else f"{name} ({', '.join(members)})"

@@ -62,6 +62,11 @@ class ExecutionConfig:
     #: attempt, e.g. an edit only after a read.
     tool_after: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
+    def members(self, name: str) -> tuple[str, ...]:
+        """The tools ``name`` stands for in ``tool_limits`` and ``tool_after``: a group's
+        tools, or the tool itself."""
+        return tuple(self.tool_groups.get(name, (name,)))
+
     @property
     def first_tool(self) -> str | None:
         """The tool an attempt starts with (``tool_choice`` names it), or ``None``."""
