@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,13 +177,32 @@ def _locked(path: Path, exc: Exception) -> str:
     )
 
 
-def _setup(setup: Callable[[], None], path: Path, closers: list[Callable[[], None]]) -> None:
-    try:
-        setup()
-    except sqlite3.OperationalError as exc:
-        for close in closers:
-            close()
-        raise CheckpointError(_locked(path, exc)) from None
+def _setup(
+    setup: Callable[[], None],
+    conn: sqlite3.Connection,
+    path: Path,
+    timeout: float,
+    closers: list[Callable[[], None]],
+) -> None:
+    """Run the store's schema setup on ``conn``, again while another process is migrating the
+    same new database: LangGraph's store reads the schema version, then migrates and records
+    each step, so two processes that open a new file at once both migrate it (a UNIQUE
+    failure on the version, or a column added twice). Once the other one is done, the setup
+    finds the schema current and does nothing."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            setup()
+            return
+        except sqlite3.Error as exc:
+            conn.rollback()  # the failed step's implicit transaction
+            raced = isinstance(exc, sqlite3.IntegrityError) or "duplicate column" in str(exc)
+            if raced and time.monotonic() < deadline:
+                time.sleep(0.01)
+                continue
+            for close in closers:
+                close()
+            raise CheckpointError(_locked(path, exc)) from None
 
 
 def _open_sqlite(
@@ -201,7 +221,7 @@ def _open_sqlite(
     store = SqliteStore(saver.conn)
     store.lock = saver.lock
     closers = [saver.conn.close]
-    _setup(store.setup, path, closers)
+    _setup(store.setup, saver.conn, path, timeout, closers)
     try:
         claims = SqliteClaims(saver.conn, saver.lock, lease_s=claim_lease_s)
         index = SqliteThreadIndex(saver.conn, saver.lock, str(path))
@@ -218,7 +238,7 @@ def _sqlite_saver(path: Path, timeout: float, must_exist: bool) -> Any:
     saver = SqliteSaver(conn, serde=strict_serde())
     # Re-entrant, and shared with the store and the claims: see _open_sqlite.
     saver.lock = threading.RLock()  # type: ignore[assignment]
-    _setup(saver.setup, path, [conn.close])
+    _setup(saver.setup, conn, path, timeout, [conn.close])
     return saver
 
 
