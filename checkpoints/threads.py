@@ -12,7 +12,10 @@ checkpoint then gives). A thread created by ``POST /threads`` and never run is `
 
 Matters belong to users: the first user to name a matter owns it (or an operator creates it for
 an owner), and an operator may grant it to others (``skilldeck matters``). The HTTP service
-answers any other user's request on the matter as if it did not exist.
+answers any other user's request on the matter as if it did not exist. A matter has a record, a
+JSON object beside the matters table (its ``title``, its ``status`` and the fields skills write
+with ``matters__update``); :meth:`ThreadIndex.update_matter_record` changes it in one
+transaction, so concurrent writers never lose each other's fields.
 Databases from before the index are filled from their checkpoints when a deck first opens them
 (see :meth:`ThreadIndex.needs_backfill`).
 """
@@ -25,15 +28,17 @@ import json
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from skilldeck.errors import CheckpointError, SkillDeckError, ThreadNotFoundError
 
 __all__ = [
+    "BLANK_RECORD",
     "AmbiguousThreadError",
     "PostgresThreadIndex",
     "SqliteThreadIndex",
@@ -45,6 +50,9 @@ __all__ = [
 ]
 
 _Rows = list[Sequence[Any]]
+#: Runs one statement inside :meth:`ThreadIndex._atomic`'s transaction: its rows, if any.
+_Run = Callable[[str, tuple[Any, ...]], _Rows]
+T = TypeVar("T")
 _TABLE = "skilldeck_threads"
 _COLUMNS = (
     "thread_id",
@@ -75,6 +83,7 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
 )"""
 _MATTERS = "skilldeck_matters"
 _GRANTS = "skilldeck_matter_grants"
+_RECORDS = "skilldeck_matter_records"
 _SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_user ON {_TABLE} (user_id, updated_at)",
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_updated ON {_TABLE} (updated_at)",
@@ -82,6 +91,9 @@ _SCHEMA = (
     matter_id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at TEXT NOT NULL)""",
     f"""CREATE TABLE IF NOT EXISTS {_GRANTS} (
     matter_id TEXT NOT NULL, user_id TEXT NOT NULL, PRIMARY KEY (matter_id, user_id))""",
+    # A table of its own, created on every open: databases from before records get it too.
+    f"""CREATE TABLE IF NOT EXISTS {_RECORDS} (
+    matter_id TEXT PRIMARY KEY, record TEXT NOT NULL, updated_at TEXT NOT NULL)""",
 )
 _NEW_MATTER = f"""INSERT INTO {_MATTERS} (matter_id, owner, created_at) VALUES ({{p}}, {{p}}, {{p}})
 ON CONFLICT (matter_id) DO NOTHING"""
@@ -105,6 +117,14 @@ UPDATE {_TABLE} SET status = {{p}}, skill = COALESCE({{p}}, skill), steps = {{p}
 _ADDED = {"sources": "TEXT NOT NULL DEFAULT '[]'"}
 _GET = f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} WHERE thread_id = {{p}}"
 _PREFIX = f"SELECT thread_id FROM {_TABLE} WHERE thread_id LIKE {{p}} ESCAPE '\\' LIMIT 3"
+#: The record of a matter nobody has written to yet.
+BLANK_RECORD: Mapping[str, Any] = MappingProxyType({"title": None, "status": "open"})
+# The record of a matter: no row if nobody owns it, NULL if nobody wrote to it yet.
+_RECORD = f"""SELECT r.record FROM {_MATTERS} m LEFT JOIN {_RECORDS} r ON r.matter_id = m.matter_id
+WHERE m.matter_id = {{p}}"""
+_NEW_RECORD = f"""INSERT INTO {_RECORDS} (matter_id, record, updated_at)
+VALUES ({{p}}, {{p}}, {{p}}) ON CONFLICT (matter_id) DO NOTHING"""
+_SET_RECORD = f"UPDATE {_RECORDS} SET record = {{p}}, updated_at = {{p}} WHERE matter_id = {{p}}"
 
 
 def now_iso() -> str:
@@ -291,6 +311,39 @@ class ThreadIndex(ABC):
             grants.setdefault(str(matter_id), []).append(str(user))
         return [(str(m), str(o), tuple(grants.get(str(m), []))) for m, o in owners]
 
+    def matter_record(self, matter_id: str) -> dict[str, Any] | None:
+        """The record of ``matter_id`` (:data:`BLANK_RECORD` until written), or ``None`` if
+        nobody owns the matter."""
+        rows = self._query(_RECORD, (matter_id,))
+        if not rows:
+            return None
+        return json.loads(rows[0][0]) if rows[0][0] is not None else dict(BLANK_RECORD)
+
+    def update_matter_record(
+        self, matter_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Replace the record of ``matter_id`` with ``change(record)``, in one transaction that
+        holds the row from the read to the write; the new record. An exception from ``change``
+        writes nothing.
+
+        Raises:
+            SkillDeckError: nobody owns the matter (create it first).
+        """
+
+        def work(run: _Run) -> dict[str, Any]:
+            if not run(f"SELECT 1 FROM {_MATTERS} WHERE matter_id = {{p}}", (matter_id,)):
+                raise SkillDeckError(f"no matter {matter_id!r}: create it first (matters add)")
+            blank = json.dumps(dict(BLANK_RECORD))
+            run(_NEW_RECORD, (matter_id, blank, now_iso()))
+            select = f"SELECT record FROM {_RECORDS} WHERE matter_id = {{p}}"
+            found = run(self._locking(select), (matter_id,))
+            record = change(json.loads(found[0][0]))
+            text = json.dumps(record, ensure_ascii=False)
+            run(_SET_RECORD, (text, now_iso(), matter_id))
+            return record
+
+        return self._atomic(work)
+
     def resolve(self, prefix: str) -> str:
         """The full id of the one thread whose id is or starts with ``prefix`` (git-style).
 
@@ -316,6 +369,16 @@ class ThreadIndex(ABC):
     @abstractmethod
     def _query(self, sql: str, params: tuple[Any, ...]) -> _Rows:
         """Rows of one read (``{p}`` placeholders)."""
+
+    @abstractmethod
+    def _atomic(self, work: Callable[[_Run], T]) -> T:
+        """``work(run)`` in one transaction that excludes other writers of the rows it locks
+        (see :meth:`_locking`); committed when it returns, rolled back when it raises."""
+
+    def _locking(self, select: str) -> str:
+        """``select`` as it locks the rows it reads until the transaction ends (PostgreSQL's
+        ``FOR UPDATE``; a SQLite transaction holds the whole file from its start)."""
+        return select
 
     def close(self) -> None:  # noqa: B027 - optional hook: most backends own nothing
         """Release connections this object owns (none by default)."""
@@ -366,6 +429,18 @@ class SqliteThreadIndex(ThreadIndex):
             rows: _Rows = self._conn.execute(sql.format(p="?"), params).fetchall()
             return rows
 
+    def _atomic(self, work: Callable[[_Run], T]) -> T:
+        def run(sql: str, params: tuple[Any, ...]) -> _Rows:
+            rows: _Rows = self._conn.execute(sql.format(p="?"), params).fetchall()
+            return rows
+
+        with self._lock:
+            # IMMEDIATE takes the write lock now, not at the first write: another process's
+            # read-then-write cannot slip between this one's read and write.
+            self._conn.execute("BEGIN IMMEDIATE")
+            with self._conn:  # commits, or rolls back on an error
+                return work(run)
+
 
 class PostgresThreadIndex(ThreadIndex):
     """The index in a table of the PostgreSQL checkpoint database, on the deck's pool.
@@ -397,8 +472,24 @@ class PostgresThreadIndex(ThreadIndex):
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> _Rows:
         with self._pool.connection() as conn:
-            rows = conn.execute(sql.format(p="%s"), params).fetchall()
-        return [tuple(r.values()) if isinstance(r, Mapping) else tuple(r) for r in rows]
+            return _tuples(conn.execute(sql.format(p="%s"), params).fetchall())
+
+    def _atomic(self, work: Callable[[_Run], T]) -> T:
+        with self._pool.connection() as conn, conn.transaction():
+
+            def run(sql: str, params: tuple[Any, ...]) -> _Rows:
+                cursor = conn.execute(sql.format(p="%s"), params)
+                return _tuples(cursor.fetchall()) if cursor.description else []
+
+            return work(run)
+
+    def _locking(self, select: str) -> str:
+        return f"{select} FOR UPDATE"
+
+
+def _tuples(rows: Sequence[Any]) -> _Rows:
+    """psycopg rows (dicts, with the deck's row factory) as tuples."""
+    return [tuple(r.values()) if isinstance(r, Mapping) else tuple(r) for r in rows]
 
 
 def memory_index(*, backfill: bool = False) -> ThreadIndex:
@@ -472,6 +563,9 @@ class _ReadOnly(ThreadIndex):
         self._conn, self._p = conn, placeholder
 
     def _execute(self, sql: str, params: tuple[Any, ...]) -> None:
+        raise CheckpointError(f"{self.where} is open for reading only")
+
+    def _atomic(self, work: Callable[[_Run], T]) -> T:
         raise CheckpointError(f"{self.where} is open for reading only")
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> _Rows:

@@ -19,7 +19,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from skilldeck.nodes.replies import SUBMIT_TOOL
-from skilldeck.skills.bundle import READ_FILE_TOOL, SkillBundle
+from skilldeck.skills.bundle import MATTER_WRITE_TOOL, READ_FILE_TOOL, SkillBundle
 from skilldeck.skills.contract import REVIEW_TYPES
 from skilldeck.skills.examples import Example
 
@@ -120,6 +120,13 @@ def render_system(
         parts.append(_files_section(bundle.files))
     if tools and output_mode != "tool":
         parts.append(_tools_section(tools))
+    if bundle.matter_fields:
+        parts.append(
+            f"## Matter\nThe run's matter has a record. {MATTER_WRITE_TOOL} may write these "
+            f"fields of it, and anything below them: {', '.join(bundle.matter_fields)}. Pass "
+            'them as an object under the record, e.g. {"fields": {"status": ...}} for '
+            "matter.status."
+        )
     data = ""
     if output_mode == "json":
         data = f" JSON Schema of the whole output: {_compact(bundle.output_schema)}"

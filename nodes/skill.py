@@ -200,7 +200,9 @@ class SkillNode:
                 index,
                 offer=offer,
                 pins=pin_values(self.bundle.pins, state, made),
-                identity=runtime_values(config.get("configurable", {}), self.name),
+                identity=runtime_values(
+                    config.get("configurable", {}), self.name, self.bundle.matter_fields
+                ),
                 made=made,
                 tools=tools,
                 deadline=deadline,

@@ -43,7 +43,7 @@ class ToolsNode:
         registry = self.ctx.registry
         allowed = {registry.resolve(name) for name in bundle.tools}
         configurable = config.get("configurable", {})
-        identity = runtime_values(configurable, bundle.name)
+        identity = runtime_values(configurable, bundle.name, bundle.matter_fields)
         thread_id = str(configurable["thread_id"])
         messages: list[ToolMessage] = []
         records: list[dict[str, Any]] = []

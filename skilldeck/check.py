@@ -89,14 +89,14 @@ def check_skills(
             bundles.append(bundle)
             problems.extend(_cases(bundle))
             problems.extend(_cassette(bundle))
-    # Tool names only: the stores behind the memory and knowledge tools are never opened.
+    # Tool names only: the stores behind the memory, knowledge and matters tools are never opened.
     settings = settings or Settings()
     try:
         mcp = tools_for_skills(bundles, settings.mcp_config, settings.mcp_timeout_s)
     except SkillDeckError as exc:  # the servers' tools are unknown: report it, check the rest
         problems.error(folders[0] if folders else ".", "$.tools", str(exc))
         mcp = []
-    registry = default_registry(".", memory=_never, knowledge=_never)
+    registry = default_registry(".", memory=_never, knowledge=_never, matters=_never)
     bound, registry = deck_tools(bundles, registry, mcp)
     problems.extend(deck_problems(bound, registry))
     return CheckReport(tuple(folders), tuple(bundles), tuple(problems.items))

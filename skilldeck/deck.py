@@ -57,7 +57,7 @@ from skilldeck.services import Lazy, embedding_function, open_knowledge, open_me
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.skills.bundle import ExecutionConfig
-from skilldeck.tools import IDENTITY_KEYS, ToolRegistry, default_registry
+from skilldeck.tools import IDENTITY_KEYS, MATTER_TOOLS, ToolRegistry, default_registry
 from skilldeck.tools.files import MATTER_ID
 from skilldeck.tools.mcp import McpTool, tools_for_skills
 from skilldeck.types import Event, RouteDecision, RunResult, ThreadSummary
@@ -111,13 +111,18 @@ class SkillDeck:
             loaded,
             tools
             or default_registry(
-                self.settings.files_root, memory=self._memory, knowledge=self._knowledge
+                self.settings.files_root,
+                memory=self._memory,
+                knowledge=self._knowledge,
+                # The index is opened below, with the checkpoints; a call reads it then.
+                matters=lambda: self.index,
+                claim_matters=self.settings.matter_policy == "claim",
             ),
             tools_for_skills(loaded, self.settings.mcp_config, self.settings.mcp_timeout_s),
         )
         self._models: dict[str, BaseChatModel] = {}
         self._model_lock = threading.Lock()
-        self._matter_tools: dict[str, bool] = {}
+        self._matter_tools: dict[tuple[str, bool], bool] = {}
         self._specs: dict[str, ModelSpec] = {}
         self._ctx = NodeContext(
             bundles={b.name: b for b in self.bundles},
@@ -627,7 +632,7 @@ class SkillDeck:
 
     def _check_matter(self, context: str, matter_id: str | None) -> None:
         """A matter id names one folder; a run without one may not reach skills whose tools
-        work in a matter's files (they would have no folder to work in)."""
+        work in a matter's files or record (they would have no matter to work in)."""
         if matter_id is not None and not MATTER_ID.fullmatch(matter_id):
             raise SkillDeckError(
                 f"matter_id {matter_id!r} must be one folder name: letters, digits and . _ : -, "
@@ -638,22 +643,26 @@ class SkillDeck:
             if needing:
                 raise MatterRequiredError(context, needing)
 
-    def matter_skills(self) -> list[str]:
-        """The skills whose tools work in a matter's files (they need a files root)."""
-        return [b.name for b in self.bundles if self._in_matter(b)]
+    def matter_skills(self, *, files: bool = False) -> list[str]:
+        """The skills whose tools work in the run's matter (a run of them needs a matter);
+        with ``files``, only those whose tools work in its files (they need a files root; the
+        ``matters__*`` tools keep the matter's record in the checkpoint database)."""
+        return [b.name for b in self.bundles if self._in_matter(b, files=files)]
 
-    def _in_matter(self, bundle: SkillBundle) -> bool:
-        """Whether any tool of ``bundle`` is bound to the run's matter."""
-        found = self._matter_tools.get(bundle.name)
+    def _in_matter(self, bundle: SkillBundle, *, files: bool = False) -> bool:
+        """Whether any tool of ``bundle`` is bound to the run's matter (``files``: and works
+        in its files)."""
+        found = self._matter_tools.get((bundle.name, files))
         if found is None:
             # An MCP server's tool is given the matter id; it does not work in its files.
             found = any(
                 "matter_id" in self.tools.identity_params(name)
                 and not isinstance(self.tools.get(name), McpTool)
+                and not (files and self.tools.resolve(name) in MATTER_TOOLS)
                 for name in bundle.tools
                 if self.tools.resolve(name) is not None
             )
-            self._matter_tools[bundle.name] = found
+            self._matter_tools[(bundle.name, files)] = found
         return found
 
     def _check_skills(self, thread_id: str, snapshot: StateSnapshot) -> None:

@@ -148,8 +148,9 @@ class SkillNotLoadedError(SkillDeckError):
 
 
 class MatterRequiredError(SkillDeckError):
-    """The run names no matter, but skills that may run in its context use a matter's files
-    (their tools are jailed to the matter's folder). Nothing was written."""
+    """The run names no matter, but skills that may run in its context work in one: in its
+    files (their tools are jailed to the matter's folder) or its record (``matters__*``).
+    Nothing was written."""
 
     code = ErrorCode.MATTER_REQUIRED
 
@@ -157,7 +158,7 @@ class MatterRequiredError(SkillDeckError):
         self.skills = list(skills)
         super().__init__(
             f"a run in context {context!r} needs a matter_id: skill(s) {', '.join(skills)} "
-            "work in a matter's files (pass matter_id=, CLI --matter, HTTP matter_id)"
+            "work in a matter's files or record (pass matter_id=, CLI --matter, HTTP matter_id)"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -12,11 +12,21 @@ from skilldeck.skills.contract import Validator
 from skilldeck.skills.examples import Examples
 from skilldeck.skills.pins import AnyPin
 
-__all__ = ["ENGINE_FILES", "READ_FILE_TOOL", "ExecutionConfig", "Reference", "SkillBundle"]
+__all__ = [
+    "ENGINE_FILES",
+    "MATTER_WRITE_TOOL",
+    "READ_FILE_TOOL",
+    "ExecutionConfig",
+    "Reference",
+    "SkillBundle",
+]
 
 #: The built-in tool a skill reads its own files with (tier 3 of progressive disclosure): the
 #: deck provides it, and a skill with files to read gets it without listing it.
 READ_FILE_TOOL = "skill__read_file"
+#: The built-in tool that writes the run's matter record: only the fields a skill declares in
+#: ``outputs.matter`` (:attr:`SkillBundle.matter_fields`).
+MATTER_WRITE_TOOL = "matters__update"
 #: Files the engine reads itself; they are never offered to the model.
 ENGINE_FILES = frozenset(
     {
@@ -121,6 +131,9 @@ class SkillBundle:
     pins: tuple[AnyPin, ...] = ()
     #: Worked examples (``assets/examples.jsonl``); a turn shows those nearest its input.
     examples: Examples | None = None
+    #: The fields of the run's matter record the skill may write with
+    #: :data:`MATTER_WRITE_TOOL` (``outputs.matter``: dot paths under ``matter``).
+    matter_fields: tuple[str, ...] = ()
 
     @property
     def data_keys(self) -> tuple[str, ...]:

@@ -38,6 +38,7 @@ from skilldeck.skills.agentskills import (
 )
 from skilldeck.skills.bundle import (
     ENGINE_FILES,
+    MATTER_WRITE_TOOL,
     READ_FILE_TOOL,
     ExecutionConfig,
     Reference,
@@ -327,6 +328,36 @@ def _tool_rules(problems: Problems, file: Path, meta: Mapping[str, Any]) -> None
                 )
 
 
+def _matter_rules(problems: Problems, file: Path, meta: Mapping[str, Any]) -> None:
+    """``outputs.matter`` and :data:`MATTER_WRITE_TOOL` come together: fields a skill declares
+    are written with that tool, and the tool writes only declared fields, from the model of a
+    single-mode skill (the runtime binds the calling skill there)."""
+    declared = (meta.get("outputs") or {}).get("matter") or []
+    tools = list(meta.get("tools") or [])
+    single = (meta.get("execution_config") or {}).get("mode", "single") == "single"
+    if declared and MATTER_WRITE_TOOL not in tools:
+        problems.error(
+            file,
+            "$.outputs.matter",
+            f"declares matter fields, but the skill cannot write them: add {MATTER_WRITE_TOOL!r} "
+            "to tools (or drop outputs.matter)",
+        )
+    elif declared and not single:
+        problems.error(
+            file,
+            "$.outputs.matter",
+            f"matter fields are written by the model's {MATTER_WRITE_TOOL} calls in single mode "
+            "only; in the planner and retrieval modes the runtime calls the tools",
+        )
+    if MATTER_WRITE_TOOL in tools and not declared:
+        problems.error(
+            file,
+            f"$.tools[{tools.index(MATTER_WRITE_TOOL)}]",
+            f"{MATTER_WRITE_TOOL} writes only the matter fields the skill declares, and it "
+            'declares none: list them in outputs.matter, e.g. "matter": ["matter.status"]',
+        )
+
+
 def _meta(
     reader: _Reader, folder: Path, skill_md: Path, front: Mapping[str, Any] | None
 ) -> tuple[Path, dict[str, Any]] | None:
@@ -345,6 +376,7 @@ def _meta(
                 file, "$.name", f"name {meta['name']!r} must equal the folder name {folder.name!r}"
             )
         _tool_rules(problems, file, meta)
+        _matter_rules(problems, file, meta)
         return file, meta
     if front is None:
         problems.error(
@@ -438,6 +470,7 @@ def inspect_bundle(
         tools=tuple(dict.fromkeys((*meta.get("tools", ()), *((READ_FILE_TOOL,) if reads else ())))),
         allowed_tools=tuple(allowed),
         provides=tuple((meta.get("outputs") or {}).get("provides", ())),
+        matter_fields=tuple((meta.get("outputs") or {}).get("matter", ())),
         priority=int(meta.get("priority", 0)),
         execution=ExecutionConfig(
             **{

@@ -4,7 +4,8 @@ Tool names follow ``family__action`` (``file__parse``, ``memory__lexical_search`
 have bare aliases (seed 001's ``lexical_search``). Identity arguments (``user_id``,
 ``matter_id``, ``thread_id``) are declared as ``InjectedToolArg``: the model never sees them and
 may not pass them; the runtime binds them from the run's config. So is ``skill``, the calling
-skill, for the tools that read a skill's own files.
+skill, for the tools that read a skill's own files, and ``matter_fields``, the matter record
+fields the calling skill declares it may write (``outputs.matter``), for ``matters__update``.
 
 A tool may say which values an argument can take right now (the files that exist): its
 ``metadata["choices"]`` is a function of those runtime arguments that returns ``{argument:
@@ -20,7 +21,7 @@ card's ``ui_config`` to its template). It must allow only arguments the tool acc
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,17 +40,21 @@ __all__ = [
 ]
 
 IDENTITY_KEYS = ("user_id", "matter_id", "thread_id")
-#: What the runtime binds: identity, and the skill that makes the call.
-RUNTIME_KEYS = (*IDENTITY_KEYS, "skill")
+#: What the runtime binds: identity, the skill that makes the call, and what it may write.
+RUNTIME_KEYS = (*IDENTITY_KEYS, "skill", "matter_fields")
 #: The ``metadata`` key of a tool's current argument values (see the module docstring).
 CHOICES = "choices"
 #: The ``metadata`` key of a tool's arguments schema for grammars (see the module docstring).
 GRAMMAR = "grammar"
 
 
-def runtime_values(configurable: Mapping[str, Any], skill: str) -> dict[str, Any]:
-    """What the runtime binds to a call of ``skill``'s, from the run's config."""
-    return {k: configurable.get(k) for k in IDENTITY_KEYS} | {"skill": skill}
+def runtime_values(
+    configurable: Mapping[str, Any], skill: str, matter_fields: Sequence[str] = ()
+) -> dict[str, Any]:
+    """What the runtime binds to a call of ``skill``'s: identity from the run's config, and
+    the matter fields ``skill`` declares it may write."""
+    identity = {k: configurable.get(k) for k in IDENTITY_KEYS}
+    return identity | {"skill": skill, "matter_fields": tuple(matter_fields)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,7 +99,7 @@ def serve(
     except (SkillDeckError, ValueError) as exc:
         fail(exc if isinstance(exc, SkillDeckError) else SkillDeckError(str(exc)))
     try:
-        needing = deck.matter_skills()
+        needing = deck.matter_skills(files=True)
         if needing and settings.files_root is None:
             deck.close()
             fail(
@@ -193,18 +193,48 @@ def matters_list(checkpoint: CheckpointOpt = None, as_json: JsonOpt = False) -> 
 def matters_add(
     matter: MatterArg,
     owner: Annotated[str, typer.Option(help="The user who owns it.")],
+    title: Annotated[str | None, typer.Option(help="The title of its record.")] = None,
     checkpoint: CheckpointOpt = None,
 ) -> None:
     """Create a matter owned by OWNER (it must not exist yet)."""
     try:
+        if title is not None and not title.strip():
+            raise SkillDeckError("--title is empty: give the matter a title, or leave it out")
         with _matters(checkpoint) as index:
             if not index.add_matter(matter, owner):
                 found = index.matter(matter)
                 holder = found[0] if found else "someone"
                 raise SkillDeckError(f"matter {matter!r} already exists, owned by {holder!r}")
+            if title is not None:
+                index.update_matter_record(matter, lambda record: {**record, "title": title})
     except SkillDeckError as exc:
         fail(exc)
     typer.echo(f"matter {matter!r} belongs to {owner!r}", err=True)
+
+
+@matters_app.command("show")
+def matters_show(
+    matter: MatterArg, checkpoint: CheckpointOpt = None, as_json: JsonOpt = False
+) -> None:
+    """MATTER's owner, the users it is granted to, and its record (title, status and the
+    fields skills wrote with matters__update)."""
+    try:
+        with _matters(checkpoint) as index:
+            found, record = index.matter(matter), index.matter_record(matter)
+            if found is None or record is None:
+                raise SkillDeckError(
+                    f"no matter {matter!r} in {index.where}; `skilldeck matters list` shows them"
+                )
+    except SkillDeckError as exc:
+        fail(exc, as_json)
+    owner, granted = found
+    if as_json:
+        body = {"matter_id": matter, "owner": owner, "granted": list(granted), "record": record}
+        print(json.dumps(body, ensure_ascii=False))
+        return
+    shown = f" (also: {', '.join(granted)})" if granted else ""
+    print(f"{matter}\t{owner}{shown}")
+    print(json.dumps(record, ensure_ascii=False, indent=2))
 
 
 @matters_app.command("grant")

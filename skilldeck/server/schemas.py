@@ -172,7 +172,8 @@ class SkillRow(BaseModel):
     description: str
     contexts: list[str]
     needs_matter: bool = Field(
-        description="Its tools work in a matter's files: a run of its contexts needs matter_id."
+        description="Its tools work in a matter's files or record: a run of its contexts "
+        "needs matter_id."
     )
 
 
