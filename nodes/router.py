@@ -30,6 +30,7 @@ from typing import Any
 from langgraph.graph import END
 from langgraph.types import Command
 
+from skilldeck.errors import UntrustedScriptsError
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.route_lexical import Ranked
 from skilldeck.nodes.route_model import ROUTER_KEY, RouteModelError
@@ -188,6 +189,10 @@ def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, An
             return _fail(code, decision.reason)
         return END, {"status": "finished", "guard": None, "next_skill": None, **update}
     chosen = decision.skill
+    try:  # a skill without the scripts it has would run unchecked: the deck must trust it
+        ctx.bundles[chosen].require_trust("preprocess", "validate")
+    except UntrustedScriptsError as exc:
+        return _fail(exc.code.value, str(exc))
     digest = fingerprint(state, ctx.data_keys)
     guard = state.get("guard") or {}
     same = guard.get("skill") == chosen and guard.get("fingerprint") == digest

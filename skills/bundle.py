@@ -7,27 +7,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skilldeck.errors import UntrustedScriptsError
 from skilldeck.skills.conditions import Condition
 from skilldeck.skills.contract import Validator
 from skilldeck.skills.examples import Examples
 from skilldeck.skills.pins import AnyPin
 
-__all__ = ["ENGINE_FILES", "READ_FILE_TOOL", "ExecutionConfig", "Reference", "SkillBundle"]
+__all__ = [
+    "ENGINE_FILES",
+    "READ_FILE_TOOL",
+    "SCRIPTS",
+    "ExecutionConfig",
+    "Reference",
+    "SkillBundle",
+]
 
 #: The built-in tool a skill reads its own files with (tier 3 of progressive disclosure): the
 #: deck provides it, and a skill with files to read gets it without listing it.
 READ_FILE_TOOL = "skill__read_file"
+#: The bundle's Python that skilldeck imports, by name: it runs in the deck's process, so only
+#: in a bundle the deck trusts (see :mod:`skilldeck.skills.trust`).
+SCRIPTS = {
+    "preprocess": "scripts/preprocess.py",
+    "validate": "scripts/validate.py",
+    "eval_setup": "scripts/eval_setup.py",
+    "rules": "scripts/rules.py",
+}
 #: Files the engine reads itself; they are never offered to the model.
-ENGINE_FILES = frozenset(
-    {
-        "assets/output_schema.json",
-        "assets/examples.jsonl",
-        "scripts/preprocess.py",
-        "scripts/validate.py",
-        "scripts/eval_setup.py",
-        "scripts/rules.py",
-    }
-)
+ENGINE_FILES = frozenset({"assets/output_schema.json", "assets/examples.jsonl", *SCRIPTS.values()})
 
 PreprocessFn = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 #: ``validate(output, state, turn)``; ``turn["tool_calls"]``: the turn's successful calls
@@ -121,6 +128,28 @@ class SkillBundle:
     pins: tuple[AnyPin, ...] = ()
     #: Worked examples (``assets/examples.jsonl``); a turn shows those nearest its input.
     examples: Examples | None = None
+    #: Whether the deck trusts the bundle's code: only then were its scripts imported (and
+    #: may ``eval_setup.py`` and ``rules.py`` be).
+    trusted: bool = False
+    #: The names of :data:`SCRIPTS` the bundle has, imported or not.
+    scripts: tuple[str, ...] = ()
+
+    def untrusted_scripts(self, *names: str) -> tuple[str, ...]:
+        """The files of the scripts ``names`` (default: all) that the bundle has and may not
+        run, as it is not trusted; empty when it may run them all."""
+        if self.trusted:
+            return ()
+        return tuple(SCRIPTS[n] for n in self.scripts if not names or n in names)
+
+    def require_trust(self, *names: str) -> None:
+        """Refuse a use of the scripts ``names`` (default: all) the bundle may not run.
+
+        Raises:
+            UntrustedScriptsError: the bundle has some of them and is not trusted.
+        """
+        blocked = self.untrusted_scripts(*names)
+        if blocked:
+            raise UntrustedScriptsError(self.name, str(self.path), blocked)
 
     @property
     def data_keys(self) -> tuple[str, ...]:
@@ -137,7 +166,7 @@ class SkillBundle:
         """``scripts/eval_setup.py``: the hook that prepares each eval trial of this skill
         (see :mod:`skilldeck.evals.setup`). Only the eval harness imports it, so a broken
         hook never stops the skill from loading."""
-        path = self.path / "scripts" / "eval_setup.py"
+        path = self.path / SCRIPTS["eval_setup"]
         return path if path.is_file() else None
 
     @property
