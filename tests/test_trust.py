@@ -170,6 +170,26 @@ def test_serve_refuses_to_start_with_an_untrusted_skill(tmp_path: Path, markers:
     assert _ran(markers) == []
 
 
+def test_the_service_refuses_a_run_of_an_untrusted_skill_as_the_operators_to_fix(
+    tmp_path: Path, markers: Path
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from skilldeck.server import create_app
+    from skilldeck.server.keys import hash_key
+
+    _bundle(tmp_path / "skills", "scripted", markers)
+    key, deck = "sdk_" + "k" * 40, SkillDeck(tmp_path / "skills", checkpointer="memory://")
+    with deck, TestClient(create_app(deck, api_keys={hash_key(key): "alice"})) as client:
+        auth = {"X-API-Key": key}
+        thread = client.post("/threads", headers=auth).json()["thread_id"]
+        reply = client.post(f"/threads/{thread}/runs", json={"context": "ctx"}, headers=auth)
+        assert reply.status_code == 503, reply.text
+        assert reply.json()["error"]["code"] == "UNTRUSTED_SCRIPTS"
+        assert client.get(f"/threads/{thread}", headers=auth).json()["status"] == "new"
+    assert _ran(markers) == []
+
+
 def test_eval_setup_and_rules_of_an_untrusted_bundle_are_never_imported(
     tmp_path: Path, markers: Path
 ) -> None:
