@@ -26,6 +26,7 @@ from typing import Any
 from skilldeck.errors import EvalConfigError
 from skilldeck.evals.suites import Kind, Suite, assemble, bundles_in
 from skilldeck.evals.tasks import Task, task_from_dict
+from skilldeck.skills.trust import TrustSource
 
 __all__ = ["AGENTS", "is_memex_suite", "load_memex_suite"]
 
@@ -118,9 +119,14 @@ def _task(file: Path, root: Path, suite: Mapping[str, Any], skill: str | None) -
 
 
 def load_memex_suite(
-    folder: str | Path, *, skill: str | None = None, skills_path: Sequence[Path] = ()
+    folder: str | Path,
+    *,
+    skill: str | None = None,
+    skills_path: Sequence[Path] = (),
+    trust: TrustSource = (),
 ) -> Suite:
-    """The suite in ``folder``, with the skills under ``skills_path`` (default: built-in).
+    """The suite in ``folder``, with the skills under ``skills_path`` (default: built-in;
+    ``trust``: bundles whose scripts may run, see :func:`~skilldeck.skills.load_skills`).
 
     Raises:
         EvalConfigError: the folder is not such a suite, or a file in it is malformed (named).
@@ -145,4 +151,5 @@ def load_memex_suite(
     kind: Kind = "regression" if meta.get("kind") == "regression" else "capability"
     kinds = {f"{t.skill}/{t.bucket}": kind for t in tasks}
     name = str(meta.get("name") or root.name)
-    return assemble(name, [], bundles_in(skills_path), tasks, kinds, [root], root / "suite.json")
+    bundles = bundles_in(skills_path, trust)
+    return assemble(name, [], bundles, tasks, kinds, [root], root / "suite.json")

@@ -7,7 +7,9 @@ ships ``scripts/eval_setup.py`` defining::
     def setup(task: Task, trial: TrialSetup) -> Mapping[str, Any] | None: ...
 
 The suite loads the hook with the bundle's cases (an import error or a missing ``setup`` is an
-:class:`~skilldeck.errors.EvalConfigError` naming the file, before anything runs). The harness
+:class:`~skilldeck.errors.EvalConfigError` naming the file, before anything runs), and only
+from a bundle the deck trusts (:mod:`skilldeck.skills.trust`; else
+:class:`~skilldeck.errors.UntrustedScriptsError`). The harness
 calls it before each trial, after the base fixture is copied into the workspace. It may fill
 the deck's stores (``trial.deck.memory``, ``trial.deck.knowledge``) and the workspace, and it
 returns the run input (``None``: ``task.input`` as is), so keys only the hook reads do not
@@ -35,9 +37,8 @@ if TYPE_CHECKING:
     from skilldeck.deck import SkillDeck
     from skilldeck.evals.tasks import Task
 
-__all__ = ["SETUP_SIGNATURE", "EvalSetup", "RunScope", "TrialSetup", "load_setup"]
+__all__ = ["EvalSetup", "RunScope", "TrialSetup", "load_setup"]
 
-SETUP_SIGNATURE = "setup(task, trial)"
 T = TypeVar("T")
 
 
@@ -121,13 +122,14 @@ def load_setup(bundle: SkillBundle) -> EvalSetup | None:
     """The bundle's eval setup hook, or ``None`` when it has none.
 
     Raises:
+        UntrustedScriptsError: the bundle is not trusted (nothing was imported).
         EvalConfigError: the file does not import or defines no callable ``setup``.
     """
     file = bundle.eval_setup_path
     if file is None:
         return None
     try:
-        fn = load_script(f"{bundle.name}_eval", file, "setup", SETUP_SIGNATURE)
+        fn = load_script(bundle, "eval_setup")
     except BundleError as exc:
         raise EvalConfigError(f"{exc.file}: {exc.reason}") from None
     return EvalSetup(file, fn)

@@ -35,6 +35,7 @@ from skilldeck.errors import EvalConfigError
 from skilldeck.evals.setup import EvalSetup, load_setup
 from skilldeck.evals.tasks import Task, check_unique, load_tasks
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
+from skilldeck.skills.trust import TrustSource
 
 __all__ = [
     "KINDS",
@@ -120,9 +121,10 @@ class Suite:
         )
 
 
-def bundles_in(paths: Sequence[Path]) -> dict[str, SkillBundle]:
-    """The skills under ``paths`` (the built-in skills when there are none), by name."""
-    return {b.name: b for b in load_skills(list(paths) or builtin_skills_dir())}
+def bundles_in(paths: Sequence[Path], trust: TrustSource = ()) -> dict[str, SkillBundle]:
+    """The skills under ``paths`` (the built-in skills when there are none), by name; the
+    scripts of those ``trust`` names may run too (see :func:`~skilldeck.skills.load_skills`)."""
+    return {b.name: b for b in load_skills(list(paths) or builtin_skills_dir(), trust=trust)}
 
 
 def assemble(
@@ -150,6 +152,8 @@ def assemble(
     tasks += extra
     check_unique(tasks, f"suite {name!r}")
     used = [b for n, b in bundles.items() if n in {t.skill for t in tasks}]
+    for bundle in used:  # every trial would refuse to run: say so before any does
+        bundle.require_trust("preprocess", "validate")
     setups = {b.name: hook for b in used if (hook := load_setup(b)) is not None}
     suite = Suite(
         name=name,
@@ -170,8 +174,9 @@ def assemble(
     return suite
 
 
-def load_suite(path: str | Path, *, skill: str | None = None) -> Suite:
-    """Read a suite file; ``skill`` is the default ``skills`` (for a bundle's own file)."""
+def load_suite(path: str | Path, *, skill: str | None = None, trust: TrustSource = ()) -> Suite:
+    """Read a suite file; ``skill`` is the default ``skills`` (for a bundle's own file);
+    ``trust``: bundles whose scripts may run (see :func:`~skilldeck.skills.load_skills`)."""
     path = Path(path)
     raw = _read(path)
     unknown = sorted(set(raw) - set(_SUITE_KEYS))
@@ -180,7 +185,7 @@ def load_suite(path: str | Path, *, skill: str | None = None) -> Suite:
     here = path.parent
     default_root = [path.parent.parent.parent] if skill else []
     roots = [here / p for p in _list(raw.get("skills_path"), path, "skills_path")] or default_root
-    bundles = bundles_in(roots)
+    bundles = bundles_in(roots, trust)
     skills = _list(raw.get("skills"), path, "skills") or ([skill] if skill else [])
     extra: list[Task] = []
     for i, item in enumerate(raw.get("tasks") or []):
@@ -199,15 +204,15 @@ def skill_suite_path(bundle: SkillBundle) -> Path:
     return bundle.path / "evals" / "suite.yaml"
 
 
-def suite_for_skill(skill: str, skills_path: Sequence[Path] = ()) -> Suite:
+def suite_for_skill(skill: str, skills_path: Sequence[Path] = (), trust: TrustSource = ()) -> Suite:
     """The suite of one skill's ``cases.yaml`` (with its ``evals/suite.yaml`` if any)."""
-    bundles = bundles_in(skills_path)
+    bundles = bundles_in(skills_path, trust)
     bundle = bundles.get(skill)
     if bundle is None:
         raise EvalConfigError(f"no skill {skill!r}; found: {', '.join(sorted(bundles))}")
     own = skill_suite_path(bundle)
     if own.is_file():
-        return load_suite(own, skill=skill)
+        return load_suite(own, skill=skill, trust=trust)
     return assemble(skill, [skill], bundles, [], {}, [], None)
 
 

@@ -27,13 +27,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END
 from langgraph.types import Command
 
+from skilldeck.errors import UntrustedScriptsError
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.route_lexical import Ranked
 from skilldeck.nodes.route_model import ROUTER_KEY, RouteModelError
 from skilldeck.skills.bundle import SkillBundle
+from skilldeck.tools.registry import run_identity
 from skilldeck.types import RouteCandidate, RouteDecision
 
 __all__ = [
@@ -188,6 +191,10 @@ def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, An
             return _fail(code, decision.reason)
         return END, {"status": "finished", "guard": None, "next_skill": None, **update}
     chosen = decision.skill
+    try:  # a skill without the scripts it has would run unchecked: the deck must trust it
+        ctx.bundles[chosen].require_trust("preprocess", "validate")
+    except UntrustedScriptsError as exc:
+        return _fail(exc.code.value, str(exc))
     digest = fingerprint(state, ctx.data_keys)
     guard = state.get("guard") or {}
     same = guard.get("skill") == chosen and guard.get("fingerprint") == digest
@@ -267,12 +274,15 @@ class RouterNode:
 class StartNode:
     """The first step of a run that comes into the graph itself, as from LangGraph's own
     server (``langgraph dev``), not through a deck: it makes the run's first choice that
-    :func:`start_update` makes for a deck's requests."""
+    :func:`start_update` makes for a deck's requests, and records the run's identity (from
+    its config, as a deck does: never from the input)."""
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
 
-    def __call__(self, state: dict[str, Any]) -> Command[str]:
+    def __call__(self, state: dict[str, Any], config: RunnableConfig) -> Command[str]:
+        identity = run_identity(config.get("configurable", {}))
         fresh = {"status": "running", "error": None, "guard": None, "turn": None}
+        fresh |= {k: identity[k] for k in ("user_id", "matter_id")}
         update = start_update(self.ctx, state, {**fresh, "next_skill": state.get("next_skill")})
         return Command(goto=entry({**state, **update}), update=update)

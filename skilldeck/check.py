@@ -1,6 +1,7 @@
 """``check_skills``: every problem of a skills folder at once, without running anything.
 
-It loads each bundle as a deck would (:func:`~skilldeck.skills.loader.inspect_bundle`), checks
+It loads each bundle as a deck would (:func:`~skilldeck.skills.loader.inspect_bundle`): the
+scripts of a bundle the deck does not trust are never imported, and a warning names them. It checks
 that the bundles form a deck (names, modes, tools: the graph builder's checks), and goes on to
 what a run or an eval would trip on later: the bundle's eval cases (``cases.yaml``) and its
 scripted cassette, whose ``output`` turns are checked against the skill's own contract.
@@ -17,8 +18,9 @@ from typing import Any
 from skilldeck.errors import SkillDeckError
 from skilldeck.settings import Settings
 from skilldeck.skills.bundle import SkillBundle
-from skilldeck.skills.loader import inspect_bundle, skill_folders
+from skilldeck.skills.loader import inspect_bundle, skill_folders, trust_policy
 from skilldeck.skills.problems import Problems
+from skilldeck.skills.trust import TrustPolicy, TrustSource
 from skilldeck.types import Problem
 
 __all__ = ["CheckReport", "check_skills"]
@@ -54,10 +56,12 @@ def check_skills(
     *,
     reference_token_budget: int = 4000,
     settings: Settings | None = None,
+    trust: TrustSource = (),
 ) -> CheckReport:
     """Check every bundle under ``paths`` (a skills folder, a bundle folder, or a list).
     MCP servers the skills name are asked for their tools (``settings``: where else they are
-    configured, and how long they may take).
+    configured, and how long they may take). Scripts are imported only from the bundles a deck
+    of ``settings`` and ``trust`` would trust (see :class:`~skilldeck.SkillDeck`).
 
     Raises:
         BundleError: a folder in ``paths`` does not exist.
@@ -67,6 +71,8 @@ def check_skills(
     from skilldeck.tools.mcp import tools_for_skills
 
     roots = [paths] if isinstance(paths, str | Path) else list(paths)
+    settings = settings or Settings()
+    policy = trust_policy(TrustPolicy.of(settings.trusted_paths, trust))
     problems = Problems()
     folders: list[Path] = []
     bundles: list[SkillBundle] = []
@@ -75,7 +81,10 @@ def check_skills(
         for folder in skill_folders(Path(root).resolve()):
             folders.append(folder)
             bundle, found = inspect_bundle(
-                folder, order=len(bundles), reference_token_budget=reference_token_budget
+                folder,
+                order=len(bundles),
+                reference_token_budget=reference_token_budget,
+                trust=policy,
             )
             problems.extend(found.items)
             if bundle is None:
@@ -90,7 +99,6 @@ def check_skills(
             problems.extend(_cases(bundle))
             problems.extend(_cassette(bundle))
     # Tool names only: the stores behind the memory, knowledge and matters tools are never opened.
-    settings = settings or Settings()
     try:
         mcp = tools_for_skills(bundles, settings.mcp_config, settings.mcp_timeout_s)
     except SkillDeckError as exc:  # the servers' tools are unknown: report it, check the rest

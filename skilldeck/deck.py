@@ -39,6 +39,7 @@ from skilldeck.errors import (
     SkillNotLoadedError,
     StaleInterruptError,
     ThreadNotFoundError,
+    UntrustedScriptsError,
 )
 from skilldeck.graph import build_graph, deck_tools
 from skilldeck.models import ModelSpec, build_model, output_mode, resolve_model
@@ -57,6 +58,7 @@ from skilldeck.services import Lazy, embedding_function, open_knowledge, open_me
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.skills.bundle import ExecutionConfig
+from skilldeck.skills.trust import TrustPolicy, TrustSource
 from skilldeck.tools import IDENTITY_KEYS, MATTER_TOOLS, ToolRegistry, default_registry
 from skilldeck.tools.files import MATTER_ID
 from skilldeck.tools.mcp import McpTool, tools_for_skills
@@ -84,6 +86,11 @@ class SkillDeck:
             opens its own). Defaults to an in-memory store.
         settings: host settings; defaults read ``SKILLDECK_*`` environment variables.
         tools: the tool registry; defaults to the built-in tools.
+        trust: bundles whose scripts may run besides the built-in ones, those made by
+            ``skilldeck new`` and those ``settings.trusted_skills`` names: ``True`` (every
+            bundle ``skills`` loads), a folder or glob, or a list (see
+            :mod:`skilldeck.skills.trust`). A run that needs the scripts of a bundle the deck
+            does not trust fails with :class:`~skilldeck.errors.UntrustedScriptsError`.
 
     Example:
         >>> deck = SkillDeck("skills/", checkpointer="sqlite:///runs.sqlite")
@@ -100,13 +107,15 @@ class SkillDeck:
         store: BaseStore | None = None,
         settings: Settings | None = None,
         tools: ToolRegistry | None = None,
+        trust: TrustSource = (),
     ) -> None:
         self.settings = settings or Settings()
         self._shared = False  # a sibling's persistence belongs to the deck it came from
         self._memory = Lazy(lambda: open_memory(self.settings))
         self._knowledge = Lazy(lambda: open_knowledge(self.settings))
         self._embedder = Lazy(lambda: embedding_function(self.settings))
-        loaded = _load(skills, self.settings)
+        self._trust = TrustPolicy.of(self.settings.trusted_paths, trust)
+        loaded = _load(skills, self.settings, self._trust)
         self.bundles, self.tools = deck_tools(
             loaded,
             tools
@@ -193,6 +202,7 @@ class SkillDeck:
                 checkpointer=self._persistence,
                 settings=settings or self.settings,
                 tools=self.tools,
+                trust=self._trust,
             )
             other._shared = True
             return other
@@ -202,6 +212,7 @@ class SkillDeck:
             store=self.store,
             settings=settings or self.settings,
             tools=self.tools,
+            trust=self._trust,
         )
 
     def close(self) -> None:
@@ -268,9 +279,21 @@ class SkillDeck:
             with self._model_lock:  # concurrent first requests build one model, not several
                 model = self._models.get(skill)
                 if model is None:
-                    model = build_model(self.model_spec(skill), self.settings)
+                    spec = self.model_spec(skill)
+                    if spec.provider == "rules":
+                        self._check_rules(self._ctx.bundles[skill], Path(spec.model))
+                    model = build_model(spec, self.settings)
                     self._models[skill] = model
         return model
+
+    def _check_rules(self, bundle: SkillBundle, rules: Path) -> None:
+        """A ``rules`` file the skill names, or one in its bundle, is the bundle's code: it
+        runs only if the deck trusts the bundle. (One the host names, outside the bundle, is
+        the host's own.)"""
+        inside = rules.is_relative_to(bundle.path)
+        if rules.is_file() and not bundle.trusted and (inside or not self.settings.model):
+            shown = rules.relative_to(bundle.path).as_posix() if inside else str(rules)
+            raise UntrustedScriptsError(bundle.name, str(bundle.path), [shown])
 
     def output_mode(self, skill: str) -> str:
         """The output mode of ``skill``'s model calls: the setting, or what ``auto`` picked
@@ -364,12 +387,27 @@ class SkillDeck:
 
         Skills whose execution mode has a rule-based fallback may run without a model.
         """
-        for bundle in self.bundles:
-            if context not in (None, AUTO_CONTEXT) and context not in bundle.contexts:
-                continue
+        for bundle in self._reachable(context):
             if MODES[bundle.execution.mode].rules_fallback and not self._has_model(bundle.name):
                 continue
             self._model_for(bundle.name)
+
+    def _reachable(self, context: str | None) -> list[SkillBundle]:
+        """The skills a run in ``context`` may reach (``None``, ``auto``: every skill)."""
+        if context in (None, AUTO_CONTEXT):
+            return list(self.bundles)
+        return [b for b in self.bundles if context in b.contexts]
+
+    def check_scripts(self, context: str | None = None) -> None:
+        """Refuse a run that could reach a skill whose scripts the deck does not trust (it
+        would run without its preprocess or validate step); a run checks its own context,
+        a service every skill at start.
+
+        Raises:
+            UntrustedScriptsError: naming the skill, its scripts and how to trust it.
+        """
+        for bundle in self._reachable(context):
+            bundle.require_trust("preprocess", "validate")
 
     # -- running --------------------------------------------------------------------------
     # Each way to run has a blocking, a streaming, an async and an async streaming form. The
@@ -580,6 +618,7 @@ class SkillDeck:
             raise CardPendingError(thread_id)
         if snapshot is not None:
             self._check_skills(thread_id, snapshot)
+        self.check_scripts(context)
         self.check_models(context)
         identity = {"user_id": user_id, "matter_id": matter_id}
         config = self._sync.config(thread_id, identity, metadata, callbacks)
@@ -625,6 +664,7 @@ class SkillDeck:
         )
         if errors:
             raise InvalidAnswersError(dict(card), errors)
+        self.check_scripts(snapshot.values.get("context"))
         self.check_models(snapshot.values.get("context"))
         config = self._sync.config(thread_id, _identity(snapshot.values), metadata, callbacks)
         command: Command[Any] = Command(resume={pending.id: dict(answers)})
@@ -784,7 +824,9 @@ class SkillDeck:
         return self._knowledge()
 
 
-def _load(skills: SkillsSource | None, settings: Settings) -> tuple[SkillBundle, ...]:
+def _load(
+    skills: SkillsSource | None, settings: Settings, trust: TrustPolicy
+) -> tuple[SkillBundle, ...]:
     if skills is None:
         return load_skills(
             builtin_skills_dir(), reference_token_budget=settings.reference_token_budget
@@ -797,7 +839,7 @@ def _load(skills: SkillsSource | None, settings: Settings) -> tuple[SkillBundle,
     ):
         return tuple(s for s in skills if isinstance(s, SkillBundle))
     paths = cast("str | Path | Sequence[str | Path]", skills)
-    return load_skills(paths, reference_token_budget=settings.reference_token_budget)
+    return load_skills(paths, reference_token_budget=settings.reference_token_budget, trust=trust)
 
 
 def _as_input(input: Mapping[str, Any] | str | None) -> dict[str, Any]:

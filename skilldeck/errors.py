@@ -7,6 +7,7 @@ it, so callers (the CLI, the HTTP service, an embedding app) can branch on ``cod
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ __all__ = [
     "ThreadBusyError",
     "ThreadNotFoundError",
     "ToolError",
+    "UntrustedScriptsError",
 ]
 
 
@@ -63,6 +65,7 @@ class ErrorCode(StrEnum):
     SKILL_NOT_LOADED = "SKILL_NOT_LOADED"
     MATTER_REQUIRED = "MATTER_REQUIRED"
     PROMPT_TOO_LONG = "PROMPT_TOO_LONG"
+    UNTRUSTED_SCRIPTS = "UNTRUSTED_SCRIPTS"
 
 
 class SkillDeckError(Exception):
@@ -163,6 +166,33 @@ class MatterRequiredError(SkillDeckError):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "skills": self.skills}
+
+
+class UntrustedScriptsError(SkillDeckError):
+    """A skill's scripts would have to run, and the deck does not trust its bundle (see
+    :mod:`skilldeck.skills.trust`). Nothing ran."""
+
+    code = ErrorCode.UNTRUSTED_SCRIPTS
+
+    def __init__(self, skill: str, folder: str, scripts: Sequence[str]) -> None:
+        self.skill, self.folder, self.scripts = skill, folder, list(scripts)
+        super().__init__(
+            f"skill {skill!r} needs {', '.join(scripts)}, and skilldeck runs a bundle's scripts "
+            f"only when it trusts the bundle; nothing ran. Read them, then "
+            f"{self.how_to_trust(folder)}"
+        )
+
+    @staticmethod
+    def how_to_trust(folder: str) -> str:
+        """How to trust the bundle in ``folder``, in words for its author or operator."""
+        quoted = shlex.quote(folder)
+        return (
+            f"trust it: `skilldeck trust {quoted}` (kept in SKILLDECK_HOME), `--trust {quoted}` "
+            "for one command, trust=[...] in Python, or SKILLDECK_TRUSTED_SKILLS"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "skill": self.skill, "scripts": self.scripts}
 
 
 class ModelConfigError(SkillDeckError):

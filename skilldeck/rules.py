@@ -69,7 +69,9 @@ class RulesChatModel(TurnModel):
 
     @classmethod
     def from_source(cls, source: str | Path) -> RulesChatModel:
-        from skilldeck.skills.loader import load_script
+        """The model of the rules file ``source``, imported now: the deck calls it only for a
+        file outside every bundle or in one it trusts (see :mod:`skilldeck.skills.trust`)."""
+        from skilldeck._internal.pyfile import import_function
 
         path = Path(source)
         if not path.is_file():
@@ -77,7 +79,9 @@ class RulesChatModel(TurnModel):
                 f"rules file {str(path)!r} does not exist: a skill runs without a model only "
                 f"when its bundle has {DEFAULT_RULES} with respond(state, results)"
             )
-        respond = load_script(path.parent.parent.name, path, "respond", "respond(state, results)")
+        respond = import_function(
+            path.parent.parent.name, path, "respond", "respond(state, results)"
+        )
         return cls(label=str(path), respond=respond)
 
     @property

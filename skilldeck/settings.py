@@ -93,6 +93,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds an MCP server has to list its tools or answer a call.",
     )
+    trusted_skills: str | None = Field(
+        default=None,
+        description="Bundles whose scripts (scripts/*.py) may run, in the process and with its "
+        "environment: bundle folders, folders of bundles or globs, separated by ':' (';' on "
+        "Windows). The built-in bundles and those made by `skilldeck new` or recorded by "
+        "`skilldeck trust` are trusted without it; any other bundle loads without its scripts.",
+    )
     router: Literal["auto", "lexical", "model"] = Field(
         default="auto",
         description="How a request is routed by description (context 'auto', or candidates "
@@ -181,6 +188,13 @@ class Settings(BaseSettings):
         default_factory=lambda: str(state_home().path / "knowledge"),
         description="Where the knowledge base keeps its index.",
     )
+
+    @property
+    def trusted_paths(self) -> list[str]:
+        """``trusted_skills`` as a list of paths and globs."""
+        from skilldeck.skills.trust import split_paths
+
+        return split_paths(self.trusted_skills)
 
     @field_validator("files_root", "model", "base_url", mode="before")
     @classmethod

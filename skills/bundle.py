@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skilldeck.errors import UntrustedScriptsError
 from skilldeck.skills.conditions import Condition
 from skilldeck.skills.contract import Validator
 from skilldeck.skills.examples import Examples
@@ -16,6 +17,7 @@ __all__ = [
     "ENGINE_FILES",
     "MATTER_WRITE_TOOL",
     "READ_FILE_TOOL",
+    "SCRIPTS",
     "ExecutionConfig",
     "Reference",
     "SkillBundle",
@@ -27,17 +29,16 @@ READ_FILE_TOOL = "skill__read_file"
 #: The built-in tool that writes the run's matter record: only the fields a skill declares in
 #: ``outputs.matter`` (:attr:`SkillBundle.matter_fields`).
 MATTER_WRITE_TOOL = "matters__update"
+#: The bundle's Python that skilldeck imports, by name: it runs in the deck's process, so only
+#: in a bundle the deck trusts (see :mod:`skilldeck.skills.trust`).
+SCRIPTS = {
+    "preprocess": "scripts/preprocess.py",
+    "validate": "scripts/validate.py",
+    "eval_setup": "scripts/eval_setup.py",
+    "rules": "scripts/rules.py",
+}
 #: Files the engine reads itself; they are never offered to the model.
-ENGINE_FILES = frozenset(
-    {
-        "assets/output_schema.json",
-        "assets/examples.jsonl",
-        "scripts/preprocess.py",
-        "scripts/validate.py",
-        "scripts/eval_setup.py",
-        "scripts/rules.py",
-    }
-)
+ENGINE_FILES = frozenset({"assets/output_schema.json", "assets/examples.jsonl", *SCRIPTS.values()})
 
 PreprocessFn = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 #: ``validate(output, state, turn)``; ``turn["tool_calls"]``: the turn's successful calls
@@ -134,6 +135,28 @@ class SkillBundle:
     #: The fields of the run's matter record the skill may write with
     #: :data:`MATTER_WRITE_TOOL` (``outputs.matter``: dot paths under ``matter``).
     matter_fields: tuple[str, ...] = ()
+    #: Whether the deck trusts the bundle's code: only then were its scripts imported (and
+    #: may ``eval_setup.py`` and ``rules.py`` be).
+    trusted: bool = False
+    #: The names of :data:`SCRIPTS` the bundle has, imported or not.
+    scripts: tuple[str, ...] = ()
+
+    def untrusted_scripts(self, *names: str) -> tuple[str, ...]:
+        """The files of the scripts ``names`` (default: all) that the bundle has and may not
+        run, as it is not trusted; empty when it may run them all."""
+        if self.trusted:
+            return ()
+        return tuple(SCRIPTS[n] for n in self.scripts if not names or n in names)
+
+    def require_trust(self, *names: str) -> None:
+        """Refuse a use of the scripts ``names`` (default: all) the bundle may not run.
+
+        Raises:
+            UntrustedScriptsError: the bundle has some of them and is not trusted.
+        """
+        blocked = self.untrusted_scripts(*names)
+        if blocked:
+            raise UntrustedScriptsError(self.name, str(self.path), blocked)
 
     @property
     def data_keys(self) -> tuple[str, ...]:
@@ -150,7 +173,7 @@ class SkillBundle:
         """``scripts/eval_setup.py``: the hook that prepares each eval trial of this skill
         (see :mod:`skilldeck.evals.setup`). Only the eval harness imports it, so a broken
         hook never stops the skill from loading."""
-        path = self.path / "scripts" / "eval_setup.py"
+        path = self.path / SCRIPTS["eval_setup"]
         return path if path.is_file() else None
 
     @property

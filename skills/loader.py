@@ -6,7 +6,9 @@ problem at once (file, JSON path, reason; :func:`inspect_bundle` returns them, `
 check`` prints them).
 
 The loader reads only inside the bundle: a file that is a symlink out of it is refused, and so
-is a file over :data:`MAX_FILE_BYTES`. Progressive disclosure (Agent Skills): the bundle's other
+is a file over :data:`MAX_FILE_BYTES`. It imports a bundle's scripts only when the deck trusts
+the bundle (:mod:`skilldeck.skills.trust`); an untrusted bundle loads without them, with a
+warning that says how to trust it. Progressive disclosure (Agent Skills): the bundle's other
 files (``references/``, ``scripts/``, ``assets/``...) are listed for the model to read on demand
 (``skill__read_file``); ``"references": "inline"`` in the meta puts ``references/`` in the prompt
 instead. JSON and YAML go through
@@ -17,9 +19,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import inspect
 import json
+import logging
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
@@ -29,7 +32,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from skilldeck._internal.documents import DocumentError, parse_json
-from skilldeck.errors import BundleError
+from skilldeck._internal.pyfile import import_function
+from skilldeck.errors import BundleError, UntrustedScriptsError
 from skilldeck.skills.agentskills import (
     allowed_tools,
     parse_front_matter,
@@ -40,6 +44,7 @@ from skilldeck.skills.bundle import (
     ENGINE_FILES,
     MATTER_WRITE_TOOL,
     READ_FILE_TOOL,
+    SCRIPTS,
     ExecutionConfig,
     Reference,
     SkillBundle,
@@ -62,6 +67,7 @@ from skilldeck.skills.pins import (
 )
 from skilldeck.skills.problems import Problems
 from skilldeck.skills.tokens import estimate_tokens, truncate_to_tokens
+from skilldeck.skills.trust import TRUSTED_ENV, TrustPolicy, TrustSource, split_paths
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -71,16 +77,24 @@ __all__ = [
     "load_script",
     "load_skills",
     "skill_folders",
+    "trust_policy",
 ]
+
+log = logging.getLogger("skilldeck")
 
 #: The largest file the loader reads (SKILL.md, metadata, schema, an inlined reference).
 MAX_FILE_BYTES = 1 << 20
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
-_SCRIPTS = {
-    "preprocess": "preprocess(state)",
-    "validate": "validate(output, state) or validate(output, state, turn)",
+#: Each script's function, as an error message shows it.
+_FUNCTIONS = {
+    "preprocess": ("preprocess", "preprocess(state)"),
+    "validate": ("validate", "validate(output, state) or validate(output, state, turn)"),
+    "eval_setup": ("setup", "setup(task, trial)"),
+    "rules": ("respond", "respond(state, results)"),
 }
+#: The scripts a run of the skill calls (the others serve evals and the ``rules`` provider).
+_RUN_SCRIPTS = ("preprocess", "validate")
 # The spec's name; lowercase skill.md is accepted too, as the Agent Skills clients do.
 _SKILL_FILES = ("SKILL.md", "skill.md")
 
@@ -203,28 +217,21 @@ def _conditions(
     return tuple(out)
 
 
-def load_script(
-    bundle: str, file: Path, func: str, signature: str | None = None
-) -> Callable[..., Any]:
-    """Import ``file`` (a bundle's ``scripts/*.py``) and return its function ``func``.
+def load_script(bundle: SkillBundle, name: str) -> Callable[..., Any]:
+    """Import the script ``name`` of a loaded bundle (a key of
+    :data:`~skilldeck.skills.bundle.SCRIPTS`, e.g. ``eval_setup``) and return its function.
 
     Raises:
-        BundleError: naming ``file``, when it does not import or has no callable ``func``
-            (``signature`` is how the message shows it, e.g. ``setup(task, trial)``).
+        UntrustedScriptsError: the bundle is not trusted; nothing was imported.
+        BundleError: naming the file, when it does not import or lacks its function.
     """
-    spec = importlib.util.spec_from_file_location(f"skilldeck_skill_{bundle}_{func}", file)
-    if spec is None or spec.loader is None:
-        raise BundleError(str(file), "$", "cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise BundleError(str(file), "$", f"import failed: {type(exc).__name__}: {exc}") from None
-    fn = getattr(module, func, None)
-    if not callable(fn):
-        shown = signature or _SCRIPTS.get(func, f"{func}(...)")
-        raise BundleError(str(file), "$", f"must define a function {shown}")
-    return fn  # type: ignore[no-any-return]
+    bundle.require_trust(name)
+    return _import(bundle.path, name)
+
+
+def _import(folder: Path, name: str) -> Callable[..., Any]:
+    func, signature = _FUNCTIONS[name]
+    return import_function(folder.name, folder / SCRIPTS[name], func, signature)
 
 
 def _files(reader: _Reader, folder: Path, inline: bool) -> tuple[tuple[str, int], ...]:
@@ -417,12 +424,25 @@ def _front_problems(
     return tools
 
 
+def trust_policy(trust: TrustSource = ()) -> TrustPolicy:
+    """The bundles whose scripts a load may import: the built-in ones, those with a trust
+    record (``skilldeck new``, ``skilldeck trust``), those ``SKILLDECK_TRUSTED_SKILLS`` names,
+    and those ``trust`` names."""
+    named = split_paths(os.environ.get(TRUSTED_ENV))
+    return TrustPolicy.of(builtin_skills_dir(), named, trust)
+
+
 def inspect_bundle(
-    folder: str | Path, *, order: int = 0, reference_token_budget: int = 4000
+    folder: str | Path,
+    *,
+    order: int = 0,
+    reference_token_budget: int = 4000,
+    trust: TrustSource = (),
 ) -> tuple[SkillBundle | None, Problems]:
     """Check one bundle folder completely: the bundle (``None`` if it has an error) and every
-    problem found."""
+    problem found. Its scripts are imported only if :func:`trust_policy` trusts it."""
     folder = Path(folder).resolve()
+    trusted = trust_policy(trust).trusts(folder)
     problems = Problems()
     reader = _Reader(folder, problems)
     skill_md = next((folder / f for f in _SKILL_FILES if (folder / f).is_file()), None)
@@ -435,7 +455,8 @@ def inspect_bundle(
     allowed = _front_problems(problems, skill_md, folder, front) if front is not None else []
 
     schema = _output_schema(reader, folder, found[1] if found else {})
-    scripts = _scripts(problems, folder)
+    has = tuple(name for name, file in SCRIPTS.items() if (folder / file).is_file())
+    scripts = _scripts(problems, folder, has) if trusted else _untrusted(problems, folder, has)
     if found is None:
         return None, problems
     meta_file, meta = found
@@ -490,6 +511,8 @@ def inspect_bundle(
         pins=pins,
         examples=examples,
         fingerprint=reader.fingerprint,
+        trusted=trusted,
+        scripts=has,
     )
     return bundle, problems
 
@@ -584,18 +607,42 @@ def _output_schema(
     return output_schema, data_schema, validator, pins
 
 
-def _scripts(problems: Problems, folder: Path) -> dict[str, Callable[..., Any]]:
+def _scripts(problems: Problems, folder: Path, has: Sequence[str]) -> dict[str, Callable[..., Any]]:
+    """The run's scripts of a trusted bundle, imported now (an import error is a problem)."""
     scripts = {}
-    for func in _SCRIPTS:
-        file = folder / "scripts" / f"{func}.py"
-        if file.is_file():
+    for name in _RUN_SCRIPTS:
+        if name in has:
             try:
-                scripts[func] = load_script(folder.name, file, func)
+                scripts[name] = _import(folder, name)
             except BundleError as exc:
                 problems.extend(exc.problems)
     if "validate" in scripts:
-        scripts["validate"] = _with_turn(scripts["validate"], folder / "scripts" / "validate.py")
+        scripts["validate"] = _with_turn(scripts["validate"], folder / SCRIPTS["validate"])
     return scripts
+
+
+def _untrusted(
+    problems: Problems, folder: Path, has: Sequence[str]
+) -> dict[str, Callable[..., Any]]:
+    """No scripts: the bundle is not trusted. A warning names those it has and how to trust
+    it."""
+    if has:
+        files = ", ".join(SCRIPTS[name] for name in has)
+        needed = [SCRIPTS[name] for name in has if name in _RUN_SCRIPTS]
+        effect = (
+            f"a run of this skill fails with {UntrustedScriptsError.code.value} until then"
+            if needed
+            else "its eval setup and rules fail until then"
+        )
+        problems.warn(
+            folder / "scripts",
+            "$",
+            f"not imported: {files}. skilldeck runs a bundle's scripts (in its own process, with "
+            f"its environment) only when it trusts the bundle, and {effect}. Read them, then "
+            f"{UntrustedScriptsError.how_to_trust(str(folder))}",
+            "trust",
+        )
+    return {}
 
 
 def _with_turn(fn: Callable[..., Any], file: Path) -> Callable[..., Any]:
@@ -617,15 +664,19 @@ def _with_turn(fn: Callable[..., Any], file: Path) -> Callable[..., Any]:
 
 
 def load_bundle(
-    folder: str | Path, *, order: int = 0, reference_token_budget: int = 4000
+    folder: str | Path,
+    *,
+    order: int = 0,
+    reference_token_budget: int = 4000,
+    trust: TrustSource = (),
 ) -> SkillBundle:
-    """Load one bundle folder.
+    """Load one bundle folder (its scripts only if :func:`trust_policy` trusts it).
 
     Raises:
         BundleError: the bundle has errors; ``problems`` lists every one of them.
     """
     bundle, problems = inspect_bundle(
-        folder, order=order, reference_token_budget=reference_token_budget
+        folder, order=order, reference_token_budget=reference_token_budget, trust=trust
     )
     problems.raise_errors()
     assert bundle is not None  # no errors means it loaded
@@ -649,27 +700,40 @@ def skill_folders(root: Path) -> list[Path]:
 
 
 def load_skills(
-    paths: str | Path | Sequence[str | Path], *, reference_token_budget: int = 4000
+    paths: str | Path | Sequence[str | Path],
+    *,
+    reference_token_budget: int = 4000,
+    trust: TrustSource = (),
 ) -> tuple[SkillBundle, ...]:
     """Load every bundle under ``paths`` (a skills folder, a bundle folder, or a list of them).
 
     Bundles are returned in load order: folders in the order given, bundles by name within a
-    folder. The router breaks priority ties by this order.
+    folder. The router breaks priority ties by this order. A bundle's scripts are imported
+    only if it is trusted: built in, recorded (``skilldeck new``, ``skilldeck trust``), or
+    named by ``trust`` (``True``: every bundle; a path or glob; a list of them); an untrusted
+    bundle with scripts loads without them, and its warning is logged.
 
     Raises:
         BundleError: bundles are malformed, or two share a name; ``problems`` lists every
             problem of every bundle.
     """
     roots = [paths] if isinstance(paths, str | Path) else list(paths)
+    policy = trust_policy(trust)
     bundles: list[SkillBundle] = []
     problems = Problems()
     seen: dict[str, Path] = {}
     for root in roots:
         for folder in skill_folders(Path(root).resolve()):
             bundle, found = inspect_bundle(
-                folder, order=len(bundles), reference_token_budget=reference_token_budget
+                folder,
+                order=len(bundles),
+                reference_token_budget=reference_token_budget,
+                trust=policy,
             )
             problems.extend(found.items)
+            for warning in found.warnings:
+                if warning.rule == "trust":
+                    log.warning("%s", warning)
             if bundle is None:
                 continue
             if bundle.name in seen:

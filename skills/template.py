@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from skilldeck.errors import SkillDeckError
+from skilldeck.skills.trust import record_trust
 
 __all__ = ["NAME_PATTERN", "TEMPLATE_DIR", "write_template"]
 
@@ -20,7 +21,9 @@ NAME_PATTERN = re.compile(r"^(?=.{1,64}$)[a-z0-9]+(-[a-z0-9]+)*$")
 
 
 def write_template(name: str, into: str | Path = ".") -> Path:
-    """Write the template bundle as ``into/name``; the new folder.
+    """Write the template bundle as ``into/name``; the new folder. The bundle is its author's
+    own code: it is recorded as trusted (:func:`~skilldeck.skills.trust.record_trust`), so
+    the scripts they add to it run.
 
     Raises:
         SkillDeckError: ``name`` is not a valid skill name, or the folder exists.
@@ -39,4 +42,5 @@ def write_template(name: str, into: str | Path = ".") -> Path:
         target = folder / source.relative_to(TEMPLATE_DIR)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(source.read_text("utf-8").replace("{{name}}", name), "utf-8")
+    record_trust(folder)
     return folder

@@ -192,7 +192,7 @@ def serve_command(root: Path, port: int, checkpoint: str) -> list[str]:
         *("--keys", str(root / "keys.json"), "--checkpoint", checkpoint),
         *("--model", f"scripted:{root / 'script.yaml'}"),
         *("--skills", str(builtin_skills_dir() / "litigation-intake")),
-        *("--skills", str(root / "skills")),
+        *("--skills", str(root / "skills"), "--trust", str(root / "skills")),
     ]
 
 
@@ -205,7 +205,8 @@ def skills_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def make_deck(tmp_path: Path) -> Iterator[Callable[..., SkillDeck]]:
-    """``make_deck(skills, turns={skill: [turn, ...]}, **settings)`` on a fresh SQLite file."""
+    """``make_deck(skills, turns={skill: [turn, ...]}, **settings)`` on a fresh SQLite file;
+    ``trust``: the bundles whose scripts may run (the deck's ``trust=``)."""
     decks: list[SkillDeck] = []
 
     def factory(
@@ -213,6 +214,7 @@ def make_deck(tmp_path: Path) -> Iterator[Callable[..., SkillDeck]]:
         turns: Mapping[str, list[Any]] | None = None,
         *,
         checkpointer: Any = None,
+        trust: Any = (),
         **settings: Any,
     ) -> SkillDeck:
         script = tmp_path / f"script{len(decks)}.yaml"
@@ -222,6 +224,7 @@ def make_deck(tmp_path: Path) -> Iterator[Callable[..., SkillDeck]]:
             skills,
             checkpointer=checkpointer or f"sqlite:///{tmp_path / 'checkpoints.sqlite'}",
             settings=Settings(**settings),
+            trust=trust,
         )
         decks.append(deck)
         return deck

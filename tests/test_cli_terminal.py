@@ -221,7 +221,7 @@ def test_ctrl_c_prints_the_command_that_continues(tmp_path: Path, skills_dir: Pa
     env = {**os.environ, "SKILLDECK_HOME": str(tmp_path / "home"), "COLUMNS": "500"}
     command = [
         sys.executable, "-m", "skilldeck.cli", "run", "--context", "ctx", "--input", '{"n": 1}',
-        "--skills", str(skills_dir), "--model", f"scripted:{script}",
+        "--skills", str(skills_dir), "--trust", str(skills_dir), "--model", f"scripted:{script}",
     ]  # fmt: skip
     proc = subprocess.Popen(
         command,

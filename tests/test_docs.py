@@ -49,9 +49,15 @@ def test_every_block_is_a_file_an_output_or_a_command() -> None:
 
 def test_the_example_skill_checks_clean(tmp_path: Path) -> None:
     write_files(tmp_path)
-    report = check_skills(tmp_path / "expense-check")
+    folder = tmp_path / "expense-check"
+    report = check_skills(folder, trust=[folder])
     assert report.problems == (), [str(p) for p in report.problems]
     assert [b.name for b in report.bundles] == ["expense-check"]
+    # Not trusted yet (as the page says, until `skilldeck trust`): one warning, naming them.
+    (warning,) = check_skills(folder).problems
+    assert (warning.severity, warning.rule) == ("warning", "trust")
+    for script in ("preprocess", "validate", "eval_setup", "rules"):
+        assert f"scripts/{script}.py" in warning.message
 
 
 def test_the_meta_table_lists_every_field_of_the_schema() -> None:

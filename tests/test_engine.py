@@ -351,7 +351,8 @@ def test_validate_script_can_ask_for_a_retry(skills_dir: Path, make_deck: Any) -
         {**output(action="continue"), "invalid": True},  # validate.py sends this one back
         output(profile={"name": "Ann"}, action="finish"),
     ]
-    deck = make_deck(_skill(skills_dir, scripts={"validate": VALIDATE_RETRY}), {"intake": turns})
+    skills = _skill(skills_dir, scripts={"validate": VALIDATE_RETRY})
+    deck = make_deck(skills, {"intake": turns}, trust=[skills])
     result = deck.run({}, context="ctx")
     assert result.status == "finished" and result.state["profile"]["name"] == "Ann"
     messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
@@ -383,7 +384,8 @@ def test_broken_validate_script_fails_the_run(
     source: str, reason: str, skills_dir: Path, make_deck: Any
 ) -> None:
     turns = [output(profile={"name": "Ann"})]
-    deck = make_deck(_skill(skills_dir, scripts={"validate": source}), {"intake": turns})
+    skills = _skill(skills_dir, scripts={"validate": source})
+    deck = make_deck(skills, {"intake": turns}, trust=[skills])
     result = deck.run({}, context="ctx")
     assert result.status == "failed"
     assert result.error is not None and result.error["code"] == "SCRIPT_ERROR"

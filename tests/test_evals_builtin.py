@@ -112,7 +112,7 @@ def setup(task, trial):
 def test_a_setup_hook_prepares_every_trial_and_gives_the_run_input(tmp_path: Path) -> None:
     skills = tmp_path / "skills"
     _bundle(skills, GOOD_HOOK)
-    suite = suite_for_skill("notes", [skills])
+    suite = suite_for_skill("notes", [skills], trust=[skills])
     assert set(suite.setups) == {"notes"}
     assert suite.fixture(suite.tasks[0]) == skills / "notes" / "fixtures" / "talk.jsonl"
     out = tmp_path / "out"
@@ -149,11 +149,13 @@ def test_a_hook_that_cannot_load_fails_the_suite_naming_its_file(
     folder = _bundle(skills, hook)
     hook_file = folder / "scripts" / "eval_setup.py"
     with pytest.raises(EvalConfigError, match=message) as caught:
-        suite_for_skill("notes", [skills])
+        suite_for_skill("notes", [skills], trust=[skills])
     assert str(caught.value).startswith(f"{hook_file}: ")
-    (bundle,) = load_skills(skills)  # the skill itself still loads: only evals import the hook
+    # The skill itself still loads: only evals import the hook.
+    (bundle,) = load_skills(skills, trust=[skills])
     assert bundle.eval_setup_path == hook_file
-    result = CliRunner().invoke(app, ["eval", "run", "--skill", "notes", "--skills", str(skills)])
+    command = ["eval", "run", "--skill", "notes", "--skills", str(skills), "--trust", str(skills)]
+    result = CliRunner().invoke(app, command)
     assert result.exit_code == 2 and "INVALID_EVAL" in result.stderr
     assert str(hook_file) in result.stderr.replace("\n", "")
 
@@ -170,7 +172,7 @@ def test_a_hook_that_fails_stops_the_run_naming_its_file_and_task(
 ) -> None:
     skills = tmp_path / "skills"
     folder = _bundle(skills, hook, cases=[CASE, {**CASE, "id": "two"}])
-    suite = suite_for_skill("notes", [skills])
+    suite = suite_for_skill("notes", [skills], trust=[skills])
     with pytest.raises(EvalConfigError, match=message) as caught:
         run_suite(suite, out=tmp_path / "out", model=_cassette(tmp_path))
     text = str(caught.value)
@@ -192,7 +194,7 @@ def test_two_files_with_the_fixture_name_are_ambiguous(tmp_path: Path) -> None:
     folder = _bundle(skills, GOOD_HOOK)
     (folder / "fixtures" / "talk.json").write_text("[]", "utf-8")
     with pytest.raises(EvalConfigError, match="base fixture 'talk' is ambiguous"):
-        suite_for_skill("notes", [skills])
+        suite_for_skill("notes", [skills], trust=[skills])
 
 
 def test_rag_cases_of_one_run_must_share_their_knowledge_folder(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """LangGraph's own server serves the deck: ``langgraph dev`` with the shipped ``langgraph.json``,
 in a new virtualenv that has skilldeck's core (no extras) and ``langgraph-cli[inmem]``, runs
-the demo to its card (an interrupt) and resumes it with LangGraph's own SDK.
+the demo to its card (an interrupt) and resumes it with LangGraph's own SDK, under the identity
+and ownership rules of ``skilldeck serve`` (API keys, thread owners, matter grants).
 
 The server needs its own environment: ``langgraph-api`` pins versions the dev tools do not
 share (``jsonschema-rs`` below 0.45). So this test also proves that the core installs and
@@ -9,23 +10,29 @@ runs without the vectors extra.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT
 from langgraph_sdk import get_sync_client
+from langgraph_sdk.client import SyncLangGraphClient
 from serving import free_port
+
+from skilldeck.server.keys import hash_key
 
 pytestmark = pytest.mark.L2
 
 ROOT = Path(__file__).resolve().parents[1]
+KEYS = {"alice": "sdk_alice-key-for-the-langgraph-server", "bob": "sdk_bob-key-for-the-server"}
+MATTERS = {"demo-matter": "alice", "bob-matter": "bob"}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +55,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "SKILLDECK_MODEL": f"scripted:{DEMO_SCRIPT}",
         "SKILLDECK_FILES_ROOT": str(DEMO_FILES),
         "SKILLDECK_HOME": str(work / "home"),
+        "SKILLDECK_API_KEYS": json.dumps({hash_key(k): user for user, k in KEYS.items()}),
+        "SKILLDECK_MATTER_POLICY": "granted",
     }
+    for matter, owner in MATTERS.items():  # as an operator makes them, in the same database
+        made = [venv / "bin" / "skilldeck", "matters", "add", matter, "--owner", owner]
+        assert subprocess.run(made, env=env, capture_output=True).returncode == 0
     command = [
         *(venv / "bin" / "langgraph", "dev", "--port", str(port), "--no-browser", "--no-reload"),
         *("--allow-blocking", "--config", source / "langgraph.json"),
@@ -80,8 +92,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             log.close()
 
 
+def _client(server: str, user: str) -> SyncLangGraphClient:
+    return get_sync_client(url=server, api_key=KEYS[user])
+
+
 def test_langgraph_dev_runs_the_deck_to_its_card_and_resumes_it(server: str) -> None:
-    client = get_sync_client(url=server)
+    client = _client(server, "alice")
     assert [a["graph_id"] for a in client.assistants.search()] == ["skilldeck"]
     thread = client.threads.create()["thread_id"]
     config = {"configurable": {"user_id": "alice", "matter_id": "demo-matter"}}
@@ -100,3 +116,68 @@ def test_langgraph_dev_runs_the_deck_to_its_card_and_resumes_it(server: str) -> 
     done = client.threads.get_state(thread)["values"]
     assert done["status"] == "finished"
     assert done["profile"]["defendant"]["name"] == DEMO_ANSWERS["profile.defendant.name"]
+
+
+def _status(call: Callable[[], object]) -> int:
+    """The HTTP status a refused SDK call answered."""
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        call()
+    return refused.value.response.status_code
+
+
+def test_the_server_knows_its_users_by_their_api_keys(server: str) -> None:
+    assert httpx.get(f"{server}/ok").status_code == 200  # health needs no key
+    for headers in ({}, {"X-API-Key": "sdk_not-a-key"}, {"Authorization": "Bearer nope"}):
+        assert httpx.post(f"{server}/threads", json={}, headers=headers).status_code == 401
+    bearer = {"Authorization": f"Bearer {KEYS['bob']}"}
+    made = httpx.post(f"{server}/threads", json={"metadata": {"owner": "alice"}}, headers=bearer)
+    assert made.json()["metadata"]["owner"] == "bob"  # the server names the owner
+
+
+def test_a_user_never_reaches_another_users_thread_or_matter(server: str) -> None:
+    alice, bob = _client(server, "alice"), _client(server, "bob")
+    thread = alice.threads.create()["thread_id"]
+    matter = {"configurable": {"matter_id": "demo-matter"}}
+    start = {
+        "context": "matter",
+        "input": {"documents": ["complaint.txt"]},
+        "matter_id": "demo-matter",
+    }
+    alice.runs.wait(thread, "skilldeck", input=start, config=matter)  # type: ignore[arg-type]
+    (pending,) = alice.threads.get_state(thread)["interrupts"]
+
+    # Bob cannot see alice's thread, find it, read its state or history, or run or resume it.
+    assert _status(lambda: bob.threads.get(thread)) == 404
+    assert thread not in [t["thread_id"] for t in bob.threads.search(limit=100)]
+    assert _status(lambda: bob.threads.get_state(thread)) == 404
+    assert _status(lambda: bob.threads.get_history(thread)) == 404
+    resume = {"resume": {pending["id"]: DEMO_ANSWERS}}
+    assert _status(lambda: bob.runs.wait(thread, "skilldeck", command=resume)) == 404  # type: ignore[arg-type]
+    assert _status(lambda: bob.runs.wait(thread, "skilldeck", input=start)) == 404
+    assert alice.threads.get_state(thread)["interrupts"] == [pending]  # nothing moved
+
+    # Nor run on alice's matter from a thread of his own, by the input or by the config.
+    own = bob.threads.create()["thread_id"]
+    assert _status(lambda: bob.runs.wait(own, "skilldeck", input=start)) == 404
+    assert _status(lambda: bob.runs.wait(own, "skilldeck", input={**start, "matter_id": None},
+                                         config=matter)) == 404  # fmt: skip
+    mixed = {**start, "matter_id": "bob-matter"}
+    assert _status(lambda: bob.runs.wait(own, "skilldeck", input=mixed, config=matter)) == 422
+    assert not bob.threads.get_state(own)["values"]  # nothing ran
+
+    # The store (the deck's transcripts) and assistants' config are not the clients'.
+    assert _status(lambda: bob.store.search_items(("skilldeck", "transcript"))) == 403
+    assert _status(lambda: bob.assistants.create("skilldeck", config=matter)) == 403
+
+
+def test_a_run_is_its_callers_whatever_user_id_it_names(server: str) -> None:
+    bob = _client(server, "bob")
+    own = bob.threads.create()["thread_id"]
+    forged = {"configurable": {"user_id": "alice", "matter_id": "bob-matter"}}
+    start = {"context": "nothing-runs-here", "input": {}, "user_id": "alice"}
+    bob.runs.wait(own, "skilldeck", input=start, config=forged)  # type: ignore[arg-type]
+    values = bob.threads.get_state(own)["values"]
+    assert values["status"] == "no_skill"
+    assert (values.get("user_id"), values.get("matter_id")) == ("bob", "bob-matter")
+    (run,) = bob.runs.list(own)
+    assert run["kwargs"]["config"]["configurable"]["user_id"] == "bob"

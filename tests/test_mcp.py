@@ -65,7 +65,7 @@ def test_listed_tools_run_with_identity_bound_by_the_runtime(
         call("mcp__t__refuse"),
         {"output": FINISH},
     ]
-    deck = make_deck(mcp_skills, {"agent": turns}, max_tool_rounds=6)
+    deck = make_deck(mcp_skills, {"agent": turns}, max_tool_rounds=6, trust=[mcp_skills])
     assert deck.bundles[0].tools == (
         "mcp__t__echo",
         "mcp__t__whoami",
@@ -94,7 +94,8 @@ def test_a_tool_the_skill_does_not_list_is_refused(
 ) -> None:
     write_bundle(skills_dir, "agent", meta={"tools": ["mcp:t/echo"]})
     stdio_config(skills_dir)
-    deck = make_deck(skills_dir, {"agent": [call("mcp__t__whoami", note="n"), {"output": FINISH}]})
+    turns = {"agent": [call("mcp__t__whoami", note="n"), {"output": FINISH}]}
+    deck = make_deck(skills_dir, turns, trust=[skills_dir])
     result = deck.run(context="ctx", user_id="u-1")
     assert result.status == "finished"
     assert result.state["attempt"]["tool_calls"][0]["status"] == "refused"
@@ -110,7 +111,9 @@ def test_a_server_that_dies_or_stalls_mid_call_is_a_tool_error(
         call("mcp__t__echo", text="again"),
         {"output": FINISH},
     ]
-    deck = make_deck(mcp_skills, {"agent": turns}, mcp_timeout_s=3, max_tool_rounds=4)
+    deck = make_deck(
+        mcp_skills, {"agent": turns}, mcp_timeout_s=3, max_tool_rounds=4, trust=[mcp_skills]
+    )
     started = time.monotonic()
     result = deck.run(context="ctx")
     assert time.monotonic() - started < 30
@@ -158,20 +161,21 @@ def test_configuration_errors_say_what_to_fix(
     skills_dir: Path, tmp_path: Path, make_deck: Callable[..., SkillDeck]
 ) -> None:
     write_bundle(skills_dir, "agent", meta={"tools": ["mcp:t/echo"]})
+    trust = [skills_dir]  # the mcp.json beside the skills is theirs: read when they are trusted
     with pytest.raises(SkillDeckError, match=r"MCP server 't' is not configured"):
-        make_deck(skills_dir)
+        make_deck(skills_dir, trust=trust)
     (skills_dir / "mcp.json").write_text('{"mcpServers": {"t": {"args": []}}}')
     with pytest.raises(SkillDeckError, match=r"mcp.json: \$.mcpServers.t: .*'command'"):
-        make_deck(skills_dir)
+        make_deck(skills_dir, trust=trust)
     config = {"mcpServers": {"t": {"command": sys.executable, "args": ["-c", "pass"]}}}
     (skills_dir / "mcp.json").write_text(json.dumps(config))
     with pytest.raises(SkillDeckError, match=r"MCP server 't' .* did not list its tools"):
-        make_deck(skills_dir, mcp_timeout_s=5)
+        make_deck(skills_dir, mcp_timeout_s=5, trust=trust)
     stdio_config(skills_dir)
     write_bundle(skills_dir, "agent", meta={"tools": ["mcp:t/nothing_*"]})
     with pytest.raises(BundleError, match=r"no MCP tool matches 'mcp:t/nothing_\*'"):
-        make_deck(skills_dir)
-    report = check_skills(skills_dir, settings=Settings())
+        make_deck(skills_dir, trust=trust)
+    report = check_skills(skills_dir, settings=Settings(), trust=trust)
     assert report.errors[0].message.startswith("no MCP tool matches")
 
 

@@ -181,7 +181,7 @@ def test_preprocess_hint_reaches_the_model(make_deck: Callable[..., Any], skills
         "alpha",
         scripts={"preprocess": "def preprocess(state):\n    return {'hint': 'X'}\n"},
     )
-    deck = make_deck(skills_dir, {"alpha": [output(data={"note": "done"})]})
+    deck = make_deck(skills_dir, {"alpha": [output(data={"note": "done"})]}, trust=[skills_dir])
     result = deck.run({"q": 1}, context="ctx", matter_id="m-1", user_id="u-secret")
     assert result.status == "finished", result.error
     attempt = result.state["attempt"]

@@ -430,7 +430,8 @@ GATE_RUN = """
 import sys
 from skilldeck import Settings, SkillDeck
 settings = Settings(model=f"scripted:{sys.argv[2]}/script.yaml")
-with SkillDeck(sys.argv[2] + "/gate", checkpointer=sys.argv[1], settings=settings) as deck:
+gate = sys.argv[2] + "/gate"
+with SkillDeck(gate, checkpointer=sys.argv[1], settings=settings, trust=[gate]) as deck:
     print(deck.run({}, context="ctx", thread_id="busy").status, flush=True)
 """
 
@@ -466,7 +467,8 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
         text=True,
     )
     settings = Settings(model=f"scripted:{gate / 'script.yaml'}")
-    with SkillDeck(gate / "gate", checkpointer=database_url, settings=settings) as deck:
+    folder = gate / "gate"
+    with SkillDeck(folder, checkpointer=database_url, settings=settings, trust=[folder]) as deck:
         deck.claims.dead_owner_grace_s = 0.5
         try:
             deadline = time.monotonic() + 60

@@ -28,7 +28,7 @@ from jsonschema import Draft202012Validator
 from langchain_core.tools import BaseTool, ToolException
 
 from skilldeck._internal.documents import DocumentError, parse_json
-from skilldeck.errors import MissingExtraError, SkillDeckError, ToolError
+from skilldeck.errors import MissingExtraError, SkillDeckError, ToolError, UntrustedScriptsError
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.tools.registry import IDENTITY_KEYS
 
@@ -266,10 +266,12 @@ def tools_for_skills(
     bundles: Sequence[SkillBundle], config: str | None, timeout_s: float
 ) -> list[tuple[McpTool, str]]:
     """The tools of every MCP server that ``bundles`` name (in ``tools`` or ``allowed-tools``),
-    from ``config`` and the ``mcp.json`` beside the skills; no server is contacted when no
+    from ``config`` and the ``mcp.json`` beside trusted skills; no server is contacted when no
     skill names one.
 
     Raises:
+        UntrustedScriptsError: a server is configured only in a ``mcp.json`` beside bundles
+            the deck does not trust.
         SkillDeckError: a configuration is wrong, or a server is missing or does not answer.
     """
     wanted = mcp_servers_in(t for b in bundles for t in (*b.tools, *b.allowed_tools))
@@ -278,10 +280,17 @@ def tools_for_skills(
     files = [Path(config)] if config else []
     if files and not files[0].is_file():
         raise SkillDeckError(f"SKILLDECK_MCP_CONFIG {config!r} is not a file")
+    # A mcp.json beside the skills came with them: its commands run only if a bundle beside
+    # it is trusted, as the bundles' own scripts do.
     beside = dict.fromkeys(b.path.parent / "mcp.json" for b in bundles)
-    files += [f for f in beside if f.is_file()]
+    trusted = {b.path.parent / "mcp.json" for b in bundles if b.trusted}
+    files += [f for f in beside if f.is_file() and f in trusted]
     servers: dict[str, McpServer] = {}
     for file in files:
         for name, server in load_mcp_config(file).items():
             servers.setdefault(name, server)  # the first file that names a server wins
+    for file in (f for f in beside if f.is_file() and f not in trusted):
+        for name in sorted((wanted & load_mcp_config(file).keys()) - servers.keys()):
+            user = next(b for b in bundles if name in mcp_servers_in((*b.tools, *b.allowed_tools)))
+            raise UntrustedScriptsError(user.name, str(user.path), [f"{file} (server {name!r})"])
     return mcp_tools(servers, wanted, timeout_s)

@@ -34,18 +34,34 @@ __all__ = [
     "GRAMMAR",
     "IDENTITY_KEYS",
     "RUNTIME_KEYS",
+    "SERVER_USER_KEY",
     "ToolRegistry",
     "ToolResult",
+    "run_identity",
     "runtime_values",
 ]
 
 IDENTITY_KEYS = ("user_id", "matter_id", "thread_id")
 #: What the runtime binds: identity, the skill that makes the call, and what it may write.
 RUNTIME_KEYS = (*IDENTITY_KEYS, "skill", "matter_fields")
+#: Where LangGraph's own server puts the user its auth handler authenticated; the server sets
+#: it after the client's ``configurable``, so no client chooses it (see
+#: :mod:`skilldeck.langgraph_app`).
+SERVER_USER_KEY = "langgraph_auth_user_id"
 #: The ``metadata`` key of a tool's current argument values (see the module docstring).
 CHOICES = "choices"
 #: The ``metadata`` key of a tool's arguments schema for grammars (see the module docstring).
 GRAMMAR = "grammar"
+
+
+def run_identity(configurable: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's identity (:data:`IDENTITY_KEYS`) from its config. Under LangGraph's own
+    server the user is the one it authenticated, whatever ``user_id`` the client sent (none,
+    without an auth handler)."""
+    identity = {k: configurable.get(k) for k in IDENTITY_KEYS}
+    if SERVER_USER_KEY in configurable:
+        identity["user_id"] = configurable[SERVER_USER_KEY] or None
+    return identity
 
 
 def runtime_values(
@@ -53,8 +69,7 @@ def runtime_values(
 ) -> dict[str, Any]:
     """What the runtime binds to a call of ``skill``'s: identity from the run's config, and
     the matter fields ``skill`` declares it may write."""
-    identity = {k: configurable.get(k) for k in IDENTITY_KEYS}
-    return identity | {"skill": skill, "matter_fields": tuple(matter_fields)}
+    return run_identity(configurable) | {"skill": skill, "matter_fields": tuple(matter_fields)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import OutputLimits
 from skilldeck.tools.messages import format_ts
-from skilldeck.tools.registry import IDENTITY_KEYS
+from skilldeck.tools.registry import run_identity
 
 __all__ = ["PlannerSkillNode"]
 
@@ -147,7 +147,7 @@ class PlannerSkillNode(SkillNode):
     ) -> Command[str]:
         configurable = config.get("configurable", {})
         thread_id = str(configurable["thread_id"])
-        identity = {k: configurable.get(k) for k in IDENTITY_KEYS}
+        identity = run_identity(configurable)
         visit = Visit(state, dict(state.get("calls") or {}), thread_id, store)
         turn = state.get("turn")
         if turn and turn.get("skill") == self.name and turn.get("planner") is not None:

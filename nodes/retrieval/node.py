@@ -42,7 +42,7 @@ from skilldeck.nodes.skill import SkillNode, Visit, parse_output
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import compile_schema, format_errors
-from skilldeck.tools.registry import IDENTITY_KEYS, ToolResult
+from skilldeck.tools.registry import ToolResult, run_identity
 
 __all__ = ["RetrievalSkillNode", "answer_schema", "compose_paragraphs"]
 
@@ -191,7 +191,7 @@ class RetrievalSkillNode(SkillNode):
         conversation = list(new)
         plan = make_plan(question, rewrite)
         # Identity is the run's (deck.run binds it into the config), never the input's.
-        identity = {k: configurable.get(k) for k in IDENTITY_KEYS}
+        identity = run_identity(configurable)
         invoke = self._invoker(turn, new, identity)
         run = run_policy(plan, self._sources(plan), self._allowed(), invoke)
         shown = select_evidence(plan, run.usable)

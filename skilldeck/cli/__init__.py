@@ -30,6 +30,7 @@ commands: tuple[Callable[..., None], ...] = (
     runs.demo,
     bundles.new,
     bundles.check,
+    bundles.trust,
     bundles.route,
     runs.graph,
     stores.recall,

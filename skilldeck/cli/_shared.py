@@ -28,6 +28,7 @@ __all__ = [
     "JsonOpt",
     "ModelOpt",
     "SkillsOpt",
+    "TrustOpt",
     "checkpoint_url",
     "err",
     "fail",
@@ -56,6 +57,15 @@ SkillsOpt = Annotated[
         "--skills",
         help="Skills folder, bundle folder or built-in skill name (repeatable); default: all "
         "built-in skills.",
+    ),
+]
+TrustOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--trust",
+        help="Let this bundle folder, folder of bundles or glob run its scripts (repeatable; "
+        "they run in this process, with its environment). Built-in bundles and those made by "
+        "`skilldeck new` are trusted already; see also SKILLDECK_TRUSTED_SKILLS.",
     ),
 ]
 CheckpointOpt = Annotated[
@@ -139,9 +149,11 @@ def open_deck(
     model: str | None,
     *,
     existing: bool = False,
+    trust: list[str] | None = None,
     **overrides: Any,
 ) -> SkillDeck:
-    """A deck for one command; ``existing`` refuses to create a missing checkpoint database."""
+    """A deck for one command; ``existing`` refuses to create a missing checkpoint database;
+    ``trust``: the ``--trust`` values."""
     from skilldeck.checkpoints.open import open_persistence
     from skilldeck.deck import SkillDeck
 
@@ -153,7 +165,7 @@ def open_deck(
         must_exist=existing,
     )
     try:
-        return SkillDeck(paths, checkpointer=persistence, settings=settings)
+        return SkillDeck(paths, checkpointer=persistence, settings=settings, trust=trust or ())
     except BaseException:
         persistence.close()
         raise

@@ -1,5 +1,6 @@
 """Commands for skill authors: ``new`` writes a working bundle, ``check`` lists every problem,
-``route`` shows which skill a request would go to and why.
+``trust`` lets a bundle's scripts run, ``route`` shows which skill a request would go to and
+why.
 
 Exit codes of ``check``: 0 no errors (``--strict``: no warnings either), 1 problems found,
 2 bad input (a folder that does not exist). ``route`` exits 0 whatever it decides (1 with
@@ -15,10 +16,19 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from skilldeck.cli._shared import EXIT_FAILED, JsonOpt, ModelOpt, SkillsOpt, err, fail, out
+from skilldeck.cli._shared import (
+    EXIT_FAILED,
+    JsonOpt,
+    ModelOpt,
+    SkillsOpt,
+    TrustOpt,
+    err,
+    fail,
+    out,
+)
 from skilldeck.errors import SkillDeckError
 
-__all__ = ["check", "new", "route"]
+__all__ = ["check", "new", "route", "trust"]
 
 
 def new(
@@ -29,18 +39,24 @@ def new(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a working skill bundle NAME: it asks one card and finishes, with a scripted model
-    and one eval case, so `skilldeck run` and `skilldeck eval run` work on it at once."""
+    and one eval case, so `skilldeck run` and `skilldeck eval run` work on it at once. It is
+    yours, so it is trusted: scripts you add to it run (see `skilldeck trust --help`)."""
     from skilldeck.skills.template import write_template
+    from skilldeck.skills.trust import MARKER
 
     try:
         folder = write_template(name, into)
     except SkillDeckError as exc:
         fail(exc, as_json)
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    files = sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and p.name != MARKER
+    )
     if as_json:
-        print(json.dumps({"folder": str(folder), "files": files}))
+        print(json.dumps({"folder": str(folder), "files": files, "trusted": True}))
         return
-    out.print(f"wrote {folder}/", highlight=False)
+    out.print(f"wrote {folder}/ (trusted here: its scripts will run)", highlight=False)
     for file in files:
         out.print(f"  {file}", highlight=False)
     out.print(
@@ -60,13 +76,15 @@ def check(
     strict: Annotated[
         bool, typer.Option(help="Fail on warnings too (Agent Skills rules a bundle breaks).")
     ] = False,
+    trust: TrustOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check skill bundles without running them: print every problem at once."""
+    """Check skill bundles without running them: print every problem at once. The scripts of
+    a bundle that is not trusted are not imported (a warning names them)."""
     from skilldeck.check import check_skills
 
     try:
-        report = check_skills(folders)
+        report = check_skills(folders, trust=trust or ())
     except SkillDeckError as exc:
         fail(exc, as_json)
     ok = report.ok(strict=strict)
@@ -88,6 +106,39 @@ def check(
         (out if ok else err).print(("ok: " if ok else "") + summary, highlight=False)
     if not ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+def trust(
+    folders: Annotated[
+        list[Path], typer.Argument(help="Bundle folders, or folders of bundles, to trust.")
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Let bundles run their scripts (scripts/*.py), from now on, in this SKILLDECK_HOME.
+
+    Scripts run in skilldeck's process with its privileges and environment (API keys
+    included): read them first. The trust holds while the bundle stays where it is (edit it
+    freely); a folder put in its place, or the bundle moved, is not trusted. Delete the
+    bundle's .skilldeck-trust file to take it back.
+    """
+    from skilldeck.skills.loader import skill_folders
+    from skilldeck.skills.trust import record_trust
+
+    try:
+        bundles = [b for f in folders for b in skill_folders(f.expanduser().resolve())]
+        if not bundles:
+            raise SkillDeckError(
+                f"no skill bundle in {', '.join(map(str, folders))}: a bundle has a SKILL.md"
+            )
+        for bundle in bundles:
+            record_trust(bundle)
+    except SkillDeckError as exc:
+        fail(exc, as_json)
+    if as_json:
+        print(json.dumps({"trusted": [str(b) for b in bundles]}))
+        return
+    for bundle in bundles:
+        out.print(f"trusted {escape(str(bundle))}", highlight=False)
 
 
 def _print_folder(folder: Path, problems: list) -> None:  # type: ignore[type-arg]

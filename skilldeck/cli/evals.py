@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from skilldeck.cli._shared import EXIT_FAILED, SkillsOpt, err, fail, skills_paths
+from skilldeck.cli._shared import EXIT_FAILED, SkillsOpt, TrustOpt, err, fail, skills_paths
 from skilldeck.errors import EvalConfigError, SkillDeckError
 
 if TYPE_CHECKING:
@@ -32,17 +32,20 @@ out = Console()
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
-def _suite(skill: str | None, suite: Path | None, skills: list[str] | None) -> Suite:
+def _suite(
+    skill: str | None, suite: Path | None, skills: list[str] | None, trust: list[str] | None
+) -> Suite:
     from skilldeck.evals.memex import is_memex_suite, load_memex_suite
     from skilldeck.evals.suites import load_suite, suite_for_skill
 
+    paths, trusted = skills_paths(skills) or [], trust or ()
     if suite is not None and is_memex_suite(suite):  # --skill picks the agent it grades
-        return load_memex_suite(suite, skill=skill, skills_path=skills_paths(skills) or [])
+        return load_memex_suite(suite, skill=skill, skills_path=paths, trust=trusted)
     if (skill is None) == (suite is None):
         raise EvalConfigError("give exactly one of --skill NAME or --suite FILE")
     if suite is not None:
-        return load_suite(suite)
-    return suite_for_skill(str(skill), skills_paths(skills) or [])
+        return load_suite(suite, trust=trusted)
+    return suite_for_skill(str(skill), paths, trusted)
 
 
 def _fmt(value: float | None) -> str:
@@ -81,6 +84,7 @@ def run(
         typer.Option(help="Run a suite file, or a suite folder in Memex's layout (suite.json)."),
     ] = None,
     skills: SkillsOpt = None,
+    trust: TrustOpt = None,
     model: Annotated[
         str | None,
         typer.Option(help="Model for every skill: PROVIDER:MODEL, scripted:FILE or rules."),
@@ -109,7 +113,7 @@ def run(
     from skilldeck.evals.runner import run_suite
 
     try:
-        chosen = _suite(skill, suite, skills)
+        chosen = _suite(skill, suite, skills, trust)
         judge = Judge.from_spec(judge_model) if judge_model else None
         folder = out_dir or state_home().path / "evals" / chosen.name
         total = sum(t.trials or epochs for t in chosen.tasks)
@@ -226,6 +230,7 @@ def promote_bucket(
     bucket: Annotated[str, typer.Argument(help="SKILL/BUCKET (or a bare bucket with --suite).")],
     suite: Annotated[Path | None, typer.Option(help="The suite file to record it in.")] = None,
     skills: SkillsOpt = None,
+    trust: TrustOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Move a bucket from capability to regression (recorded in the suite file's ``kinds``;
@@ -234,15 +239,13 @@ def promote_bucket(
 
     try:
         if suite is not None:
-            target, known = suite, load_suite(suite).buckets()
+            target, known = suite, load_suite(suite, trust=trust or ()).buckets()
         else:
             if "/" not in bucket:
                 raise EvalConfigError("give SKILL/BUCKET, or --suite FILE for a bare bucket name")
-            chosen = suite_for_skill(bucket.split("/", 1)[0], skills_paths(skills) or [])
-            target, known = (
-                skill_suite_path(chosen.bundle(bucket.split("/", 1)[0])),
-                chosen.buckets(),
-            )
+            skill = bucket.split("/", 1)[0]
+            chosen = suite_for_skill(skill, skills_paths(skills) or [], trust or ())
+            target, known = skill_suite_path(chosen.bundle(skill)), chosen.buckets()
         changed = promote(bucket, target, known)
     except SkillDeckError as exc:
         fail(exc, as_json)

@@ -31,6 +31,7 @@ from skilldeck.cli._shared import (
     JsonOpt,
     ModelOpt,
     SkillsOpt,
+    TrustOpt,
     checkpoint_url,
     err,
     fail,
@@ -94,8 +95,11 @@ def _where_it_stands(deck: SkillDeck, thread: str | None, again: list[str]) -> s
     )
 
 
-def _again(skills: list[str] | None, checkpoint: str | None, model: str | None) -> list[str]:
+def _again(
+    skills: list[str] | None, checkpoint: str | None, model: str | None, trust: list[str] | None
+) -> list[str]:
     flags = [f for s in skills or [] for f in ("--skills", s)]
+    flags += [f for t in trust or [] for f in ("--trust", t)]
     if checkpoint:
         flags += ["--checkpoint", checkpoint]
     if model:
@@ -124,6 +128,7 @@ def run(
     user: Annotated[str | None, typer.Option(help="user_id bound to tools.")] = None,
     matter: Annotated[str | None, typer.Option(help="matter_id bound to tools.")] = None,
     skills: SkillsOpt = None,
+    trust: TrustOpt = None,
     checkpoint: CheckpointOpt = None,
     model: ModelOpt = None,
     as_json: JsonOpt = False,
@@ -137,8 +142,8 @@ def run(
         payload = json_object(input, "--input")
         if request is not None:
             payload["request"] = request
-        with open_deck(skills, checkpoint, model) as deck:
-            again = _again(skills, checkpoint, model)
+        with open_deck(skills, checkpoint, model, trust=trust) as deck:
+            again = _again(skills, checkpoint, model, trust)
             with _ctrl_c(deck, lambda: thread_id, again):
                 result = deck.run(
                     payload, context=context, thread_id=thread_id, user_id=user, matter_id=matter
@@ -152,6 +157,7 @@ def resume(
     answers: Annotated[str, typer.Option(help="Answers JSON: {field_key: value}.")],
     interrupt_id: Annotated[str | None, typer.Option(help="Expected pending interrupt.")] = None,
     skills: SkillsOpt = None,
+    trust: TrustOpt = None,
     checkpoint: CheckpointOpt = None,
     model: ModelOpt = None,
     as_json: JsonOpt = False,
@@ -166,9 +172,9 @@ def resume(
             model = model or record.model
             if not skills and record.sources and all(Path(p).is_dir() for p in record.sources):
                 skills = list(record.sources)
-        with open_deck(skills, checkpoint, model, existing=True) as deck:
+        with open_deck(skills, checkpoint, model, existing=True, trust=trust) as deck:
             thread_id = deck.resolve_thread(thread)
-            with _ctrl_c(deck, lambda: thread_id, _again(skills, checkpoint, model)):
+            with _ctrl_c(deck, lambda: thread_id, _again(skills, checkpoint, model, trust)):
                 result = deck.resume(thread_id, values, interrupt_id=interrupt_id)
     print_result(result, as_json)
     exit_for(result)
@@ -356,7 +362,7 @@ def demo(
     with (
         _refused(as_json),
         open_deck(None, checkpoint, model, files_root=str(demo_data.FILES)) as deck,
-        _ctrl_c(deck, lambda: thread_id, _again(None, checkpoint, model)),
+        _ctrl_c(deck, lambda: thread_id, _again(None, checkpoint, model, None)),
     ):
         result = deck.run(
             demo_data.INPUT,

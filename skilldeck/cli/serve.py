@@ -16,6 +16,7 @@ from skilldeck.cli._shared import (
     CheckpointOpt,
     JsonOpt,
     SkillsOpt,
+    TrustOpt,
     checkpoint_url,
     fail,
     skills_paths,
@@ -41,6 +42,7 @@ def serve(
         typer.Option(help="API key file {sha256: user_id} (default: $SKILLDECK_API_KEYS)."),
     ] = None,
     skills: SkillsOpt = None,
+    trust: TrustOpt = None,
     checkpoint: Annotated[
         str | None,
         typer.Option(help="Checkpoint URL (default: SKILLDECK_CHECKPOINT_URL)."),
@@ -95,10 +97,16 @@ def serve(
         if files_root is not None:
             overrides["files_root"] = str(files_root.resolve())
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
-        deck = SkillDeck(skills_paths(skills), checkpointer=checkpoint, settings=settings)
+        deck = SkillDeck(
+            skills_paths(skills), checkpointer=checkpoint, settings=settings, trust=trust or ()
+        )
     except (SkillDeckError, ValueError) as exc:
         fail(exc if isinstance(exc, SkillDeckError) else SkillDeckError(str(exc)))
     try:
+        try:  # every run of such a skill would be refused: the operator hears it now
+            deck.check_scripts()
+        except SkillDeckError as exc:
+            fail(exc)
         needing = deck.matter_skills(files=True)
         if needing and settings.files_root is None:
             deck.close()

@@ -17,6 +17,7 @@ from skilldeck.cli._shared import (
     JsonOpt,
     ModelOpt,
     SkillsOpt,
+    TrustOpt,
     err,
     fail,
     make_settings,
@@ -127,6 +128,7 @@ def recall(
     question: Annotated[str, typer.Argument(help="What to recall, e.g. 'What food do I avoid?'")],
     user: Annotated[str, typer.Option(help="Whose messages to search (bound to the tools).")],
     skills: SkillsOpt = None,
+    trust: TrustOpt = None,
     checkpoint: CheckpointOpt = None,
     model: ModelOpt = None,
     as_json: JsonOpt = False,
@@ -137,7 +139,7 @@ def recall(
     without a model its rule-based planner runs. A failed run exits with code 1.
     """
     try:
-        with open_deck(skills or ["nomemory-recall"], checkpoint, model) as deck:
+        with open_deck(skills or ["nomemory-recall"], checkpoint, model, trust=trust) as deck:
             result = deck.run({"question": question}, context="recall", user_id=user)
     except SkillDeckError as exc:
         fail(exc, as_json)

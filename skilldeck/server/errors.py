@@ -39,6 +39,8 @@ _STATUS = {
     ErrorCode.MATTER_REQUIRED: 422,
     ErrorCode.CHECKPOINT_UNAVAILABLE: 503,
     ErrorCode.MODEL_NOT_CONFIGURED: 503,
+    # The operator's to fix (`skilldeck serve` refuses to start with such a skill).
+    ErrorCode.UNTRUSTED_SCRIPTS: 503,
 }
 
 _DESCRIPTIONS = {
@@ -49,7 +51,8 @@ _DESCRIPTIONS = {
     413: "The request body is too large.",
     422: "Invalid request body or card answers, or a run that needs a matter; nothing was changed.",
     500: "An internal error; the server log has the details.",
-    503: "The checkpoint database or the model is unavailable.",
+    503: "The checkpoint database or the model is unavailable, or a skill's scripts are not "
+    "trusted by the server.",
 }
 
 # A database that is down is usually back within seconds (a restart, a failover).
