@@ -258,6 +258,16 @@ def test_the_demo_from_the_console_card_error_answer_and_reloads(
     assert requests and all(url.startswith(console.url + "/") for url in requests)
 
 
+def answer_kinds(controls: dict[str | None, Any]) -> None:
+    """Fill the ``kinds`` card's controls (by input type)."""
+    controls["text"].locator("textarea").fill("the quarterly review")
+    controls["select"].locator("select").select_option(label="Green")
+    controls["multi_select"].get_by_label("Alpha").check()
+    controls["multi_select"].get_by_label("Gamma").check()
+    controls["boolean"].get_by_label("No").check()
+    controls["file_ids"].locator("textarea").fill("a.txt\n\n  b.pdf \n")
+
+
 def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
     browser: Any, console: Console
 ) -> None:
@@ -273,12 +283,7 @@ def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
     assert list(controls) == [q["input_type"] for q in KINDS_QUESTIONS]
     assert card.locator(".required").count() == 4 and card.locator(".optional").count() == 1
 
-    controls["text"].locator("textarea").fill("the quarterly review")
-    controls["select"].locator("select").select_option(label="Green")
-    controls["multi_select"].get_by_label("Alpha").check()
-    controls["multi_select"].get_by_label("Gamma").check()
-    controls["boolean"].get_by_label("No").check()
-    controls["file_ids"].locator("textarea").fill("a.txt\n\n  b.pdf \n")
+    answer_kinds(controls)
     assert colours(shoot(page, "console-kinds", card)) > 50
     card.get_by_role("button", name="Submit").click()
     page.locator("#timeline .entry.done").wait_for()
@@ -293,6 +298,31 @@ def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
         "urgent": False,
         "files": ["a.txt", "b.pdf"],
     }
+
+
+def test_each_model_reply_is_one_entry_with_its_text_once(browser: Any, console: Console) -> None:
+    page = open_console(browser, console, [])
+    sign_in(page, ALICE)
+    page.get_by_role("button", name="New run").click()
+    page.get_by_label("Context").select_option("kinds")
+    page.get_by_role("button", name="Start").click()
+    card = page.locator("form#card")
+    card.wait_for()
+    replies = page.locator("#timeline .entry.delta pre")
+    # The rejected reply, then the card's: each in its own entry, its text exactly once (the
+    # card's reply is JSON, which its text written twice over would not be).
+    live = replies.all_text_contents()
+    assert len(live) == 2 and live[0] == "Let me think first."
+    assert json.loads(live[1]) and live[1].count("What is it about?") == 1
+    answer_kinds(
+        {f.get_attribute("data-input-type"): f for f in card.locator("fieldset.field").all()}
+    )
+    card.get_by_role("button", name="Submit").click()
+    page.locator("#timeline .entry.done").wait_for()
+    # The resumed run's reply is a new entry (its attempt is 1 again), and the old ones stay.
+    resumed = replies.all_text_contents()
+    assert resumed[:2] == live and len(resumed) == 3
+    assert json.loads(resumed[2]) and resumed[2].count("Noted.") == 1
 
 
 def test_another_users_thread_is_the_same_404_as_an_unknown_one(

@@ -9,7 +9,9 @@ const STATUSES = ["new", "running", "interrupted", "finished", "failed", "no_ski
 
 // The API key lives in this variable only: never in storage, a cookie or the URL.
 let apiKey = null;
-// The thread on screen: {id, abort, lastEventId, deltas}; replaced when another is opened.
+// The thread on screen: {id, abort, lastEventId, reply, replies}; replaced when another is
+// opened. `reply` is the model reply being written ({key, pre}); `replies` the last reply's box
+// of each skill attempt, marked when its result is validated.
 let shown = null;
 // A thread made for a run the service refused: the next attempt reuses it.
 let unusedThread = null;
@@ -190,7 +192,7 @@ function closeThread() {
 
 function showThread(id) {
   closeThread();
-  shown = { id, abort: new AbortController(), lastEventId: null, deltas: new Map() };
+  shown = { id, abort: new AbortController(), lastEventId: null, reply: null, replies: new Map() };
   $("placeholder").hidden = true;
   $("thread").hidden = false;
   $("thread-title").textContent = `Thread ${id.slice(0, 12)}`;
@@ -332,6 +334,10 @@ function details(summary, value) {
 }
 
 function render(view, event) {
+  // A model reply is a run of deltas of one skill attempt; any other event ends it, so the
+  // next model call (after a tool call, or in the run a card's answer resumes, where the
+  // attempt numbers start again) writes a new entry instead of adding to an old one.
+  if (event.event !== "delta") view.reply = null;
   switch (event.event) {
     case "step":
       if (event.status) setStatus(event.status);
@@ -346,13 +352,13 @@ function render(view, event) {
       break;
     case "delta": {
       const key = `${event.skill}/${event.attempt}`;
-      let pre = view.deltas.get(key);
-      if (!pre) {
-        pre = el("pre", { class: "live" });
+      if (!view.reply || view.reply.key !== key) {
+        const pre = el("pre", { class: "live" });
         addEntry("delta", "writing", `${event.skill} (attempt ${event.attempt ?? 1})`, pre);
-        view.deltas.set(key, pre);
+        view.reply = { key, pre };
+        view.replies.set(key, pre);
       }
-      pre.textContent += event.text;
+      view.reply.pre.textContent += event.text;
       break;
     }
     case "tool_call":
@@ -364,7 +370,7 @@ function render(view, event) {
       );
       break;
     case "skill_result": {
-      const pre = view.deltas.get(`${event.skill}/${event.attempt}`);
+      const pre = view.replies.get(`${event.skill}/${event.attempt}`);
       if (pre) pre.closest("li").classList.add("written");
       if (event.validation_errors && event.validation_errors.length) {
         addEntry(
