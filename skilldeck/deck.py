@@ -615,9 +615,8 @@ class SkillDeck:
             raise StaleInterruptError(thread_id, interrupt_id, pending.id)
         self._check_skills(thread_id, snapshot)
         card = pending_card(pending)
-        errors = validate_answers(
-            card.get("answers_schema") or answers_schema(card["questions"]), answers
-        )
+        schema = card.get("answers_schema") or answers_schema(card["questions"])
+        errors = validate_answers(schema, answers, card["questions"])
         if errors:
             raise InvalidAnswersError(dict(card), errors)
         self.check_models(snapshot.values.get("context"))

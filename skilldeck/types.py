@@ -17,6 +17,7 @@ __all__ = [
     "DoneEvent",
     "ErrorEvent",
     "Event",
+    "InputType",
     "Problem",
     "RouteCandidate",
     "RouteDecision",
@@ -95,14 +96,26 @@ class CardOption(TypedDict):
     value: str | int | float | bool
 
 
+InputType = Literal["text", "select", "multi_select", "boolean", "file_ids", "number", "integer"]
+"""What a card question's answer is: a string (``text``), one or several option values
+(``select``, ``multi_select``), ``true``/``false`` (``boolean``), a list of file ids
+(``file_ids``), or a number (``number``; ``integer``: a whole number) within ``minimum`` and
+``maximum`` when they are given."""
+
+
 class CardQuestion(TypedDict):
-    """One question of an ask_user card (seed 004, section 4)."""
+    """One question of an ask_user card (seed 004, section 4). ``minimum``/``maximum`` bound a
+    ``number`` or ``integer`` answer; ``error_message`` is said to the person instead of the
+    validator's words when the answer is not valid."""
 
     question: str
     field_key: str
-    input_type: Literal["text", "select", "multi_select", "boolean", "file_ids"]
+    input_type: InputType
     required: bool
     options: NotRequired[list[CardOption]]
+    minimum: NotRequired[float]
+    maximum: NotRequired[float]
+    error_message: NotRequired[str]
 
 
 class Card(TypedDict):

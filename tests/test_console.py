@@ -63,7 +63,26 @@ KINDS_QUESTIONS = [
     },
     {"question": "Urgent?", "field_key": "urgent", "input_type": "boolean", "required": True},
     {"question": "Which files?", "field_key": "files", "input_type": "file_ids", "required": True},
+    {
+        "question": "How much?",
+        "field_key": "amount",
+        "input_type": "number",
+        "required": True,
+        "minimum": 0,
+        "maximum": 500,
+    },
+    {
+        "question": "How many crates?",
+        "field_key": "crates",
+        "input_type": "integer",
+        "required": False,
+        "error_message": "Give the number of crates: 1 or more.",
+    },
 ]
+#: The ``kinds`` card's field for the text question holds words only: a pattern the card's
+#: errors must not quote.
+TOPIC_PATTERN = "^[a-z ]+$"
+ANSWERED = [q["field_key"] for q in KINDS_QUESTIONS]
 
 
 @dataclass(frozen=True)
@@ -94,11 +113,13 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         "kinds",
         meta={"triggers": {"contexts": ["kinds"]}},
         data={
-            "topic": {"type": "string"},
+            "topic": {"type": "string", "pattern": TOPIC_PATTERN},
             "colour": {"enum": ["red", "green"]},
             "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}},
             "urgent": {"type": "boolean"},
             "files": {"type": "array", "items": {"type": "string"}},
+            "amount": {"type": "number"},
+            "crates": {"type": "integer", "minimum": 1},
         },
     )
     keys = {hash_key(ALICE): "alice", hash_key(BOB): "bob"}
@@ -266,6 +287,8 @@ def answer_kinds(controls: dict[str | None, Any]) -> None:
     controls["multi_select"].get_by_label("Gamma").check()
     controls["boolean"].get_by_label("No").check()
     controls["file_ids"].locator("textarea").fill("a.txt\n\n  b.pdf \n")
+    controls["number"].locator("input").fill("120.5")
+    controls["integer"].locator("input").fill("3")
 
 
 def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
@@ -281,7 +304,21 @@ def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
     expect(page.locator("#timeline .entry.retry")).to_contain_text("kinds attempt 1 was rejected")
     controls = {f.get_attribute("data-input-type"): f for f in card.locator("fieldset.field").all()}
     assert list(controls) == [q["input_type"] for q in KINDS_QUESTIONS]
-    assert card.locator(".required").count() == 4 and card.locator(".optional").count() == 1
+    assert card.locator(".required").count() == 5 and card.locator(".optional").count() == 2
+    expect(controls["number"].locator("legend")).to_contain_text("from 0 to 500")
+
+    # Answers the card refuses: each error in words at its question, never the field's regex;
+    # a question's own message instead of the validator's.
+    answer_kinds(controls)
+    controls["text"].locator("textarea").fill("Q3 review!")
+    controls["number"].locator("input").fill("900")
+    controls["integer"].locator("input").fill("0")
+    card.get_by_role("button", name="Submit").click()
+    errors = {kind: field.locator(".field-error") for kind, field in controls.items()}
+    expect(errors["text"]).to_have_text("is not in the expected format")
+    expect(errors["number"]).to_have_text("must be at most 500")
+    expect(errors["integer"]).to_have_text("Give the number of crates: 1 or more.")
+    assert TOPIC_PATTERN not in card.inner_text() and errors["select"].is_hidden()
 
     answer_kinds(controls)
     assert colours(shoot(page, "console-kinds", card)) > 50
@@ -291,12 +328,14 @@ def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
     thread = page.url.split("#thread=")[1]
     state = httpx.get(f"{console.url}/threads/{thread}", headers={"X-API-Key": ALICE}).json()
     assert state["status"] == "finished"
-    assert {k: state["state"].get(k) for k in ("topic", "colour", "tags", "urgent", "files")} == {
+    assert {k: state["state"].get(k) for k in ANSWERED} == {
         "topic": "the quarterly review",
         "colour": "green",
         "tags": ["a", "c"],
         "urgent": False,
         "files": ["a.txt", "b.pdf"],
+        "amount": 120.5,
+        "crates": 3,
     }
 
 

@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from typing_extensions import TypeAliasType
 
+from skilldeck.types import InputType
+
 __all__ = [
     "THREAD_ID",
     "Card",
@@ -89,9 +91,16 @@ class CardQuestion(BaseModel):
 
     question: str
     field_key: str
-    input_type: Literal["text", "select", "multi_select", "boolean", "file_ids"]
+    input_type: InputType
     required: bool
     options: list[CardOption] | None = None
+    minimum: float | None = Field(default=None, description="The least number answer.")
+    maximum: float | None = Field(default=None, description="The greatest number answer.")
+    error_message: str | None = Field(
+        default=None,
+        description="What is said, instead of the validator's words, of an answer "
+        "that is not valid.",
+    )
 
 
 class Card(BaseModel):

@@ -444,6 +444,12 @@ const CONTROLS = {
     const read = () => choices.find((c) => c.input.checked)?.value;
     return { node: el("div", { class: "choices" }, ...choices.map((c) => c.node)), read };
   },
+  number(question, id) {
+    return numberInput(question, id, "any");
+  },
+  integer(question, id) {
+    return numberInput(question, id, "1");
+  },
   file_ids(question, id) {
     if (question.options && question.options.length) return checkboxes(question.options, id);
     const input = el("textarea", {
@@ -459,6 +465,30 @@ const CONTROLS = {
     return { node: input, read };
   },
 };
+
+function numberInput(question, id, step) {
+  const input = el("input", {
+    id,
+    type: "number",
+    step,
+    min: question.minimum,
+    max: question.maximum,
+    inputmode: step === "1" ? "numeric" : "decimal",
+    "aria-labelledby": `${id}-q`,
+  });
+  // Text that is no number reads as null, which the service says must be a number.
+  const read = () =>
+    input.validity.badInput ? null : input.value.trim() ? Number(input.value) : undefined;
+  return { node: input, read };
+}
+
+// A number question's bounds in words ("" when it has none).
+function bounds(question) {
+  const [low, high] = [question.minimum, question.maximum];
+  if (low != null && high != null) return `from ${low} to ${high}`;
+  if (low != null) return `at least ${low}`;
+  return high != null ? `at most ${high}` : "";
+}
 
 function checkboxes(options, id) {
   const boxes = options.map((option, i) => {
@@ -493,6 +523,7 @@ function renderCard(view, card) {
         question.required
           ? el("span", { class: "required", title: "required", "aria-label": "required", text: " *" })
           : el("span", { class: "optional", text: " (optional)" }),
+        bounds(question) ? el("span", { class: "hint", text: ` ${bounds(question)}` }) : null,
       ),
       control.node,
       error,
