@@ -67,13 +67,15 @@ hold), ``model`` or ``lexical`` (routing by description among tied candidates, o
 @dataclass(frozen=True, slots=True)
 class RouteCandidate:
     """One skill in a routing decision: whether it was a candidate and why (not); with its
-    lexical ``score`` and ``coverage`` of the request when the lexical ranker ran."""
+    lexical ``score``, its ``coverage`` of the request and the request's words its name and
+    description match (``matched``) when the lexical ranker ran."""
 
     skill: str
     candidate: bool
     reason: str
     score: float | None = None
     coverage: float | None = None
+    matched: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
