@@ -30,6 +30,7 @@ from typing import Any
 from langgraph.graph import END
 from langgraph.types import Command
 
+from skilldeck.errors import InvalidInputError
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.route_lexical import Ranked
 from skilldeck.nodes.route_model import ROUTER_KEY, RouteModelError
@@ -271,12 +272,18 @@ def start_update(
 ) -> dict[str, Any]:
     """The input that starts a run on ``state``: ``update`` plus its first routing decision.
 
-    When no skill can run, the run ends at once as ``no_skill`` (see :func:`no_skill_error`).
+    When no skill can run, the run ends at once as ``no_skill`` (see :func:`no_skill_error`);
+    when the input does not fit the input schema of the skill it would start with, as
+    ``failed`` with that skill's ``INVALID_INPUT`` error (a deck raises it before anything is
+    written).
     """
     merged = {**state, **update}
     goto, routed = route(ctx, merged)
     if goto == END and routed["status"] == "finished":
         routed = {**routed, "status": "no_skill", "error": no_skill_error(ctx, merged)}
+    elif goto != END and (errors := ctx.bundles[goto].input_errors(merged.get("input"))):
+        error = InvalidInputError(goto, errors).to_dict()
+        routed = {**routed, "status": "failed", "error": error, "guard": None}
     return {**update, **routed}
 
 

@@ -30,7 +30,9 @@ from skilldeck.checkpoints.threads import ThreadIndex, memory_index
 from skilldeck.errors import (
     CardPendingError,
     CheckpointError,
+    ErrorCode,
     InvalidAnswersError,
+    InvalidInputError,
     MatterRequiredError,
     ModelConfigError,
     NoModelConfiguredError,
@@ -594,7 +596,11 @@ class SkillDeck:
             "turn": None,
         }
         state = snapshot.values if snapshot is not None else {}
-        return Request(start_update(self._ctx, state, update), config, snapshot)
+        started = start_update(self._ctx, state, update)
+        refused = started.get("error") or {}
+        if refused.get("code") == ErrorCode.INVALID_INPUT:
+            raise InvalidInputError(refused["skill"], refused["errors"])
+        return Request(started, config, snapshot)
 
     def _answer(
         self,

@@ -8,19 +8,29 @@ from pathlib import Path
 from typing import Any
 
 from skilldeck.skills.conditions import Condition
-from skilldeck.skills.contract import Validator
+from skilldeck.skills.contract import Validator, format_errors
 from skilldeck.skills.examples import Examples
 from skilldeck.skills.pins import AnyPin
 
-__all__ = ["ENGINE_FILES", "READ_FILE_TOOL", "ExecutionConfig", "Reference", "SkillBundle"]
+__all__ = [
+    "ENGINE_FILES",
+    "INPUT_SCHEMA_FILE",
+    "READ_FILE_TOOL",
+    "ExecutionConfig",
+    "Reference",
+    "SkillBundle",
+]
 
 #: The built-in tool a skill reads its own files with (tier 3 of progressive disclosure): the
 #: deck provides it, and a skill with files to read gets it without listing it.
 READ_FILE_TOOL = "skill__read_file"
 #: Files the engine reads itself; they are never offered to the model.
+#: A bundle's JSON Schema of its run input (optional: without it, a skill takes any object).
+INPUT_SCHEMA_FILE = "assets/input_schema.json"
 ENGINE_FILES = frozenset(
     {
         "assets/output_schema.json",
+        INPUT_SCHEMA_FILE,
         "assets/examples.jsonl",
         "scripts/preprocess.py",
         "scripts/validate.py",
@@ -121,11 +131,21 @@ class SkillBundle:
     pins: tuple[AnyPin, ...] = ()
     #: Worked examples (``assets/examples.jsonl``); a turn shows those nearest its input.
     examples: Examples | None = None
+    #: JSON Schema of the run input (``assets/input_schema.json``); ``None``: any object.
+    input_schema: Mapping[str, Any] | None = None
+    input_validator: Validator | None = field(default=None, compare=False, repr=False)
 
     @property
     def data_keys(self) -> tuple[str, ...]:
         """Top-level ``data`` fields; each becomes a state key."""
         return tuple((self.data_schema.get("properties") or {}).keys())
+
+    def input_errors(self, input: Any) -> list[dict[str, str]]:
+        """What in a run's ``input`` does not fit the skill's input schema, as ``{"path",
+        "message"}`` (JSON paths into the input); empty when it fits or the skill has none."""
+        if self.input_validator is None:
+            return []
+        return format_errors(self.input_validator, input, plain=True)
 
     @property
     def cases_path(self) -> Path | None:

@@ -264,8 +264,12 @@ def json_path(parts: Iterable[str | int]) -> str:
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
-def format_errors(validator: Validator, instance: Any) -> list[dict[str, str]]:
-    """All schema errors as ``{"path": "$.a[0].b", "message": ...}``, in document order.
+def format_errors(
+    validator: Validator, instance: Any, *, plain: bool = False
+) -> list[dict[str, str]]:
+    """All schema errors as ``{"path": "$.a[0].b", "message": ...}``, in document order;
+    ``plain``: in words (:func:`explain_error`), not in the validator's (which quote schemas,
+    for a model to correct itself).
 
     An instance that is not JSON data (a set, a date, a key that is not a string: what a
     ``validate.py`` may return) is one error at ``$``.
@@ -278,7 +282,10 @@ def format_errors(validator: Validator, instance: Any) -> list[dict[str, str]]:
         )
     except ValueError as exc:  # jsonschema-rs reads JSON data only
         return [{"path": "$", "message": f"not JSON data: {exc}"}]
-    return [{"path": json_path(e.instance_path), "message": e.message} for e in errors]
+    return [
+        {"path": json_path(e.instance_path), "message": explain_error(e) if plain else e.message}
+        for e in errors
+    ]
 
 
 def explain_error(error: jsonschema_rs.ValidationError) -> str:

@@ -183,6 +183,11 @@ class SkillRow(BaseModel):
     needs_matter: bool = Field(
         description="Its tools work in a matter's files: a run of its contexts needs matter_id."
     )
+    input_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON Schema of the input of a run that starts with this skill (its "
+        "assets/input_schema.json); null: any object.",
+    )
 
 
 class SkillList(BaseModel):
