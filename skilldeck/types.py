@@ -169,6 +169,8 @@ class ThreadSummary:
     created_at: str | None = None
     matter_id: str | None = None
     model: str | None = None
+    #: The first words of the thread's input, or of its response.
+    title: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,6 +188,7 @@ class ThreadSummary:
             created_at=record.created_at,
             matter_id=record.matter_id,
             model=record.model,
+            title=record.title,
         )
 
 

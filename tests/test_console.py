@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from playwright.sync_api import expect, sync_playwright
 from servers import CHROMIUM_INSTALL, program
 from serving import ServeProcess, free_port
 
+from skilldeck.checkpoints.threads import thread_title
 from skilldeck.server import hash_key
 from skilldeck.skills import builtin_skills_dir
 
@@ -362,6 +364,50 @@ def test_each_model_reply_is_one_entry_with_its_text_once(browser: Any, console:
     resumed = replies.all_text_contents()
     assert resumed[:2] == live and len(resumed) == 3
     assert json.loads(resumed[2]) and resumed[2].count("Noted.") == 1
+
+
+def test_the_new_run_form_shows_the_skills_input_and_the_list_names_each_thread(
+    browser: Any, console: Console
+) -> None:
+    page = open_console(browser, console, [])
+    page.set_viewport_size({"width": 1000, "height": 800})
+    sign_in(page, ALICE)
+    page.get_by_role("button", name="New run").click()
+    context = page.get_by_label("Context")
+    expect(context).to_have_value("")  # no context the user did not choose
+    page.get_by_role("button", name="Start").click()
+    expect(page.locator("#run-error")).to_contain_text("Choose a context")
+
+    # litigation-intake's input schema: its fields, and a template of the input to fill in.
+    context.select_option("matter")
+    fields = page.locator("#run-input-fields")
+    expect(fields.locator('[data-field="documents"]')).to_contain_text("documents (required): ")
+    box = page.get_by_label("Input (a JSON object)")
+    assert json.loads(box.input_value()) == {"documents": [""]}
+    page.get_by_label("Matter id").fill("demo-matter")
+    page.get_by_role("button", name="Start").click()  # the template as it is: refused
+    error = page.locator("#run-error")
+    expect(error).to_contain_text("The input does not fit skill litigation-intake:")
+    expect(error).to_contain_text("$.documents[0]: must not be empty")
+
+    # A context without an input schema: the untouched template goes, any object runs.
+    context.select_option("kinds")
+    expect(box).to_have_value("{}")
+    assert fields.is_hidden()
+    topic = {"topic": "Quarterly review of the ceramics shipments and their insurance"}
+    box.fill(json.dumps(topic))
+    page.get_by_label("Matter id").fill("matter-of-the-broken-ceramics-shipment-2024")
+    page.get_by_role("button", name="Start").click()
+    page.locator("form#card").wait_for()
+    thread = page.url.split("#thread=")[1]
+    row = page.locator(f'#threads li[data-thread="{thread}"]')
+    title = thread_title(topic)  # its first words
+    assert title is not None and title.startswith("Quarterly review") and title.endswith("…")
+    expect(row.locator(".title")).to_have_text(title)
+    expect(row.locator(".meta")).to_contain_text("kinds · matter-of-the-broken-ceramics")
+    when = row.locator(".meta time")
+    expect(when).to_have_text(re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}$"))
+    assert when.evaluate("t => t.getClientRects().length") == 1  # one piece: never wrapped
 
 
 def test_another_users_thread_is_the_same_404_as_an_unknown_one(

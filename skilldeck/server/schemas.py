@@ -162,6 +162,9 @@ class ThreadRow(BaseModel):
     thread_id: str
     status: ThreadState
     last_skill: str | None = None
+    title: str | None = Field(
+        default=None, description="The first words of the thread's input, or of its response."
+    )
     matter_id: str | None = None
     steps: int
     created_at: str | None = None

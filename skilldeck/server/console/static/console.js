@@ -165,19 +165,29 @@ async function loadThreads() {
         { "data-thread": row.thread_id, class: shown && shown.id === row.thread_id ? "open" : "" },
         el(
           "a",
-          { href: `#thread=${encodeURIComponent(row.thread_id)}` },
-          el("span", { class: "id", text: row.thread_id.slice(0, 12) }),
+          { href: `#thread=${encodeURIComponent(row.thread_id)}`, title: row.thread_id },
+          // A thread reads by what it is about; one that says nothing yet, by its id.
+          row.title
+            ? el("span", { class: "title", text: row.title })
+            : el("span", { class: "title id", text: row.thread_id.slice(0, 12) }),
           statusBadge(row.status),
-          el("span", {
-            class: "meta",
-            text: [row.last_skill, row.matter_id, (row.updated_at || "").slice(0, 19)]
-              .filter(Boolean)
-              .join(" · "),
-          }),
+          el(
+            "span",
+            { class: "meta" },
+            [row.last_skill || "no skill yet", row.matter_id].filter(Boolean).join(" · "),
+            row.updated_at
+              ? el("time", { datetime: row.updated_at, title: row.updated_at, text: when(row.updated_at) })
+              : null,
+          ),
         ),
       ),
     ),
   );
+}
+
+// "2026-11-27 23:20" of an ISO time (UTC, as the service stores it).
+function when(iso) {
+  return `${iso.slice(0, 10)} ${iso.slice(11, 16)}`;
 }
 
 // -- one thread --------------------------------------------------------------------------------
@@ -608,21 +618,59 @@ async function showRunForm() {
   const contexts = [...new Set(skills.flatMap((s) => s.contexts))].sort();
   const select = $("run-context");
   const chosen = select.value;
+  // No context is chosen for the user: a run in the wrong one starts the wrong skill.
   select.replaceChildren(
+    el("option", { value: "", text: "Choose a context…" }),
     ...contexts.map((c) => el("option", { value: c, text: c })),
     el("option", { value: "auto", text: "auto (every skill; routed by the request)" }),
   );
-  if (chosen) select.value = chosen;
+  select.value = chosen;
   describeContext();
 }
 
+// The template last put in the input box: the box is the user's once they change it.
+let template = null;
+
 function describeContext() {
   const context = $("run-context").value;
-  const running = skills.filter((s) => context === "auto" || s.contexts.includes(context));
+  const running = context ? skills.filter((s) => context === "auto" || s.contexts.includes(context)) : [];
   const matter = running.some((s) => s.needs_matter);
   $("run-skills").textContent = running.length
     ? `Skills: ${running.map((s) => s.name).join(", ")}.${matter ? " A run needs a matter id." : ""}`
     : "";
+  // A context of one skill starts that skill: its input schema says what the input holds.
+  const schema = context !== "auto" && running.length === 1 ? running[0].input_schema : null;
+  const fields = Object.entries(schema?.properties || {}).filter(([name]) => name !== "request");
+  const required = new Set(schema?.required || []);
+  $("run-input-fields").replaceChildren(
+    ...fields.map(([name, field]) =>
+      el(
+        "li",
+        { "data-field": name },
+        el("code", { text: name }),
+        el("span", { class: "hint", text: required.has(name) ? " (required)" : " (optional)" }),
+        field.description ? `: ${field.description}` : "",
+      ),
+    ),
+  );
+  $("run-input-fields").hidden = fields.length === 0;
+  const box = $("run-input");
+  if (["", "{}", template].includes(box.value.trim())) {
+    template = schema ? JSON.stringify(skeleton(schema), null, 2) : "{}";
+    box.value = template;
+  }
+}
+
+// An input with each required field of ``schema`` empty, for the user to fill in.
+function skeleton(schema) {
+  const kind = Array.isArray(schema.type) ? schema.type[0] : schema.type;
+  if (kind === "object" || schema.properties) {
+    const value = {};
+    for (const name of schema.required || []) value[name] = skeleton(schema.properties?.[name] || {});
+    return value;
+  }
+  if (kind === "array") return schema.items && Object.keys(schema.items).length ? [skeleton(schema.items)] : [];
+  return { string: "", number: 0, integer: 0, boolean: false }[kind] ?? null;
 }
 
 async function startRun(event) {
@@ -639,7 +687,9 @@ async function startRun(event) {
   }
   const request = $("run-request").value.trim();
   if (request) input.request = request;
-  const body = { input, context: $("run-context").value, stream_deltas: true };
+  const context = $("run-context").value;
+  if (!context) return say(error, "Choose a context: it decides which skills may run.");
+  const body = { input, context, stream_deltas: true };
   const matter = $("run-matter").value.trim();
   if (matter) body.matter_id = matter;
   try {
@@ -652,7 +702,10 @@ async function startRun(event) {
   try {
     response = await api(threadPath(id, "/runs"), { method: "POST", body });
   } catch (problem) {
-    return say(error, problem.message);
+    const wrong = problem.code === "INVALID_INPUT" ? problem.detail.errors || [] : [];
+    if (!wrong.length) return say(error, problem.message);
+    const lines = wrong.map((e) => `${e.path}: ${e.message}`);
+    return say(error, [`The input does not fit skill ${problem.detail.skill}:`, ...lines].join("\n"));
   }
   unusedThread = null;
   const view = showThread(id);
