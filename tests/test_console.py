@@ -293,9 +293,8 @@ def answer_kinds(controls: dict[str | None, Any]) -> None:
     controls["integer"].locator("input").fill("3")
 
 
-def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
-    browser: Any, console: Console
-) -> None:
+def kinds_card(browser: Any, console: Console) -> tuple[Any, Any]:
+    """A page on a new run of the ``kinds`` skill, at its card; and the card."""
     page = open_console(browser, console, [])
     sign_in(page, ALICE)
     page.get_by_role("button", name="New run").click()
@@ -303,6 +302,13 @@ def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
     page.get_by_role("button", name="Start").click()
     card = page.locator("form#card")
     card.wait_for()
+    return page, card
+
+
+def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
+    browser: Any, console: Console
+) -> None:
+    page, card = kinds_card(browser, console)
     expect(page.locator("#timeline .entry.retry")).to_contain_text("kinds attempt 1 was rejected")
     controls = {f.get_attribute("data-input-type"): f for f in card.locator("fieldset.field").all()}
     assert list(controls) == [q["input_type"] for q in KINDS_QUESTIONS]
@@ -342,13 +348,7 @@ def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
 
 
 def test_each_model_reply_is_one_entry_with_its_text_once(browser: Any, console: Console) -> None:
-    page = open_console(browser, console, [])
-    sign_in(page, ALICE)
-    page.get_by_role("button", name="New run").click()
-    page.get_by_label("Context").select_option("kinds")
-    page.get_by_role("button", name="Start").click()
-    card = page.locator("form#card")
-    card.wait_for()
+    page, card = kinds_card(browser, console)
     replies = page.locator("#timeline .entry.delta pre")
     # The rejected reply, then the card's: each in its own entry, its text exactly once (the
     # card's reply is JSON, which its text written twice over would not be).
