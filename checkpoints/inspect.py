@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from langgraph.types import Interrupt, StateSnapshot
 
 from skilldeck._internal.paths import get_path
-from skilldeck.checkpoints.threads import ThreadIndex, ThreadRecord
+from skilldeck.checkpoints.threads import ThreadIndex, ThreadRecord, thread_title
 from skilldeck.errors import CheckpointError, MissingExtraError, SkillDeckError
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, TOOLS_NODE
 from skilldeck.types import Card, RunResult, ThreadStatus
@@ -92,6 +92,7 @@ def index_threads(graph: Any, index: ThreadIndex) -> int:
                 steps=int((item.metadata or {}).get("step", 0)) + 1,
                 created_at=created[thread_id],
                 updated_at=snapshot.created_at or created[thread_id],
+                title=thread_title(values.get("input"), values.get("response")),
             )
         )
     return len(latest)

@@ -47,6 +47,7 @@ __all__ = [
     "memory_index",
     "now_iso",
     "open_index",
+    "thread_title",
 ]
 
 _Rows = list[Sequence[Any]]
@@ -66,6 +67,7 @@ _COLUMNS = (
     "skills",
     "sources",
     "model",
+    "title",
 )
 _CREATE = f"""
 CREATE TABLE IF NOT EXISTS {_TABLE} (
@@ -79,7 +81,8 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     updated_at TEXT NOT NULL,
     skills TEXT NOT NULL DEFAULT '{{}}',
     sources TEXT NOT NULL DEFAULT '[]',
-    model TEXT
+    model TEXT,
+    title TEXT
 )"""
 _MATTERS = "skilldeck_matters"
 _GRANTS = "skilldeck_matter_grants"
@@ -109,12 +112,13 @@ INSERT INTO {_TABLE} AS t ({", ".join(_COLUMNS)}) VALUES ({", ".join(["{p}"] * l
 ON CONFLICT (thread_id) DO UPDATE SET
     user_id = COALESCE(t.user_id, excluded.user_id), matter_id = excluded.matter_id,
     status = excluded.status, updated_at = excluded.updated_at, skills = excluded.skills,
-    sources = excluded.sources, model = excluded.model"""
+    sources = excluded.sources, model = excluded.model,
+    title = COALESCE(t.title, excluded.title)"""
 _STOPPED = f"""
 UPDATE {_TABLE} SET status = {{p}}, skill = COALESCE({{p}}, skill), steps = {{p}},
-    updated_at = {{p}} WHERE thread_id = {{p}}"""
+    updated_at = {{p}}, title = COALESCE(title, {{p}}) WHERE thread_id = {{p}}"""
 # Columns added after the table first shipped, with their definitions, for older databases.
-_ADDED = {"sources": "TEXT NOT NULL DEFAULT '[]'"}
+_ADDED = {"sources": "TEXT NOT NULL DEFAULT '[]'", "title": "TEXT"}
 _GET = f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} WHERE thread_id = {{p}}"
 _PREFIX = f"SELECT thread_id FROM {_TABLE} WHERE thread_id LIKE {{p}} ESCAPE '\\' LIMIT 3"
 #: The record of a matter nobody has written to yet.
@@ -125,6 +129,39 @@ WHERE m.matter_id = {{p}}"""
 _NEW_RECORD = f"""INSERT INTO {_RECORDS} (matter_id, record, updated_at)
 VALUES ({{p}}, {{p}}, {{p}}) ON CONFLICT (matter_id) DO NOTHING"""
 _SET_RECORD = f"UPDATE {_RECORDS} SET record = {{p}}, updated_at = {{p}} WHERE matter_id = {{p}}"
+
+
+#: How long a thread's title may be, in characters (it is cut at a word, with an ellipsis).
+TITLE_CHARS = 60
+
+
+def thread_title(*sources: Any) -> str | None:
+    """The first words of the first of ``sources`` that has text (an input: its strings, at
+    any depth, ``request`` first; a response), at most :data:`TITLE_CHARS` characters."""
+    for source in sources:
+        words = " ".join(_strings(source)).split()
+        if not words:
+            continue
+        text = " ".join(words)
+        if len(text) > TITLE_CHARS:
+            head = text[: TITLE_CHARS - 1]
+            text = (head.rsplit(" ", 1)[0] if " " in head else head) + "…"
+        return text
+    return None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        if isinstance(value.get("request"), str):
+            yield value["request"]
+        for key, item in value.items():
+            if key != "request":
+                yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
 
 
 def now_iso() -> str:
@@ -140,7 +177,8 @@ class ThreadRecord:
     off), ``interrupted``, ``finished``, ``failed`` or ``no_skill``. ``skills`` maps each skill
     of the deck the thread last ran on to a fingerprint of its files, and ``sources`` lists
     their bundle folders; ``model`` is the model override of that run (``None``: the skills'
-    own models).
+    own models). ``title`` is what a list shows of the thread: the first words of the input of
+    its first run, or of its response when the input has no text (:func:`thread_title`).
     """
 
     thread_id: str
@@ -154,6 +192,7 @@ class ThreadRecord:
     skills: Mapping[str, str] = field(default_factory=dict)
     sources: Sequence[str] = ()
     model: str | None = None
+    title: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "skills": dict(self.skills), "sources": list(self.sources)}
@@ -214,18 +253,29 @@ class ThreadIndex(ABC):
         skills: Mapping[str, str],
         sources: Sequence[str],
         model: str | None,
+        title: str | None = None,
     ) -> None:
-        """A run of the thread starts (new threads get their owner here)."""
+        """A run of the thread starts (new threads get their owner here, and a thread without
+        a title gets ``title``)."""
         now = now_iso()
         record = ThreadRecord(
             thread_id, user_id, matter_id, "running", None, 0, now, now, dict(skills),
-            tuple(sources), model,
+            tuple(sources), model, title,
         )  # fmt: skip
         self._execute(_STARTED, record._row())
 
-    def stopped(self, thread_id: str, *, status: str, skill: str | None, steps: int) -> None:
-        """A run of the thread stopped with ``status`` (what its checkpoint says now)."""
-        self._execute(_STOPPED, (status, skill, steps, now_iso(), thread_id))
+    def stopped(
+        self,
+        thread_id: str,
+        *,
+        status: str,
+        skill: str | None,
+        steps: int,
+        title: str | None = None,
+    ) -> None:
+        """A run of the thread stopped with ``status`` (what its checkpoint says now); a thread
+        without a title gets ``title``."""
+        self._execute(_STOPPED, (status, skill, steps, now_iso(), title, thread_id))
 
     def add(self, record: ThreadRecord) -> None:
         """Insert ``record`` unless the thread is known (filling the index from checkpoints)."""

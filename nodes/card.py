@@ -17,7 +17,7 @@ from langgraph.types import Command, interrupt
 
 from skilldeck._internal.paths import set_path
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE
-from skilldeck.skills.contract import compile_schema
+from skilldeck.skills.contract import NUMBER_INPUTS, compile_schema, explain_error
 
 __all__ = [
     "CardNode",
@@ -40,6 +40,9 @@ def _value_schema(question: Mapping[str, Any]) -> dict[str, Any]:
         return {"type": "boolean"}
     if kind == "file_ids":
         return {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True}
+    if kind in NUMBER_INPUTS:
+        bounds = {k: question[k] for k in ("minimum", "maximum") if k in question}
+        return {"type": kind, **bounds}
     schema: dict[str, Any] = {"type": "string"}
     if values:
         schema["enum"] = values
@@ -78,31 +81,47 @@ def card_schema(card: Mapping[str, Any]) -> dict[str, Any]:
     return answers_schema(card["questions"], card.get("fields"))
 
 
-def validate_answers(schema: Mapping[str, Any], answers: Any) -> list[dict[str, str]]:
+def validate_answers(
+    schema: Mapping[str, Any], answers: Any, questions: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, str]]:
     """Errors of ``answers`` against a card's :func:`answers_schema`, as ``{"field_key",
-    "message"}``; empty when they are valid."""
+    "message"}``; empty when they are valid.
+
+    Messages are for the person answering (:func:`~skilldeck.skills.contract.explain_error`:
+    every allowed value, never a regex). A question of ``questions`` with an
+    ``error_message`` has it said instead, once, for whatever is wrong with its answer."""
     if not isinstance(answers, Mapping):
         return [{"field_key": "$", "message": "answers must be an object {field_key: value}"}]
-    errors = []
+    own = {q["field_key"]: q["error_message"] for q in questions if q.get("error_message")}
     validator = compile_schema(schema)
     try:
         found = list(validator.iter_errors(dict(answers)))
     except ValueError as exc:  # jsonschema-rs reads JSON data only
         return _not_json(answers, str(exc))
+    # Each error once per place and kind: an answer outside its options is usually outside
+    # its field's enum too, and a question's own message covers all that is wrong with it.
+    errors: dict[tuple[Any, ...], dict[str, str]] = {}
     for err in found:
-        kind = err.kind
-        if isinstance(kind, ValidationErrorKind.Required):
-            errors.append({"field_key": str(kind.property), "message": "an answer is required"})
-        elif isinstance(kind, ValidationErrorKind.AdditionalProperties):
-            errors += [
-                {"field_key": key, "message": "this card did not ask for it"}
-                for key in sorted(kind.unexpected)
-            ]
+        kind, path = err.kind, err.instance_path
+        if not path and isinstance(kind, ValidationErrorKind.Required):
+            key = str(kind.property)
+            errors[key, "required"] = {"field_key": key, "message": "an answer is required"}
+        elif not path and isinstance(kind, ValidationErrorKind.AdditionalProperties):
+            for key in sorted(kind.unexpected):
+                message = "this card did not ask for it"
+                errors[key, "unasked"] = {"field_key": key, "message": message}
+        elif path and str(path[0]) in own:
+            key = str(path[0])
+            errors.setdefault((key, "own"), {"field_key": key, "message": own[key]})
         else:
-            key = str(err.instance_path[0]) if err.instance_path else "$"
-            errors.append({"field_key": key, "message": err.message})
-    # An answer outside its options is usually outside its field's enum too: say it once.
-    return [e for i, e in enumerate(errors) if e not in errors[:i]]
+            key = str(path[0]) if path else "$"
+            inside = ", ".join(f"item {p + 1}" if isinstance(p, int) else p for p in path[1:])
+            said = explain_error(err)
+            errors.setdefault(
+                (*path, kind.name),
+                {"field_key": key, "message": f"{inside}: {said}" if inside else said},
+            )
+    return list(errors.values())
 
 
 def _not_json(answers: Mapping[Any, Any], reason: str) -> list[dict[str, str]]:
@@ -166,7 +185,7 @@ class CardNode:
         thread_id = str(config["configurable"]["thread_id"])
         schema = card_schema(card)
         answers = interrupt(card_payload(card, thread_id), response_schema=schema)
-        errors = validate_answers(schema, answers)
+        errors = validate_answers(schema, answers, card["questions"])
         if errors:
             return Command(goto=CARD_NODE, update={"card": {**card, "errors": errors}})
         return Command(

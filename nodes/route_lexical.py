@@ -24,15 +24,20 @@ __all__ = ["DEFAULT_THRESHOLD", "LexicalRanker", "Ranked"]
 DEFAULT_THRESHOLD = 0.2
 _K1, _B = 1.2, 0.75
 _TOKENIZER = Tokenizer(stem=True, stopwords=True)
+_WORDS = Tokenizer(stopwords=True)
 
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
-    """One skill's lexical score for a request: BM25 (the order) and coverage (the fit)."""
+    """One skill's lexical score for a request: BM25 (the order) and coverage (the fit), and
+    the request's words its name and description match (``matched``) and do not (``missed``),
+    as the request writes them, in its order."""
 
     skill: str
     score: float
     coverage: float
+    matched: tuple[str, ...] = ()
+    missed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,8 @@ class LexicalRanker:
 
     def rank(self, request: str, skills: Sequence[str]) -> list[Ranked]:
         """``skills`` ranked for ``request``, best first (ties keep the given order)."""
-        terms = set(_TOKENIZER.tokens(request))
+        words = _words(request)
+        terms = set(words)
         weight = sum(self._idf.get(t, self._max_idf) for t in terms)
         out = []
         for name in skills:
@@ -70,7 +76,10 @@ class LexicalRanker:
                 idf, tf = self._idf[term], doc[term]
                 score += idf * tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * length / self._avg))
                 matched += idf
-            out.append(Ranked(name, round(score, 4), round(matched / weight, 4) if weight else 0.0))
+            coverage = round(matched / weight, 4) if weight else 0.0
+            hits = tuple(w for t, w in words.items() if t in doc)
+            misses = tuple(w for t, w in words.items() if t not in doc)
+            out.append(Ranked(name, round(score, 4), coverage, hits, misses))
         return sorted(out, key=lambda r: -r.score)
 
     def choose(self, request: str, skills: Sequence[str]) -> tuple[str | None, list[Ranked]]:
@@ -81,6 +90,16 @@ class LexicalRanker:
         if best is None or best.score <= 0 or best.coverage < self.threshold:
             return None, ranked
         return best.skill, ranked
+
+
+def _words(request: str) -> dict[str, str]:
+    """The request's distinct terms (stems), in order, each with the first word it stems from:
+    what a person reads in an explanation."""
+    first: dict[str, str] = {}
+    for word in _WORDS.tokens(request):
+        for term in _TOKENIZER.tokens(word):
+            first.setdefault(term, word)
+    return {t: first.get(t, t) for t in _TOKENIZER.tokens(request)}
 
 
 def _document(bundle: SkillBundle) -> str:

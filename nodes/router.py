@@ -31,7 +31,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END
 from langgraph.types import Command
 
-from skilldeck.errors import UntrustedScriptsError
+from skilldeck.errors import InvalidInputError, UntrustedScriptsError
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.route_lexical import Ranked
 from skilldeck.nodes.route_model import ROUTER_KEY, RouteModelError
@@ -91,13 +91,20 @@ def _table(
     for b in ctx.ranked:
         why = b.why_not(state, any_context=auto)
         score = scores.get(b.name)
+        if why is not None:
+            reason = why
+        elif score is not None:
+            reason = f"a candidate: {_matching(score)}"
+        else:
+            reason = "a candidate: its triggers and requires hold"
         rows.append(
             RouteCandidate(
                 b.name,
                 why is None,
-                why or "a candidate",
+                reason,
                 score.score if score else None,
                 score.coverage if score else None,
+                score.matched if score else None,
             )
         )
     # Best first: candidates before the others, the best lexical match first among them.
@@ -166,14 +173,42 @@ def _by_description(
         else:
             return RouteDecision(skill, "model" if skill else "none", why, model=asked), ranked
     best = ranked[0] if ranked else None
+    threshold = f"threshold {ctx.ranker.threshold:.0%}"
     if chosen is not None and best is not None:
-        reason = f"{fallback}its name and description cover {best.coverage:.0%} of the request"
+        reason = (
+            f"{fallback}its name and description cover {best.coverage:.0%} of the request "
+            f"({threshold}); {_matching(best)}"
+        )
         return RouteDecision(chosen, "lexical", reason, model=asked), ranked
-    low = f"the best match covers {best.coverage:.0%}" if best else "no skill matched"
-    low += f" of the request (threshold {ctx.ranker.threshold:.0%})"
+    low = _too_low(ranked, threshold)
     if auto:
         return RouteDecision(None, "none", f"{fallback}{low}", model=asked), ranked
     return RouteDecision(tied[0].name, "order", f"{fallback}{low}; load order", model=asked), ranked
+
+
+def _matching(ranked: Ranked) -> str:
+    """Which of the request's words a skill's name and description match."""
+    if not ranked.matched:
+        return "it matches none of the request's words"
+    return f"it matches {_quoted(ranked.matched)}"
+
+
+def _too_low(ranked: Sequence[Ranked], threshold: str) -> str:
+    """Why no skill fits a request: the best match, the words it matches and its coverage
+    against the threshold, and the words no skill matches."""
+    if not ranked:
+        return "no skill to match the request against"
+    best = ranked[0]
+    said = (
+        f"no skill fits the request: the best match, {best.skill!r}, covers {best.coverage:.0%} "
+        f"of it ({threshold}); {_matching(best)}"
+    )
+    nowhere = [w for w in best.missed if all(w in r.missed for r in ranked)]
+    return f"{said}; no skill matches {_quoted(nowhere)}" if nowhere else said
+
+
+def _quoted(words: Sequence[str]) -> str:
+    return ", ".join(repr(w) for w in words)
 
 
 def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -243,12 +278,18 @@ def start_update(
 ) -> dict[str, Any]:
     """The input that starts a run on ``state``: ``update`` plus its first routing decision.
 
-    When no skill can run, the run ends at once as ``no_skill`` (see :func:`no_skill_error`).
+    When no skill can run, the run ends at once as ``no_skill`` (see :func:`no_skill_error`);
+    when the input does not fit the input schema of the skill it would start with, as
+    ``failed`` with that skill's ``INVALID_INPUT`` error (a deck raises it before anything is
+    written).
     """
     merged = {**state, **update}
     goto, routed = route(ctx, merged)
     if goto == END and routed["status"] == "finished":
         routed = {**routed, "status": "no_skill", "error": no_skill_error(ctx, merged)}
+    elif goto != END and (errors := ctx.bundles[goto].input_errors(merged.get("input"))):
+        error = InvalidInputError(goto, errors).to_dict()
+        routed = {**routed, "status": "failed", "error": error, "guard": None}
     return {**update, **routed}
 
 

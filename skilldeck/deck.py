@@ -30,7 +30,9 @@ from skilldeck.checkpoints.threads import ThreadIndex, memory_index
 from skilldeck.errors import (
     CardPendingError,
     CheckpointError,
+    ErrorCode,
     InvalidAnswersError,
+    InvalidInputError,
     MatterRequiredError,
     ModelConfigError,
     NoModelConfiguredError,
@@ -638,7 +640,11 @@ class SkillDeck:
             "turn": None,
         }
         state = snapshot.values if snapshot is not None else {}
-        return Request(start_update(self._ctx, state, update), config, snapshot)
+        started = start_update(self._ctx, state, update)
+        refused = started.get("error") or {}
+        if refused.get("code") == ErrorCode.INVALID_INPUT:
+            raise InvalidInputError(refused["skill"], refused["errors"])
+        return Request(started, config, snapshot)
 
     def _answer(
         self,
@@ -659,9 +665,8 @@ class SkillDeck:
             raise StaleInterruptError(thread_id, interrupt_id, pending.id)
         self._check_skills(thread_id, snapshot)
         card = pending_card(pending)
-        errors = validate_answers(
-            card.get("answers_schema") or answers_schema(card["questions"]), answers
-        )
+        schema = card.get("answers_schema") or answers_schema(card["questions"])
+        errors = validate_answers(schema, answers, card["questions"])
         if errors:
             raise InvalidAnswersError(dict(card), errors)
         self.check_scripts(snapshot.values.get("context"))

@@ -23,6 +23,7 @@ __all__ = [
     "ErrorCode",
     "EvalConfigError",
     "InvalidAnswersError",
+    "InvalidInputError",
     "MatterRequiredError",
     "MissingExtraError",
     "ModelConfigError",
@@ -309,6 +310,25 @@ class InvalidAnswersError(SkillDeckError):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "errors": self.errors, "card": self.card}
+
+
+class InvalidInputError(SkillDeckError):
+    """A run's input does not fit the input schema (``assets/input_schema.json``) of the
+    skill the run starts with; nothing was written. ``errors`` lists each problem as
+    ``{"path": "$.documents[0]", "message": ...}`` (JSON paths into the input)."""
+
+    code = ErrorCode.INVALID_INPUT
+
+    def __init__(self, skill: str, errors: list[dict[str, str]]) -> None:
+        self.skill, self.errors = skill, errors
+        detail = "; ".join(f"{e['path']}: {e['message']}" for e in errors)
+        super().__init__(
+            f"the input does not fit the input schema of skill {skill!r} "
+            f"(assets/input_schema.json): {detail}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "skill": self.skill, "errors": self.errors}
 
 
 class CheckpointError(SkillDeckError):

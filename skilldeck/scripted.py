@@ -55,6 +55,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
+from langchain_core.utils.utils import LC_ID_PREFIX
 from pydantic import Field
 
 from skilldeck._internal.documents import DocumentError, parse_yaml
@@ -264,6 +265,11 @@ class ScriptedChatModel(TurnModel):
             INVALID_KEY: bool(turn.get("invalid", False)) or bool(self.recorded),
             **({"finish_reason": "length"} if turn.get("error") == "length" else {}),
         }
+        if run_manager is not None:
+            # The id a streaming chat model gives its reply and every chunk of it: LangGraph's
+            # ``messages`` stream then knows the reply as streamed already, and does not send
+            # its whole text again after the chunks.
+            message.id = f"{LC_ID_PREFIX}-{run_manager.run_id}"
         _emit_tokens(message, run_manager, float(turn.get("latency_s", 0)))
         return ChatResult(generations=[ChatGeneration(message=message)])
 

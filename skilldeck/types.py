@@ -17,6 +17,7 @@ __all__ = [
     "DoneEvent",
     "ErrorEvent",
     "Event",
+    "InputType",
     "Problem",
     "RouteCandidate",
     "RouteDecision",
@@ -66,13 +67,15 @@ hold), ``model`` or ``lexical`` (routing by description among tied candidates, o
 @dataclass(frozen=True, slots=True)
 class RouteCandidate:
     """One skill in a routing decision: whether it was a candidate and why (not); with its
-    lexical ``score`` and ``coverage`` of the request when the lexical ranker ran."""
+    lexical ``score``, its ``coverage`` of the request and the request's words its name and
+    description match (``matched``) when the lexical ranker ran."""
 
     skill: str
     candidate: bool
     reason: str
     score: float | None = None
     coverage: float | None = None
+    matched: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +98,26 @@ class CardOption(TypedDict):
     value: str | int | float | bool
 
 
+InputType = Literal["text", "select", "multi_select", "boolean", "file_ids", "number", "integer"]
+"""What a card question's answer is: a string (``text``), one or several option values
+(``select``, ``multi_select``), ``true``/``false`` (``boolean``), a list of file ids
+(``file_ids``), or a number (``number``; ``integer``: a whole number) within ``minimum`` and
+``maximum`` when they are given."""
+
+
 class CardQuestion(TypedDict):
-    """One question of an ask_user card (seed 004, section 4)."""
+    """One question of an ask_user card (seed 004, section 4). ``minimum``/``maximum`` bound a
+    ``number`` or ``integer`` answer; ``error_message`` is said to the person instead of the
+    validator's words when the answer is not valid."""
 
     question: str
     field_key: str
-    input_type: Literal["text", "select", "multi_select", "boolean", "file_ids"]
+    input_type: InputType
     required: bool
     options: NotRequired[list[CardOption]]
+    minimum: NotRequired[float]
+    maximum: NotRequired[float]
+    error_message: NotRequired[str]
 
 
 class Card(TypedDict):
@@ -154,6 +169,8 @@ class ThreadSummary:
     created_at: str | None = None
     matter_id: str | None = None
     model: str | None = None
+    #: The first words of the thread's input, or of its response.
+    title: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -171,6 +188,7 @@ class ThreadSummary:
             created_at=record.created_at,
             matter_id=record.matter_id,
             model=record.model,
+            title=record.title,
         )
 
 

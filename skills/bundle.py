@@ -9,12 +9,13 @@ from typing import Any
 
 from skilldeck.errors import UntrustedScriptsError
 from skilldeck.skills.conditions import Condition
-from skilldeck.skills.contract import Validator
+from skilldeck.skills.contract import Validator, format_errors
 from skilldeck.skills.examples import Examples
 from skilldeck.skills.pins import AnyPin
 
 __all__ = [
     "ENGINE_FILES",
+    "INPUT_SCHEMA_FILE",
     "MATTER_WRITE_TOOL",
     "READ_FILE_TOOL",
     "SCRIPTS",
@@ -38,7 +39,11 @@ SCRIPTS = {
     "rules": "scripts/rules.py",
 }
 #: Files the engine reads itself; they are never offered to the model.
-ENGINE_FILES = frozenset({"assets/output_schema.json", "assets/examples.jsonl", *SCRIPTS.values()})
+#: A bundle's JSON Schema of its run input (optional: without it, a skill takes any object).
+INPUT_SCHEMA_FILE = "assets/input_schema.json"
+ENGINE_FILES = frozenset(
+    {"assets/output_schema.json", INPUT_SCHEMA_FILE, "assets/examples.jsonl", *SCRIPTS.values()}
+)
 
 PreprocessFn = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 #: ``validate(output, state, turn)``; ``turn["tool_calls"]``: the turn's successful calls
@@ -135,6 +140,9 @@ class SkillBundle:
     #: The fields of the run's matter record the skill may write with
     #: :data:`MATTER_WRITE_TOOL` (``outputs.matter``: dot paths under ``matter``).
     matter_fields: tuple[str, ...] = ()
+    #: JSON Schema of the run input (``assets/input_schema.json``); ``None``: any object.
+    input_schema: Mapping[str, Any] | None = None
+    input_validator: Validator | None = field(default=None, compare=False, repr=False)
     #: Whether the deck trusts the bundle's code: only then were its scripts imported (and
     #: may ``eval_setup.py`` and ``rules.py`` be).
     trusted: bool = False
@@ -162,6 +170,13 @@ class SkillBundle:
     def data_keys(self) -> tuple[str, ...]:
         """Top-level ``data`` fields; each becomes a state key."""
         return tuple((self.data_schema.get("properties") or {}).keys())
+
+    def input_errors(self, input: Any) -> list[dict[str, str]]:
+        """What in a run's ``input`` does not fit the skill's input schema, as ``{"path",
+        "message"}`` (JSON paths into the input); empty when it fits or the skill has none."""
+        if self.input_validator is None:
+            return []
+        return format_errors(self.input_validator, input, plain=True)
 
     @property
     def cases_path(self) -> Path | None:

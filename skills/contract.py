@@ -14,6 +14,7 @@ checks schemas themselves at load time (``check_schema``), where its error paths
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,6 +30,7 @@ __all__ = [
     "CARD_SCHEMA",
     "CONTROL_SCHEMA",
     "INPUT_TYPES",
+    "NUMBER_INPUTS",
     "QUESTION_SCHEMA",
     "REVIEW_TYPES",
     "OutputLimits",
@@ -38,6 +40,7 @@ __all__ = [
     "check_field_keys",
     "compile_schema",
     "control_actions",
+    "explain_error",
     "field_schema",
     "format_errors",
     "input_fits",
@@ -53,7 +56,9 @@ Validator = jsonschema_rs.Draft202012Validator
 
 ACTIONS = ("continue", "retry", "ask_user", "finish")
 REVIEW_TYPES = ("clarify", "select", "confirm", "phase_done")
-INPUT_TYPES = ("text", "select", "multi_select", "boolean", "file_ids")
+INPUT_TYPES = ("text", "select", "multi_select", "boolean", "file_ids", "number", "integer")
+#: The input types whose answer is a number; only they take ``minimum`` and ``maximum``.
+NUMBER_INPUTS = ("number", "integer")
 DOT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 QUESTION_SCHEMA: dict[str, Any] = {
@@ -65,6 +70,9 @@ QUESTION_SCHEMA: dict[str, Any] = {
         "field_key": {"type": "string", "pattern": DOT_PATH},
         "input_type": {"enum": list(INPUT_TYPES)},
         "required": {"type": "boolean"},
+        "minimum": {"type": "number"},
+        "maximum": {"type": "number"},
+        "error_message": {"type": "string", "minLength": 1},
         "options": {
             "type": "array",
             "minItems": 1,
@@ -256,8 +264,12 @@ def json_path(parts: Iterable[str | int]) -> str:
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
-def format_errors(validator: Validator, instance: Any) -> list[dict[str, str]]:
-    """All schema errors as ``{"path": "$.a[0].b", "message": ...}``, in document order.
+def format_errors(
+    validator: Validator, instance: Any, *, plain: bool = False
+) -> list[dict[str, str]]:
+    """All schema errors as ``{"path": "$.a[0].b", "message": ...}``, in document order;
+    ``plain``: in words (:func:`explain_error`), not in the validator's (which quote schemas,
+    for a model to correct itself).
 
     An instance that is not JSON data (a set, a date, a key that is not a string: what a
     ``validate.py`` may return) is one error at ``$``.
@@ -270,7 +282,103 @@ def format_errors(validator: Validator, instance: Any) -> list[dict[str, str]]:
         )
     except ValueError as exc:  # jsonschema-rs reads JSON data only
         return [{"path": "$", "message": f"not JSON data: {exc}"}]
-    return [{"path": json_path(e.instance_path), "message": e.message} for e in errors]
+    return [
+        {"path": json_path(e.instance_path), "message": explain_error(e) if plain else e.message}
+        for e in errors
+    ]
+
+
+def explain_error(error: jsonschema_rs.ValidationError) -> str:
+    """A schema error in words a person reads, built from its kind: every allowed value of an
+    enum, the bounds of a range, and never a ``pattern``'s regex (the schema's author writes
+    a question's own ``error_message`` where a format needs explaining). The error's place is
+    not said: callers name the field or path."""
+    return _explain(error.kind)
+
+
+_Kind = jsonschema_rs.ValidationErrorKind
+
+
+def _explain(kind: jsonschema_rs.ValidationErrorKind) -> str:
+    match kind:
+        case _Kind.Type(types=types):
+            return "must be " + " or ".join(_TYPE_WORDS.get(t, t) for t in types)
+        case _Kind.Enum(options=options):
+            return "must be one of " + _listing([_value(v) for v in options])
+        case _Kind.Constant(expected_value=value):
+            return f"must be {_value(value)}"
+        case _Kind.Minimum(limit=limit):
+            return f"must be at least {_value(limit)}"
+        case _Kind.Maximum(limit=limit):
+            return f"must be at most {_value(limit)}"
+        case _Kind.ExclusiveMinimum(limit=limit):
+            return f"must be more than {_value(limit)}"
+        case _Kind.ExclusiveMaximum(limit=limit):
+            return f"must be less than {_value(limit)}"
+        case _Kind.MultipleOf(multiple_of=step):
+            return f"must be a multiple of {_value(step)}"
+        case _Kind.MinLength(limit=1):
+            return "must not be empty"
+        case _Kind.MinLength(limit=limit):
+            return f"must be at least {limit} characters long"
+        case _Kind.MaxLength(limit=limit):
+            return f"must be at most {limit} characters long"
+        case _Kind.MinItems(limit=1):
+            return "must list at least one value"
+        case _Kind.MinItems(limit=limit):
+            return f"must list at least {limit} values"
+        case _Kind.MaxItems(limit=limit):
+            return f"must list at most {limit} values"
+        case _Kind.UniqueItems():
+            return "must not list a value twice"
+        case _Kind.Pattern():
+            return "is not in the expected format"
+        case _Kind.Format(format=name):
+            return f"must be {_FORMAT_WORDS.get(name, f'a valid {name}')}"
+        case _Kind.Required(property=name):
+            return f"needs {name!r}"
+        case (
+            _Kind.AdditionalProperties(unexpected=names)
+            | _Kind.UnevaluatedProperties(unexpected=names)
+        ):
+            return f"may not have {_listing([repr(n) for n in names])}"
+        case _Kind.MinProperties(limit=limit):
+            return f"needs at least {limit} fields"
+        case _Kind.MaxProperties(limit=limit):
+            return f"may have at most {limit} fields"
+        case _Kind.AnyOf(context=branches) | _Kind.OneOfNotValid(context=branches):
+            said = [_explain(b[0].kind) for b in branches if b]
+            return ", or ".join(dict.fromkeys(said)) or "is not valid here"
+        case _:
+            return "is not valid here"
+
+
+_TYPE_WORDS = {
+    "string": "text",
+    "number": "a number",
+    "integer": "a whole number",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "an object",
+    "null": "empty (null)",
+}
+_FORMAT_WORDS = {
+    "date": "a date like 2024-03-14",
+    "date-time": "a date and time like 2024-03-14T09:30:00Z",
+    "time": "a time like 09:30:00Z",
+    "email": "an email address",
+    "uri": "an absolute URL",
+}
+
+
+def _value(value: Any) -> str:
+    """A value as JSON writes it (strings quoted), so ``"1"`` and ``1`` stay apart."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _listing(items: Sequence[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``: every item, however many."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
 def field_schema(output_schema: Mapping[str, Any], field_key: str) -> dict[str, Any] | str:
@@ -305,20 +413,35 @@ def field_schema(output_schema: Mapping[str, Any], field_key: str) -> dict[str, 
 
 
 def input_fits(question: Mapping[str, Any], schema: Mapping[str, Any]) -> str | None:
-    """Why an answer of the question's ``input_type`` can never be valid for ``schema``
-    (``None``: it can be)."""
+    """Why an answer of the question's ``input_type`` can never be valid for ``schema``, or
+    why its bounds make no sense (``None``: it can be, and they do)."""
     kind = question.get("input_type")
+    bounds = [question[k] for k in ("minimum", "maximum") if k in question]
+    if bounds and kind not in NUMBER_INPUTS:
+        return f"minimum and maximum bound {' and '.join(NUMBER_INPUTS)} answers, not {kind}"
+    if len(bounds) == 2 and bounds[0] > bounds[1]:
+        return f"its minimum {bounds[0]} is above its maximum {bounds[1]}"
     values = [o.get("value") for o in question.get("options") or [] if isinstance(o, Mapping)]
     if kind in ("select", "multi_select") and values:
         validator = compile_schema(schema)
         samples = values if kind == "select" else [[v] for v in values]
         bad = [v for v, s in zip(values, samples, strict=True) if not validator.is_valid(s)]
         return f"option value(s) {bad} do not fit the field's schema" if bad else None
-    wanted = {"text": "string", "boolean": "boolean", "file_ids": "array"}.get(str(kind))
+    wanted = _ANSWER_TYPES.get(str(kind))
     types = _types(schema, schema)
-    if wanted is not None and types is not None and wanted not in types:
+    if wanted is not None and types is not None and not wanted & types:
         return f"a {kind} answer cannot be {' or '.join(sorted(types))}"
     return None
+
+
+#: The JSON types of each input type's answers (the kinds with options: their values').
+_ANSWER_TYPES = {
+    "text": {"string"},
+    "boolean": {"boolean"},
+    "file_ids": {"array"},
+    "number": {"number", "integer"},
+    "integer": {"integer", "number"},
+}
 
 
 def _deref(root: Mapping[str, Any], node: Any, hops: int = 0) -> Any:

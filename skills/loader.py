@@ -42,6 +42,7 @@ from skilldeck.skills.agentskills import (
 )
 from skilldeck.skills.bundle import (
     ENGINE_FILES,
+    INPUT_SCHEMA_FILE,
     MATTER_WRITE_TOOL,
     READ_FILE_TOOL,
     SCRIPTS,
@@ -54,6 +55,7 @@ from skilldeck.skills.contract import (
     build_output_schema,
     compile_schema,
     control_actions,
+    format_errors,
     response_schema,
 )
 from skilldeck.skills.examples import EXAMPLES_FILE, Examples, parse_examples
@@ -102,6 +104,12 @@ _SKILL_FILES = ("SKILL.md", "skill.md")
 def builtin_skills_dir() -> Path:
     """The folder of the skill bundles that ship with skilldeck."""
     return Path(__file__).parent
+
+
+@cache
+def _meta_schema() -> Draft202012Validator:
+    """JSON Schema's own meta-schema: a bundle's schemas must be schemas."""
+    return Draft202012Validator(Draft202012Validator.META_SCHEMA)
 
 
 @cache
@@ -455,6 +463,7 @@ def inspect_bundle(
     allowed = _front_problems(problems, skill_md, folder, front) if front is not None else []
 
     schema = _output_schema(reader, folder, found[1] if found else {})
+    input_schema, input_validator = _input_schema(reader, folder)
     has = tuple(name for name, file in SCRIPTS.items() if (folder / file).is_file())
     scripts = _scripts(problems, folder, has) if trusted else _untrusted(problems, folder, has)
     if found is None:
@@ -475,6 +484,7 @@ def inspect_bundle(
     requires_all = _conditions(problems, meta_file, "$.requires.all", requires.get("all", ()))
     requires_any = _conditions(problems, meta_file, "$.requires.any", requires.get("any", ()))
     examples = _examples(reader, folder, meta, schema[2] if schema else None)
+    _example_inputs(problems, folder, examples, input_validator)
     if problems.errors or schema is None:
         return None, problems
     output_schema, data_schema, validator, pins = schema
@@ -511,6 +521,8 @@ def inspect_bundle(
         pins=pins,
         examples=examples,
         fingerprint=reader.fingerprint,
+        input_schema=input_schema,
+        input_validator=input_validator,
         trusted=trusted,
         scripts=has,
     )
@@ -545,6 +557,51 @@ def _examples(
     return parse_examples(text, file, reader.problems, meta=meta, validator=validator)
 
 
+def _input_schema(reader: _Reader, folder: Path) -> tuple[dict[str, Any] | None, Any]:
+    """The bundle's input schema and its compiled validator; ``(None, None)`` when it has none,
+    or (with problems) when it is wrong."""
+    file = folder / INPUT_SCHEMA_FILE
+    source: Any = reader.json(file) if file.is_file() else None
+    if source is None:
+        return None, None
+    problems = reader.problems
+    if not isinstance(source, dict):
+        problems.error(file, "$", 'the input schema must be a JSON object: {"type": "object", ...}')
+        return None, None
+    before = len(problems.errors)
+    problems.schema_errors(file, _meta_schema().iter_errors(source))
+    if len(problems.errors) > before:
+        return None, None
+    given = source.get("type", "object")
+    if "object" not in ([given] if isinstance(given, str) else given):
+        problems.error(
+            file, "$.type", f'a run input is a JSON object, never {given!r}: write "type": "object"'
+        )
+        return None, None
+    try:
+        return source, compile_schema(source)
+    except ValueError as exc:
+        problems.error(file, "$", f"the schema does not compile: {exc}")
+        return None, None
+
+
+def _example_inputs(
+    problems: Problems, folder: Path, examples: Examples | None, validator: Any
+) -> None:
+    """Each worked example's input must be one a run could be given (it fits the input schema):
+    an example of an input the skill refuses teaches the model nothing it will see."""
+    if examples is None or validator is None:
+        return
+    for example in examples.items:
+        for error in format_errors(validator, example.input, plain=True):
+            where = f"$[line {example.line}].input{error['path'].removeprefix('$')}"
+            problems.error(
+                folder / EXAMPLES_FILE,
+                where,
+                f"{error['message']} (the input schema, {INPUT_SCHEMA_FILE}, refuses it)",
+            )
+
+
 def _output_schema(
     reader: _Reader, folder: Path, meta: Mapping[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any], Any, tuple[AnyPin, ...]] | None:
@@ -559,8 +616,7 @@ def _output_schema(
         problems.error(file, "$", "the output schema must be a JSON object")
         return None
     before = len(problems.errors)
-    meta_schema = Draft202012Validator(Draft202012Validator.META_SCHEMA)
-    problems.schema_errors(file, meta_schema.iter_errors(source))
+    problems.schema_errors(file, _meta_schema().iter_errors(source))
     if len(problems.errors) > before:
         return None
     data_extra = ((source.get("properties") or {}).get("data") or {}).get("additionalProperties")

@@ -327,6 +327,32 @@ def test_auto_routes_by_description_or_answers_none(
     assert deck.route({"other": 1}).reason.startswith("context 'auto' routes by the request")
 
 
+def test_a_none_says_which_words_matched_which_skill_and_the_best_score(
+    skills_dir: Path, make_deck: Callable[..., SkillDeck]
+) -> None:
+    deck = _deck_of(skills_dir, make_deck)
+    # 'poems' is in the request but covers too little of it: the best match, its words, its
+    # coverage against the threshold, and the words no skill knows.
+    none = deck.route("print the poems about weather forecasts in Lyon")
+    rows = {row.skill: row for row in none.skills}
+    poems = rows["poems"]
+    assert none.skill is None and poems.coverage is not None and 0 < poems.coverage < 0.2
+    assert none.reason == (
+        f"no skill fits the request: the best match, 'poems', covers {poems.coverage:.0%} of it "
+        "(threshold 20%); it matches 'poems'; no skill matches 'print', 'weather', "
+        "'forecasts', 'lyon'"
+    )
+    assert poems.matched == ("poems",) and poems.reason == "a candidate: it matches 'poems'"
+    assert (
+        rows["taxes"].matched == ()
+        and "matches none of the request's words" in rows["taxes"].reason
+    )
+    chosen = deck.route("Suggest a recipe I can cook tonight")
+    assert chosen.reason.endswith("(threshold 20%); it matches 'suggest', 'recipe', 'cook'")
+    assert deck.route("hello").reason.endswith("it matches none of the request's words; "
+                                               "no skill matches 'hello'")  # fmt: skip
+
+
 def test_the_chain_forced_priority_conditions_order(
     skills_dir: Path, make_deck: Callable[..., SkillDeck]
 ) -> None:

@@ -259,3 +259,42 @@ def test_errors_in_human_mode_go_to_stderr(cli: Cli) -> None:
     assert result.exit_code == 2
     assert "THREAD_NOT_FOUND" in result.stderr
     assert result.stdout == ""
+
+
+def test_the_terminal_card_asks_numbers_again_until_the_card_takes_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skilldeck.cli.runs import _ask
+    from skilldeck.nodes import answers_schema
+
+    questions: list[Any] = [
+        {
+            "question": "Amount?",
+            "field_key": "amount",
+            "input_type": "number",
+            "required": True,
+            "minimum": 0,
+            "maximum": 500,
+        },
+        {
+            "question": "Crates?",
+            "field_key": "crates",
+            "input_type": "integer",
+            "required": False,
+            "error_message": "Give a whole number of crates.",
+        },
+        {"question": "Size?", "field_key": "size", "input_type": "select", "required": True,
+         "options": [{"label": "Small", "value": 1}, {"label": "Large", "value": 2}]},
+        {"question": "Note?", "field_key": "note", "input_type": "text", "required": False},
+    ]  # fmt: skip
+    card: Any = {"questions": questions, "answers_schema": answers_schema(questions)}
+    typed = iter(["lots", "900", "120.5", "2.5", "3", "2", ""])
+    monkeypatch.setattr("builtins.input", lambda *_: next(typed))
+    assert _ask(card) == {"amount": 120.5, "crates": 3, "size": 2}
+    said = capsys.readouterr()
+    assert "from 0 to 500" in said.out
+    assert said.err.splitlines() == [
+        "must be a number",
+        "must be at most 500",
+        "Give a whole number of crates.",
+    ]

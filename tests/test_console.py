@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from playwright.sync_api import expect, sync_playwright
 from servers import CHROMIUM_INSTALL, program
 from serving import ServeProcess, free_port
 
+from skilldeck.checkpoints.threads import thread_title
 from skilldeck.server import hash_key
 from skilldeck.skills import builtin_skills_dir
 
@@ -63,7 +65,26 @@ KINDS_QUESTIONS = [
     },
     {"question": "Urgent?", "field_key": "urgent", "input_type": "boolean", "required": True},
     {"question": "Which files?", "field_key": "files", "input_type": "file_ids", "required": True},
+    {
+        "question": "How much?",
+        "field_key": "amount",
+        "input_type": "number",
+        "required": True,
+        "minimum": 0,
+        "maximum": 500,
+    },
+    {
+        "question": "How many crates?",
+        "field_key": "crates",
+        "input_type": "integer",
+        "required": False,
+        "error_message": "Give the number of crates: 1 or more.",
+    },
 ]
+#: The ``kinds`` card's field for the text question holds words only: a pattern the card's
+#: errors must not quote.
+TOPIC_PATTERN = "^[a-z ]+$"
+ANSWERED = [q["field_key"] for q in KINDS_QUESTIONS]
 
 
 @dataclass(frozen=True)
@@ -94,11 +115,13 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         "kinds",
         meta={"triggers": {"contexts": ["kinds"]}},
         data={
-            "topic": {"type": "string"},
+            "topic": {"type": "string", "pattern": TOPIC_PATTERN},
             "colour": {"enum": ["red", "green"]},
             "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}},
             "urgent": {"type": "boolean"},
             "files": {"type": "array", "items": {"type": "string"}},
+            "amount": {"type": "number"},
+            "crates": {"type": "integer", "minimum": 1},
         },
     )
     keys = {hash_key(ALICE): "alice", hash_key(BOB): "bob"}
@@ -258,9 +281,20 @@ def test_the_demo_from_the_console_card_error_answer_and_reloads(
     assert requests and all(url.startswith(console.url + "/") for url in requests)
 
 
-def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
-    browser: Any, console: Console
-) -> None:
+def answer_kinds(controls: dict[str | None, Any]) -> None:
+    """Fill the ``kinds`` card's controls (by input type)."""
+    controls["text"].locator("textarea").fill("the quarterly review")
+    controls["select"].locator("select").select_option(label="Green")
+    controls["multi_select"].get_by_label("Alpha").check()
+    controls["multi_select"].get_by_label("Gamma").check()
+    controls["boolean"].get_by_label("No").check()
+    controls["file_ids"].locator("textarea").fill("a.txt\n\n  b.pdf \n")
+    controls["number"].locator("input").fill("120.5")
+    controls["integer"].locator("input").fill("3")
+
+
+def kinds_card(browser: Any, console: Console) -> tuple[Any, Any]:
+    """A page on a new run of the ``kinds`` skill, at its card; and the card."""
     page = open_console(browser, console, [])
     sign_in(page, ALICE)
     page.get_by_role("button", name="New run").click()
@@ -268,17 +302,33 @@ def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
     page.get_by_role("button", name="Start").click()
     card = page.locator("form#card")
     card.wait_for()
+    return page, card
+
+
+def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
+    browser: Any, console: Console
+) -> None:
+    page, card = kinds_card(browser, console)
     expect(page.locator("#timeline .entry.retry")).to_contain_text("kinds attempt 1 was rejected")
     controls = {f.get_attribute("data-input-type"): f for f in card.locator("fieldset.field").all()}
     assert list(controls) == [q["input_type"] for q in KINDS_QUESTIONS]
-    assert card.locator(".required").count() == 4 and card.locator(".optional").count() == 1
+    assert card.locator(".required").count() == 5 and card.locator(".optional").count() == 2
+    expect(controls["number"].locator("legend")).to_contain_text("from 0 to 500")
 
-    controls["text"].locator("textarea").fill("the quarterly review")
-    controls["select"].locator("select").select_option(label="Green")
-    controls["multi_select"].get_by_label("Alpha").check()
-    controls["multi_select"].get_by_label("Gamma").check()
-    controls["boolean"].get_by_label("No").check()
-    controls["file_ids"].locator("textarea").fill("a.txt\n\n  b.pdf \n")
+    # Answers the card refuses: each error in words at its question, never the field's regex;
+    # a question's own message instead of the validator's.
+    answer_kinds(controls)
+    controls["text"].locator("textarea").fill("Q3 review!")
+    controls["number"].locator("input").fill("900")
+    controls["integer"].locator("input").fill("0")
+    card.get_by_role("button", name="Submit").click()
+    errors = {kind: field.locator(".field-error") for kind, field in controls.items()}
+    expect(errors["text"]).to_have_text("is not in the expected format")
+    expect(errors["number"]).to_have_text("must be at most 500")
+    expect(errors["integer"]).to_have_text("Give the number of crates: 1 or more.")
+    assert TOPIC_PATTERN not in card.inner_text() and errors["select"].is_hidden()
+
+    answer_kinds(controls)
     assert colours(shoot(page, "console-kinds", card)) > 50
     card.get_by_role("button", name="Submit").click()
     page.locator("#timeline .entry.done").wait_for()
@@ -286,13 +336,78 @@ def test_every_input_type_has_its_control_and_its_answer_reaches_the_state(
     thread = page.url.split("#thread=")[1]
     state = httpx.get(f"{console.url}/threads/{thread}", headers={"X-API-Key": ALICE}).json()
     assert state["status"] == "finished"
-    assert {k: state["state"].get(k) for k in ("topic", "colour", "tags", "urgent", "files")} == {
+    assert {k: state["state"].get(k) for k in ANSWERED} == {
         "topic": "the quarterly review",
         "colour": "green",
         "tags": ["a", "c"],
         "urgent": False,
         "files": ["a.txt", "b.pdf"],
+        "amount": 120.5,
+        "crates": 3,
     }
+
+
+def test_each_model_reply_is_one_entry_with_its_text_once(browser: Any, console: Console) -> None:
+    page, card = kinds_card(browser, console)
+    replies = page.locator("#timeline .entry.delta pre")
+    # The rejected reply, then the card's: each in its own entry, its text exactly once (the
+    # card's reply is JSON, which its text written twice over would not be).
+    live = replies.all_text_contents()
+    assert len(live) == 2 and live[0] == "Let me think first."
+    assert json.loads(live[1]) and live[1].count("What is it about?") == 1
+    answer_kinds(
+        {f.get_attribute("data-input-type"): f for f in card.locator("fieldset.field").all()}
+    )
+    card.get_by_role("button", name="Submit").click()
+    page.locator("#timeline .entry.done").wait_for()
+    # The resumed run's reply is a new entry (its attempt is 1 again), and the old ones stay.
+    resumed = replies.all_text_contents()
+    assert resumed[:2] == live and len(resumed) == 3
+    assert json.loads(resumed[2]) and resumed[2].count("Noted.") == 1
+
+
+def test_the_new_run_form_shows_the_skills_input_and_the_list_names_each_thread(
+    browser: Any, console: Console
+) -> None:
+    page = open_console(browser, console, [])
+    page.set_viewport_size({"width": 1000, "height": 800})
+    sign_in(page, ALICE)
+    page.get_by_role("button", name="New run").click()
+    context = page.get_by_label("Context")
+    expect(context).to_have_value("")  # no context the user did not choose
+    page.get_by_role("button", name="Start").click()
+    expect(page.locator("#run-error")).to_contain_text("Choose a context")
+
+    # litigation-intake's input schema: its fields, and a template of the input to fill in.
+    context.select_option("matter")
+    fields = page.locator("#run-input-fields")
+    expect(fields.locator('[data-field="documents"]')).to_contain_text("documents (required): ")
+    box = page.get_by_label("Input (a JSON object)")
+    assert json.loads(box.input_value()) == {"documents": [""]}
+    page.get_by_label("Matter id").fill("demo-matter")
+    page.get_by_role("button", name="Start").click()  # the template as it is: refused
+    error = page.locator("#run-error")
+    expect(error).to_contain_text("The input does not fit skill litigation-intake:")
+    expect(error).to_contain_text("$.documents[0]: must not be empty")
+
+    # A context without an input schema: the untouched template goes, any object runs.
+    context.select_option("kinds")
+    expect(box).to_have_value("{}")
+    assert fields.is_hidden()
+    topic = {"topic": "Quarterly review of the ceramics shipments and their insurance"}
+    box.fill(json.dumps(topic))
+    page.get_by_label("Matter id").fill("matter-of-the-broken-ceramics-shipment-2024")
+    page.get_by_role("button", name="Start").click()
+    page.locator("form#card").wait_for()
+    thread = page.url.split("#thread=")[1]
+    row = page.locator(f'#threads li[data-thread="{thread}"]')
+    title = thread_title(topic)  # its first words
+    assert title is not None and title.startswith("Quarterly review") and title.endswith("…")
+    expect(row.locator(".title")).to_have_text(title)
+    expect(row.locator(".meta")).to_contain_text("kinds · matter-of-the-broken-ceramics")
+    when = row.locator(".meta time")
+    expect(when).to_have_text(re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}$"))
+    assert when.evaluate("t => t.getClientRects().length") == 1  # one piece: never wrapped
 
 
 def test_another_users_thread_is_the_same_404_as_an_unknown_one(

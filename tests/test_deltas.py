@@ -63,6 +63,27 @@ def test_deltas_carry_the_text_before_the_validated_result(deck: SkillDeck) -> N
     assert any(isinstance(e, DeltaEvent) for e in resumed) and resumed[-1].event == "done"
 
 
+def _replies(events: list[Event]) -> list[str]:
+    """The text of each model reply: a run of deltas that no other event interrupts."""
+    replies: list[list[str]] = []
+    for before, event in zip([None, *events], events, strict=False):
+        if isinstance(event, DeltaEvent):
+            if not isinstance(before, DeltaEvent):
+                replies.append([])
+            replies[-1].append(event.text)
+    return ["".join(reply) for reply in replies]
+
+
+def test_each_reply_streams_its_text_exactly_once(deck: SkillDeck) -> None:
+    # The scripted replies are JSON: a text sent twice over (the chunks, then the whole reply
+    # again, as when the chunks lacked the reply's id) is no longer one JSON value.
+    streamed = list(deck.stream(DEMO, **RUN, stream_deltas=True))
+    resumed = list(deck.stream_resume(streamed[0].thread_id, DEMO_ANSWERS, stream_deltas=True))
+    for events in (streamed, resumed):
+        replies = _replies(events)
+        assert replies and all(json.loads(text) for text in replies), replies
+
+
 def test_async_streams_deltas_too(deck: SkillDeck) -> None:
     async def collect() -> list[Event]:
         return [e async for e in deck.astream(DEMO, **RUN, stream_deltas=True)]

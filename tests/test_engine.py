@@ -439,11 +439,11 @@ def paused(skills_dir: Path, make_deck: Any) -> tuple[SkillDeck, str]:
     ("answers", "field", "message"),
     [
         ({}, "profile.party", "required"),
-        ({"profile.party": "nobody"}, "profile.party", "is not one of"),
-        ({"profile.party": 3}, "profile.party", "is not one of"),
-        ({"profile.party": "us", "tags": ["a", "z"]}, "tags", "is not one of"),
-        ({"profile.party": "us", "tags": "a"}, "tags", 'is not of type "array"'),
-        ({"profile.party": "us", "meta.urgent": "yes"}, "meta.urgent", 'not of type "boolean"'),
+        ({"profile.party": "nobody"}, "profile.party", 'must be one of "us" or "them"'),
+        ({"profile.party": 3}, "profile.party", 'must be one of "us" or "them"'),
+        ({"profile.party": "us", "tags": ["a", "z"]}, "tags", 'item 2: must be one of "a" or "b"'),
+        ({"profile.party": "us", "tags": "a"}, "tags", "must be a list"),
+        ({"profile.party": "us", "meta.urgent": "yes"}, "meta.urgent", "must be true or false"),
         ({"profile.party": "us", "profile.name": "Eve"}, "profile.name", "did not ask"),
         ([1, 2], "$", "must be an object"),
         # Python callers can pass values that are not JSON data at all.
@@ -464,6 +464,98 @@ def test_invalid_answers_raise_the_card_again_and_change_nothing(
     assert info.value.card["interrupt_id"] == before.card["interrupt_id"]  # type: ignore[index]
     after = deck.get_thread(thread)
     assert after == before
+
+
+AMOUNTS = [
+    {
+        "question": "Amount (EUR)?",
+        "field_key": "amount",
+        "input_type": "number",
+        "required": True,
+        "minimum": 0,
+        "maximum": 500,
+    },
+    {"question": "Crates?", "field_key": "crates", "input_type": "integer", "required": True},
+    {"question": "Case number?", "field_key": "case_no", "input_type": "text", "required": True},
+    {
+        "question": "Court code?",
+        "field_key": "court",
+        "input_type": "text",
+        "required": False,
+        "error_message": "Write the court's code: two capitals and digits, like AB12.",
+    },
+    {"question": "Colour?", "field_key": "colour", "input_type": "text", "required": False},
+]
+AMOUNT_FIELDS = {
+    "amount": {"type": "number"},
+    "crates": {"type": "integer"},
+    "case_no": {"type": "string", "pattern": "^[0-9]{4}-[A-Z]+$"},
+    "court": {"type": "string", "pattern": "^[A-Z]{2}[0-9]+$"},
+    "colour": {"enum": ["red", "green", "blue", "amber", "white", "black"]},
+}
+
+
+@pytest.fixture
+def amounts(skills_dir: Path, make_deck: Any) -> tuple[SkillDeck, str]:
+    deck = make_deck(
+        _skill(skills_dir, data=AMOUNT_FIELDS),
+        {
+            "intake": [
+                output(action="ask_user", review_type="clarify", questions=AMOUNTS),
+                output(action="finish"),
+            ]
+        },
+    )
+    result = deck.run({}, context="ctx")
+    assert result.status == "interrupted"
+    return deck, result.thread_id
+
+
+def test_number_answers_and_errors_a_person_can_read(amounts: tuple[SkillDeck, str]) -> None:
+    deck, thread = amounts
+    card = deck.get_thread(thread).card
+    assert card is not None and card["questions"][0]["maximum"] == 500
+    bad = {"amount": 900, "crates": 2.5, "case_no": "12", "court": "x", "colour": "pink"}
+    with pytest.raises(InvalidAnswersError) as refused:
+        deck.resume(thread, bad)
+    said = {e["field_key"]: e["message"] for e in refused.value.errors}
+    assert said == {
+        "amount": "must be at most 500",
+        "crates": "must be a whole number",
+        "case_no": "is not in the expected format",  # the field's regex is never quoted
+        "court": "Write the court's code: two capitals and digits, like AB12.",
+        # Every allowed value, however many (jsonschema-rs says "or 4 other candidates").
+        "colour": 'must be one of "red", "green", "blue", "amber", "white" or "black"',
+    }
+    with pytest.raises(InvalidAnswersError) as refused:
+        deck.resume(thread, {"amount": "12", "crates": 2, "case_no": "2024-AB"})
+    assert refused.value.errors == [{"field_key": "amount", "message": "must be a number"}]
+    done = deck.resume(thread, {"amount": 120.5, "crates": 3, "case_no": "2024-AB"})
+    assert (done.state["amount"], done.state["crates"], done.status) == (120.5, 3, "finished")
+
+
+@pytest.mark.parametrize(
+    ("question", "reason"),
+    [
+        ({"input_type": "text", "maximum": 3}, "minimum and maximum bound number and integer"),
+        ({"input_type": "number", "minimum": 5, "maximum": 1}, "minimum 5 is above its maximum 1"),
+        ({"input_type": "integer", "maximum": "9"}, 'is not of type "number"'),
+        ({"input_type": "number", "error_message": ""}, "shorter than 1 character"),
+    ],
+)
+def test_a_card_with_senseless_bounds_or_message_is_a_contract_error(
+    skills_dir: Path, make_deck: Any, question: dict[str, Any], reason: str
+) -> None:
+    asked = {"question": "Amount?", "field_key": "amount", "required": True, **question}
+    deck = make_deck(
+        _skill(skills_dir, data={"amount": {"type": "number"}}),
+        {"intake": [{**output(action="ask_user", review_type="clarify", questions=[asked]),
+                     "invalid": True}] * 3},
+    )  # fmt: skip
+    result = deck.run({}, context="ctx")
+    assert result.status == "failed" and result.error is not None
+    assert result.error["code"] == "CONTRACT_VIOLATION"
+    assert any(reason in e["message"] for e in result.error["errors"]), result.error
 
 
 def test_answers_are_written_at_their_dot_paths(paused: tuple[SkillDeck, str]) -> None:

@@ -189,6 +189,26 @@ def _script(name: str, source: str) -> Case:
     return case
 
 
+INPUT = "assets/input_schema.json"
+
+
+def _input(text: str) -> Case:
+    def case(root: Path) -> Any:
+        (write_bundle(root, "alpha") / INPUT).write_text(text, "utf-8")
+        return root
+
+    return case
+
+
+def _example_outside_input(root: Path) -> Any:
+    folder = write_bundle(root, "alpha")
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+    (folder / INPUT).write_text(json.dumps(schema), "utf-8")
+    example = {"input": {"text": 42}, "reply": {"final": output()["output"]}}
+    (folder / "assets" / "examples.jsonl").write_text(json.dumps(example) + "\n", "utf-8")
+    return root
+
+
 def _no_skill_md(root: Path) -> Any:
     (write_bundle(root, "alpha") / "SKILL.md").unlink()
     return root
@@ -479,6 +499,32 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
     "reference-not-utf8": (_bad_reference, "b.md", "$", "UTF-8"),
     "duplicate-name": (_duplicate, "two/alpha", "$.name", "also loaded from .*one/alpha"),
     "skills-dir-missing": (lambda root: root / "nope", "nope", "$", "does not exist"),
+    "input-schema-not-json": (_input('{"type": "object",}'), INPUT, "$", "JSON"),
+    "input-schema-not-an-object": (_input("[1]"), INPUT, "$", "must be a JSON object"),
+    "input-schema-not-a-schema": (
+        _input('{"properties": {"documents": {"type": "list"}}}'),
+        INPUT,
+        "$.properties.documents.type",
+        "list",
+    ),
+    "input-schema-not-for-an-object": (
+        _input('{"type": "array"}'),
+        INPUT,
+        "$.type",
+        "a run input is a JSON object, never 'array'",
+    ),
+    "input-schema-broken-ref": (
+        _input('{"properties": {"a": {"$ref": "#/$defs/missing"}}}'),
+        INPUT,
+        "$",
+        "does not compile",
+    ),
+    "example-input-outside-the-input-schema": (
+        _example_outside_input,
+        "assets/examples.jsonl",
+        "$[line 1].input.text",
+        "must be text .*input_schema.json",
+    ),
 }
 
 

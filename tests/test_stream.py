@@ -255,7 +255,7 @@ def test_a_thread_being_run_is_busy_for_another_deck(database_url: str) -> None:
             second.run(DEMO, thread_id="t", **RUN)  # would continue the run
         assert caught.value.code == "THREAD_BUSY"
         with pytest.raises(ThreadBusyError):
-            second.stream({"documents": []}, thread_id="t", **RUN)  # would start a new turn
+            second.stream({"documents": ["reply.txt"]}, thread_id="t", **RUN)  # a new turn
         assert first.history("t") == history
         for event in events:
             if event.event == "card":

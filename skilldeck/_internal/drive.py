@@ -30,7 +30,7 @@ from skilldeck._internal.postgres import connection_errors
 from skilldeck._internal.redact import log_error
 from skilldeck.checkpoints.claims import RUN_LEASE, InterruptClaims
 from skilldeck.checkpoints.inspect import pending_card, thread_status
-from skilldeck.checkpoints.threads import ThreadIndex
+from skilldeck.checkpoints.threads import ThreadIndex, thread_title
 from skilldeck.errors import (
     AlreadyResumedError,
     CheckpointError,
@@ -159,6 +159,7 @@ class _Base:
     def _started(self, request: Request) -> None:
         """Record in the thread index that ``request``'s run starts (it holds the lease)."""
         identity = request.config["configurable"]
+        given = request.payload.get("input") if isinstance(request.payload, Mapping) else None
         with checkpoint_errors():
             self.index.started(
                 request.thread_id,
@@ -167,6 +168,7 @@ class _Base:
                 skills=self.skills,
                 sources=self.sources,
                 model=self.settings.model,
+                title=thread_title(given),
             )
 
     def _stopped(self, thread_id: str, snapshot: StateSnapshot | None) -> RunResult:
@@ -180,6 +182,7 @@ class _Base:
                 status=result.status,
                 skill=(result.state.get("attempt") or {}).get("skill"),
                 steps=int((snapshot.metadata or {}).get("step", -1)) + 1,
+                title=thread_title(result.state.get("input"), result.state.get("response")),
             )
         return result
 

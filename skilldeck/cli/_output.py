@@ -13,9 +13,17 @@ from rich.table import Table
 from skilldeck.cli._shared import EXIT_FAILED, err, out
 
 if TYPE_CHECKING:
-    from skilldeck.types import Card, RunResult
+    from skilldeck.types import Card, CardQuestion, RunResult
 
-__all__ = ["exit_for", "print_card", "print_result", "print_transcript", "steps_table", "summary"]
+__all__ = [
+    "bounds_hint",
+    "exit_for",
+    "print_card",
+    "print_result",
+    "print_transcript",
+    "steps_table",
+    "summary",
+]
 
 # State keys that are the engine's bookkeeping, not a skill's result.
 _BOOKKEEPING = {
@@ -56,12 +64,22 @@ def _model_note(result: RunResult) -> None:
         err.print(f"[yellow]model: {model} (scripted turns, not a real model)[/]", highlight=False)
 
 
+def bounds_hint(question: CardQuestion) -> str:
+    """A number question's bounds in words (``""``: it has none)."""
+    low, high = question.get("minimum"), question.get("maximum")
+    if low is not None and high is not None:
+        return f"from {low:g} to {high:g}"
+    if low is not None:
+        return f"at least {low:g}"
+    return "" if high is None else f"at most {high:g}"
+
+
 def print_card(card: Card) -> None:
     table = Table(title=f"card from {card['skill']} ({card['review_type']})", show_lines=True)
     for column in ("field_key", "question", "type", "options"):
         table.add_column(column)
     for q in card["questions"]:
-        options = ", ".join(str(o["value"]) for o in q.get("options", []))
+        options = ", ".join(str(o["value"]) for o in q.get("options", [])) or bounds_hint(q)
         kind = q["input_type"] + ("" if q["required"] else " (optional)")
         table.add_row(q["field_key"], q["question"], kind, options)
     out.print(table)

@@ -7,6 +7,7 @@ request was refused (nothing changed); 130 Ctrl-C (the command that continues is
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import sys
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
 from skilldeck.cli._output import (
+    bounds_hint,
     exit_for,
     print_result,
     print_transcript,
@@ -45,7 +47,7 @@ from skilldeck.errors import SkillDeckError
 if TYPE_CHECKING:
     from skilldeck.checkpoints.threads import ThreadRecord
     from skilldeck.deck import SkillDeck
-    from skilldeck.types import Card
+    from skilldeck.types import Card, CardQuestion
 
 __all__ = ["demo", "graph", "resume", "run", "show", "threads"]
 
@@ -313,22 +315,61 @@ def graph(
 
 
 def _ask(card: Card) -> dict[str, Any]:
+    """The card's answers, asked at the terminal. An answer the card would refuse is asked
+    again, with what is wrong with it (the words a resume would say)."""
+    from skilldeck.nodes.card import answers_schema, validate_answers
+
+    schema = card.get("answers_schema") or answers_schema(card["questions"])
     answers: dict[str, Any] = {}
     for q in card["questions"]:
-        values = [str(o["value"]) for o in q.get("options", [])]
-        kind = q["input_type"]
-        if kind == "boolean":
-            answers[q["field_key"]] = Confirm.ask(q["question"])
-        elif kind == "select":
-            answers[q["field_key"]] = Prompt.ask(q["question"], choices=values)
-        elif kind in ("multi_select", "file_ids"):
-            raw = Prompt.ask(
-                f"{q['question']} (comma-separated{': ' + ', '.join(values) if values else ''})"
-            )
-            answers[q["field_key"]] = [v.strip() for v in raw.split(",") if v.strip()]
-        else:
-            answers[q["field_key"]] = Prompt.ask(q["question"])
+        key = q["field_key"]
+        while (value := _ask_one(q)) is not _LEFT_EMPTY:
+            errors = validate_answers(schema, {key: value}, card["questions"])
+            problems = [e["message"] for e in errors if e["field_key"] == key]
+            if not problems:
+                answers[key] = value
+                break
+            err.print(f"[red]{'; '.join(problems)}[/]", highlight=False)
     return answers
+
+
+#: What :func:`_ask_one` returns for an optional question left empty.
+_LEFT_EMPTY = object()
+
+
+def _ask_one(q: CardQuestion) -> Any:
+    """One answer as its ``input_type`` takes it (not checked: :func:`_ask` does)."""
+    options = q.get("options", [])
+    values = [str(o["value"]) for o in options]
+    kind = q["input_type"]
+    if kind == "boolean":
+        return Confirm.ask(q["question"])
+    if kind == "select":
+        return options[values.index(Prompt.ask(q["question"], choices=values))]["value"]
+    if kind in ("multi_select", "file_ids"):
+        hint = f"comma-separated{': ' + ', '.join(values) if values else ''}"
+        raw = Prompt.ask(f"{q['question']} ({hint})", default="", show_default=False)
+        chosen = [v.strip() for v in raw.split(",") if v.strip()]
+        by_text = {str(o["value"]): o["value"] for o in options}
+        picked = [by_text.get(v, v) for v in chosen]
+        return picked if picked or q["required"] else _LEFT_EMPTY
+    hint = bounds_hint(q)
+    raw = Prompt.ask(
+        f"{q['question']}{f' ({hint})' if hint else ''}", default="", show_default=False
+    )
+    if not raw and not q["required"]:
+        return _LEFT_EMPTY
+    return _number(raw) if kind in ("number", "integer") else raw
+
+
+def _number(raw: str) -> Any:
+    """``raw`` as the number it writes; else as it is (the card then says it is no number)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return value if number and math.isfinite(value) else raw
 
 
 def demo(

@@ -343,8 +343,8 @@ def create_app(
 
     @app.get("/skills", response_model=SkillList, responses=responses(401), tags=["service"])
     async def list_skills(user: User) -> SkillList:
-        """The deck's skills: their descriptions, the contexts that run them, and whether a run
-        needs a matter."""
+        """The deck's skills: their descriptions, the contexts that run them, whether a run
+        needs a matter, and the input a run that starts with the skill takes."""
         in_matter = set(await run_in_threadpool(deck.matter_skills))
         return SkillList(
             skills=[
@@ -353,6 +353,7 @@ def create_app(
                     description=b.description,
                     contexts=list(b.contexts),
                     needs_matter=b.name in in_matter,
+                    input_schema=None if b.input_schema is None else dict(b.input_schema),
                 )
                 for b in deck.bundles
             ]

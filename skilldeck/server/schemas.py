@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from typing_extensions import TypeAliasType
 
+from skilldeck.types import InputType
+
 __all__ = [
     "THREAD_ID",
     "Card",
@@ -89,9 +91,16 @@ class CardQuestion(BaseModel):
 
     question: str
     field_key: str
-    input_type: Literal["text", "select", "multi_select", "boolean", "file_ids"]
+    input_type: InputType
     required: bool
     options: list[CardOption] | None = None
+    minimum: float | None = Field(default=None, description="The least number answer.")
+    maximum: float | None = Field(default=None, description="The greatest number answer.")
+    error_message: str | None = Field(
+        default=None,
+        description="What is said, instead of the validator's words, of an answer "
+        "that is not valid.",
+    )
 
 
 class Card(BaseModel):
@@ -153,6 +162,9 @@ class ThreadRow(BaseModel):
     thread_id: str
     status: ThreadState
     last_skill: str | None = None
+    title: str | None = Field(
+        default=None, description="The first words of the thread's input, or of its response."
+    )
     matter_id: str | None = None
     steps: int
     created_at: str | None = None
@@ -174,6 +186,11 @@ class SkillRow(BaseModel):
     needs_matter: bool = Field(
         description="Its tools work in a matter's files or record: a run of its contexts "
         "needs matter_id."
+    )
+    input_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON Schema of the input of a run that starts with this skill (its "
+        "assets/input_schema.json); null: any object.",
     )
 
 

@@ -9,7 +9,9 @@ const STATUSES = ["new", "running", "interrupted", "finished", "failed", "no_ski
 
 // The API key lives in this variable only: never in storage, a cookie or the URL.
 let apiKey = null;
-// The thread on screen: {id, abort, lastEventId, deltas}; replaced when another is opened.
+// The thread on screen: {id, abort, lastEventId, reply, replies}; replaced when another is
+// opened. `reply` is the model reply being written ({key, pre}); `replies` the last reply's box
+// of each skill attempt, marked when its result is validated.
 let shown = null;
 // A thread made for a run the service refused: the next attempt reuses it.
 let unusedThread = null;
@@ -163,19 +165,29 @@ async function loadThreads() {
         { "data-thread": row.thread_id, class: shown && shown.id === row.thread_id ? "open" : "" },
         el(
           "a",
-          { href: `#thread=${encodeURIComponent(row.thread_id)}` },
-          el("span", { class: "id", text: row.thread_id.slice(0, 12) }),
+          { href: `#thread=${encodeURIComponent(row.thread_id)}`, title: row.thread_id },
+          // A thread reads by what it is about; one that says nothing yet, by its id.
+          row.title
+            ? el("span", { class: "title", text: row.title })
+            : el("span", { class: "title id", text: row.thread_id.slice(0, 12) }),
           statusBadge(row.status),
-          el("span", {
-            class: "meta",
-            text: [row.last_skill, row.matter_id, (row.updated_at || "").slice(0, 19)]
-              .filter(Boolean)
-              .join(" · "),
-          }),
+          el(
+            "span",
+            { class: "meta" },
+            [row.last_skill || "no skill yet", row.matter_id].filter(Boolean).join(" · "),
+            row.updated_at
+              ? el("time", { datetime: row.updated_at, title: row.updated_at, text: when(row.updated_at) })
+              : null,
+          ),
         ),
       ),
     ),
   );
+}
+
+// "2026-11-27 23:20" of an ISO time (UTC, as the service stores it).
+function when(iso) {
+  return `${iso.slice(0, 10)} ${iso.slice(11, 16)}`;
 }
 
 // -- one thread --------------------------------------------------------------------------------
@@ -190,7 +202,7 @@ function closeThread() {
 
 function showThread(id) {
   closeThread();
-  shown = { id, abort: new AbortController(), lastEventId: null, deltas: new Map() };
+  shown = { id, abort: new AbortController(), lastEventId: null, reply: null, replies: new Map() };
   $("placeholder").hidden = true;
   $("thread").hidden = false;
   $("thread-title").textContent = `Thread ${id.slice(0, 12)}`;
@@ -332,6 +344,10 @@ function details(summary, value) {
 }
 
 function render(view, event) {
+  // A model reply is a run of deltas of one skill attempt; any other event ends it, so the
+  // next model call (after a tool call, or in the run a card's answer resumes, where the
+  // attempt numbers start again) writes a new entry instead of adding to an old one.
+  if (event.event !== "delta") view.reply = null;
   switch (event.event) {
     case "step":
       if (event.status) setStatus(event.status);
@@ -346,13 +362,13 @@ function render(view, event) {
       break;
     case "delta": {
       const key = `${event.skill}/${event.attempt}`;
-      let pre = view.deltas.get(key);
-      if (!pre) {
-        pre = el("pre", { class: "live" });
+      if (!view.reply || view.reply.key !== key) {
+        const pre = el("pre", { class: "live" });
         addEntry("delta", "writing", `${event.skill} (attempt ${event.attempt ?? 1})`, pre);
-        view.deltas.set(key, pre);
+        view.reply = { key, pre };
+        view.replies.set(key, pre);
       }
-      pre.textContent += event.text;
+      view.reply.pre.textContent += event.text;
       break;
     }
     case "tool_call":
@@ -364,7 +380,7 @@ function render(view, event) {
       );
       break;
     case "skill_result": {
-      const pre = view.deltas.get(`${event.skill}/${event.attempt}`);
+      const pre = view.replies.get(`${event.skill}/${event.attempt}`);
       if (pre) pre.closest("li").classList.add("written");
       if (event.validation_errors && event.validation_errors.length) {
         addEntry(
@@ -438,6 +454,12 @@ const CONTROLS = {
     const read = () => choices.find((c) => c.input.checked)?.value;
     return { node: el("div", { class: "choices" }, ...choices.map((c) => c.node)), read };
   },
+  number(question, id) {
+    return numberInput(question, id, "any");
+  },
+  integer(question, id) {
+    return numberInput(question, id, "1");
+  },
   file_ids(question, id) {
     if (question.options && question.options.length) return checkboxes(question.options, id);
     const input = el("textarea", {
@@ -453,6 +475,30 @@ const CONTROLS = {
     return { node: input, read };
   },
 };
+
+function numberInput(question, id, step) {
+  const input = el("input", {
+    id,
+    type: "number",
+    step,
+    min: question.minimum,
+    max: question.maximum,
+    inputmode: step === "1" ? "numeric" : "decimal",
+    "aria-labelledby": `${id}-q`,
+  });
+  // Text that is no number reads as null, which the service says must be a number.
+  const read = () =>
+    input.validity.badInput ? null : input.value.trim() ? Number(input.value) : undefined;
+  return { node: input, read };
+}
+
+// A number question's bounds in words ("" when it has none).
+function bounds(question) {
+  const [low, high] = [question.minimum, question.maximum];
+  if (low != null && high != null) return `from ${low} to ${high}`;
+  if (low != null) return `at least ${low}`;
+  return high != null ? `at most ${high}` : "";
+}
 
 function checkboxes(options, id) {
   const boxes = options.map((option, i) => {
@@ -487,6 +533,7 @@ function renderCard(view, card) {
         question.required
           ? el("span", { class: "required", title: "required", "aria-label": "required", text: " *" })
           : el("span", { class: "optional", text: " (optional)" }),
+        bounds(question) ? el("span", { class: "hint", text: ` ${bounds(question)}` }) : null,
       ),
       control.node,
       error,
@@ -571,21 +618,59 @@ async function showRunForm() {
   const contexts = [...new Set(skills.flatMap((s) => s.contexts))].sort();
   const select = $("run-context");
   const chosen = select.value;
+  // No context is chosen for the user: a run in the wrong one starts the wrong skill.
   select.replaceChildren(
+    el("option", { value: "", text: "Choose a context…" }),
     ...contexts.map((c) => el("option", { value: c, text: c })),
     el("option", { value: "auto", text: "auto (every skill; routed by the request)" }),
   );
-  if (chosen) select.value = chosen;
+  select.value = chosen;
   describeContext();
 }
 
+// The template last put in the input box: the box is the user's once they change it.
+let template = null;
+
 function describeContext() {
   const context = $("run-context").value;
-  const running = skills.filter((s) => context === "auto" || s.contexts.includes(context));
+  const running = context ? skills.filter((s) => context === "auto" || s.contexts.includes(context)) : [];
   const matter = running.some((s) => s.needs_matter);
   $("run-skills").textContent = running.length
     ? `Skills: ${running.map((s) => s.name).join(", ")}.${matter ? " A run needs a matter id." : ""}`
     : "";
+  // A context of one skill starts that skill: its input schema says what the input holds.
+  const schema = context !== "auto" && running.length === 1 ? running[0].input_schema : null;
+  const fields = Object.entries(schema?.properties || {}).filter(([name]) => name !== "request");
+  const required = new Set(schema?.required || []);
+  $("run-input-fields").replaceChildren(
+    ...fields.map(([name, field]) =>
+      el(
+        "li",
+        { "data-field": name },
+        el("code", { text: name }),
+        el("span", { class: "hint", text: required.has(name) ? " (required)" : " (optional)" }),
+        field.description ? `: ${field.description}` : "",
+      ),
+    ),
+  );
+  $("run-input-fields").hidden = fields.length === 0;
+  const box = $("run-input");
+  if (["", "{}", template].includes(box.value.trim())) {
+    template = schema ? JSON.stringify(skeleton(schema), null, 2) : "{}";
+    box.value = template;
+  }
+}
+
+// An input with each required field of ``schema`` empty, for the user to fill in.
+function skeleton(schema) {
+  const kind = Array.isArray(schema.type) ? schema.type[0] : schema.type;
+  if (kind === "object" || schema.properties) {
+    const value = {};
+    for (const name of schema.required || []) value[name] = skeleton(schema.properties?.[name] || {});
+    return value;
+  }
+  if (kind === "array") return schema.items && Object.keys(schema.items).length ? [skeleton(schema.items)] : [];
+  return { string: "", number: 0, integer: 0, boolean: false }[kind] ?? null;
 }
 
 async function startRun(event) {
@@ -602,7 +687,9 @@ async function startRun(event) {
   }
   const request = $("run-request").value.trim();
   if (request) input.request = request;
-  const body = { input, context: $("run-context").value, stream_deltas: true };
+  const context = $("run-context").value;
+  if (!context) return say(error, "Choose a context: it decides which skills may run.");
+  const body = { input, context, stream_deltas: true };
   const matter = $("run-matter").value.trim();
   if (matter) body.matter_id = matter;
   try {
@@ -615,7 +702,10 @@ async function startRun(event) {
   try {
     response = await api(threadPath(id, "/runs"), { method: "POST", body });
   } catch (problem) {
-    return say(error, problem.message);
+    const wrong = problem.code === "INVALID_INPUT" ? problem.detail.errors || [] : [];
+    if (!wrong.length) return say(error, problem.message);
+    const lines = wrong.map((e) => `${e.path}: ${e.message}`);
+    return say(error, [`The input does not fit skill ${problem.detail.skill}:`, ...lines].join("\n"));
   }
   unusedThread = null;
   const view = showThread(id);
