@@ -28,6 +28,7 @@ __all__ = [
     "NoModelConfiguredError",
     "NoPendingCardError",
     "PromptTooLongError",
+    "QuotaExceededError",
     "ScriptedModelError",
     "SkillDeckError",
     "SkillNotLoadedError",
@@ -63,6 +64,8 @@ class ErrorCode(StrEnum):
     SKILL_NOT_LOADED = "SKILL_NOT_LOADED"
     MATTER_REQUIRED = "MATTER_REQUIRED"
     PROMPT_TOO_LONG = "PROMPT_TOO_LONG"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    RUN_LOG_FULL = "RUN_LOG_FULL"
 
 
 class SkillDeckError(Exception):
@@ -278,6 +281,23 @@ class InvalidAnswersError(SkillDeckError):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "errors": self.errors, "card": self.card}
+
+
+class QuotaExceededError(SkillDeckError):
+    """A user already holds as many stored rows of a kind (threads, matters) as the host
+    allows; nothing was written."""
+
+    code = ErrorCode.QUOTA_EXCEEDED
+
+    def __init__(self, what: str, user_id: str, limit: int, setting: str) -> None:
+        self.what, self.limit = what, limit
+        super().__init__(
+            f"user {user_id!r} already has {limit:,} {what}, the most allowed "
+            f"({setting}); nothing was created: ask the operator to raise the limit"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "quota": self.what, "limit": self.limit}
 
 
 class CheckpointError(SkillDeckError):
