@@ -213,8 +213,9 @@ class ToolRegistry:
             return ToolResult(False, f"Error: invalid arguments for {name}: {exc}")
         except Exception as exc:
             # A failing tool is news for the model, not a reason to strand the run.
-            frame = f"Error: {name} failed: {{}}; the details are in the server log"
-            return ToolResult(False, str(log_error(log, f"tool {name} failed", exc, frame=frame)))
+            frame = "{}; the details are in the server log"
+            reason = log_error(log, f"tool {name} failed", exc, frame=frame)
+            return ToolResult(False, f"Error: {name} failed: {reason}")
         return ToolResult(True, result if isinstance(result, str) else _to_json(result))
 
 
