@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -123,12 +124,12 @@ def test_a_server_that_dies_or_stalls_mid_call_is_a_tool_error(
     assert said[2][1] == "echo: again"  # the next call gets a fresh server
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
-    port = free_port()
+@contextmanager
+def mcp_over_http(port: int, query: str = "") -> Iterator[str]:
+    """The test server on streamable HTTP at ``port``: its URL (with ``query``), while it runs."""
     proc = subprocess.Popen([sys.executable, str(SERVER), "--http", str(port)],
                             stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}/mcp"
+    url = f"http://127.0.0.1:{port}/mcp{query}"
     try:
         for _ in range(100):
             try:
@@ -140,6 +141,12 @@ def http_server() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    with mcp_over_http(free_port()) as url:
+        yield url
 
 
 def test_streamable_http_servers_and_settings_config(
@@ -195,23 +202,11 @@ def test_a_broken_servers_error_text_stays_in_the_log(
     model reads the public reason, the log the redacted text."""
     leaked = "sk-proj-LEAKED0123456789abcdefXYZ"
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--http", str(port)],
-                            stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}/mcp?api_key={leaked}"
-    try:
-        for _ in range(100):
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+    with mcp_over_http(port, f"?api_key={leaked}") as url:
         write_bundle(skills_dir, "agent", meta={"tools": ["mcp:web/echo"]})
         (tmp_path / "servers.json").write_text(json.dumps({"mcpServers": {"web": {"url": url}}}))
         turns = {"agent": [call("mcp__web__echo", text="x"), {"output": FINISH}]}
         deck = make_deck(skills_dir, turns, mcp_config=str(tmp_path / "servers.json"))
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
     class Broken(BaseHTTPRequestHandler):
         def fail(self) -> None:
