@@ -26,11 +26,13 @@ from langchain_core.tools import StructuredTool
 from typer.testing import CliRunner
 
 from skilldeck import InvalidAnswersError, Settings, SkillDeck, SkillDeckError
+from skilldeck._internal.redact import PublicReason, safe_reason
 from skilldeck.cli import app as cli
 from skilldeck.errors import BundleError, MatterRequiredError, ModelConfigError, ToolError
+from skilldeck.nodes.route_model import RouteModelError
 from skilldeck.scripted import load_script
 from skilldeck.server import create_app, hash_key
-from skilldeck.server.runlog import RunLog, RunLogs
+from skilldeck.server.runlog import SKILLDECK_EVENTS, RunLog, RunLogs
 from skilldeck.skills import builtin_skills_dir, load_skills
 from skilldeck.tools import ToolRegistry, default_registry
 from skilldeck.tools.cards import save_card
@@ -646,6 +648,17 @@ def test_routing_model_errors_reach_no_client_surface(
     assert LEAKED not in shown and "Incorrect API key" not in shown
     logged = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("skilldeck"))
     assert "Incorrect API key provided: [redacted]" in logged and LEAKED not in logged
+
+
+def test_only_safe_reason_builds_what_a_route_reason_or_an_error_event_takes() -> None:
+    with pytest.raises(TypeError, match="safe_reason"):
+        PublicReason(f"Error code: 401 - {LEAKED}")
+    with pytest.raises(TypeError, match="PublicReason"):
+        RouteModelError(f"Error code: 401 - {LEAKED}")  # type: ignore[arg-type]
+    reason = safe_reason(RuntimeError(LEAKED))
+    assert str(RouteModelError(reason)) == "RuntimeError"
+    event = SKILLDECK_EVENTS.error("t", "MODEL_ERROR", reason).to_dict()
+    assert LEAKED not in json.dumps(event)
 
 
 def test_a_failing_tools_text_reaches_the_model_as_its_public_reason_only(
