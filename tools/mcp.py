@@ -192,7 +192,8 @@ class McpTool(BaseTool):
             ) from None
         except Exception as exc:  # a dead or broken server: its text goes to the log only
             frame = "the MCP server failed: {}; the details are in the server log"
-            raise ToolError(str(log_error(log, f"{self.name} failed", exc, frame=frame))) from None
+            reason = log_error(log, f"{self.name} failed", exc, level=logging.WARNING, frame=frame)
+            raise ToolError(str(reason)) from None
         return _text(result)
 
 

@@ -214,7 +214,7 @@ class ToolRegistry:
         except Exception as exc:
             # A failing tool is news for the model, not a reason to strand the run.
             frame = "{}; the details are in the server log"
-            reason = log_error(log, f"tool {name} failed", exc, frame=frame)
+            reason = log_error(log, f"tool {name} failed", exc, level=logging.WARNING, frame=frame)
             return ToolResult(False, f"Error: {name} failed: {reason}")
         return ToolResult(True, result if isinstance(result, str) else _to_json(result))
 
