@@ -93,6 +93,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def own_demo_matter(checkpoint: str) -> None:
+    """Make the demo's matter the bench user's, as an operator does (``skilldeck matters add``)
+    before users run on it: the service serves only matters made for them."""
+    from skilldeck.checkpoints.open import open_persistence
+
+    persistence = open_persistence(checkpoint)
+    try:
+        if persistence.threads.matter(demo.MATTER_ID) is None:
+            persistence.threads.add_matter(demo.MATTER_ID, USER)
+    finally:
+        persistence.close()
+
+
 class Server:
     """One ``skilldeck serve`` process on a fixed port; it can be killed and started again."""
 
@@ -120,6 +133,8 @@ class Server:
             "SKILLDECK_FILES_ROOT": str(demo.FILES),
             "SKILLDECK_DURABILITY": "sync",
         }
+        if self.starts == 0:
+            own_demo_matter(self.checkpoint)
         self.starts += 1
         log_file = (self.work / f"{self.name}.log").open("ab")
         t0 = time.perf_counter()

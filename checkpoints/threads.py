@@ -10,12 +10,14 @@ query with plain ``sqlite3`` (or psycopg), and thread ids can be abbreviated git
 The deck writes a row when a run starts (status ``running``) and when it stops (the status the
 checkpoint then gives). A thread created by ``POST /threads`` and never run is ``new``.
 
-Matters belong to users: the first user to name a matter owns it (or an operator creates it for
-an owner), and an operator may grant it to others (``skilldeck matters``). The HTTP service
-answers any other user's request on the matter as if it did not exist. A matter has a record, a
-JSON object beside the matters table (its ``title``, its ``status`` and the fields skills write
-with ``matters__update``); :meth:`ThreadIndex.update_matter_record` changes it in one
-transaction, so concurrent writers never lose each other's fields.
+Matters belong to users: an operator creates a matter for an owner (or, under the ``claim``
+policy, the first user to name it owns it), and may grant it to others (``skilldeck matters``).
+The HTTP service answers any other user's request on the matter as if it did not exist. What a
+user may create over HTTP (threads, claimed matters) is counted against a quota, in the same
+statement that inserts the row. A matter has a record, a JSON object beside the matters table
+(its ``title``, its ``status`` and the fields skills write with ``matters__update``);
+:meth:`ThreadIndex.update_matter_record` changes it in one transaction, so concurrent writers
+never lose each other's fields.
 Databases from before the index are filled from their checkpoints when a deck first opens them
 (see :meth:`ThreadIndex.needs_backfill`).
 """
@@ -35,7 +37,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from skilldeck.errors import CheckpointError, SkillDeckError, ThreadNotFoundError
+from skilldeck.errors import (
+    CheckpointError,
+    QuotaExceededError,
+    SkillDeckError,
+    ThreadNotFoundError,
+)
 
 __all__ = [
     "BLANK_RECORD",
@@ -97,8 +104,13 @@ _SCHEMA = (
     # A table of its own, created on every open: databases from before records get it too.
     f"""CREATE TABLE IF NOT EXISTS {_RECORDS} (
     matter_id TEXT PRIMARY KEY, record TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    f"CREATE INDEX IF NOT EXISTS {_MATTERS}_owner ON {_MATTERS} (owner)",
 )
 _NEW_MATTER = f"""INSERT INTO {_MATTERS} (matter_id, owner, created_at) VALUES ({{p}}, {{p}}, {{p}})
+ON CONFLICT (matter_id) DO NOTHING"""
+# A matter claimed by a user: only while they own fewer than {p} (the quota), in one statement.
+_CLAIM_MATTER = f"""INSERT INTO {_MATTERS} (matter_id, owner, created_at)
+SELECT {{p}}, {{p}}, {{p}} WHERE (SELECT count(*) FROM {_MATTERS} WHERE owner = {{p}}) < {{p}}
 ON CONFLICT (matter_id) DO NOTHING"""
 _MAY_USE = f"""SELECT 1 FROM {_MATTERS} m WHERE m.matter_id = {{p}} AND (m.owner = {{p}} OR EXISTS (
     SELECT 1 FROM {_GRANTS} g WHERE g.matter_id = m.matter_id AND g.user_id = {{p}}))"""
@@ -106,6 +118,13 @@ _MAY_USE = f"""SELECT 1 FROM {_MATTERS} m WHERE m.matter_id = {{p}} AND (m.owner
 _INSERT = f"""
 INSERT INTO {_TABLE} ({", ".join(_COLUMNS)}) VALUES ({", ".join(["{p}"] * len(_COLUMNS))})
 ON CONFLICT (thread_id) DO NOTHING"""
+# A new thread of a user: only while they own fewer than {p} (the quota), in one statement.
+_INSERT_WITHIN = f"""
+INSERT INTO {_TABLE} ({", ".join(_COLUMNS)}) SELECT {", ".join(["{p}"] * len(_COLUMNS))}
+WHERE (SELECT count(*) FROM {_TABLE} WHERE user_id = {{p}}) < {{p}}
+ON CONFLICT (thread_id) DO NOTHING"""
+# A thread that was stored for a run which was then refused: gone, if it never ran.
+_DISCARD = f"DELETE FROM {_TABLE} WHERE thread_id = {{p}} AND status = 'new' AND steps = 0"
 # A run's start: the owner is the first user a thread had and never changes.
 _STARTED = f"""
 INSERT INTO {_TABLE} AS t ({", ".join(_COLUMNS)}) VALUES ({", ".join(["{p}"] * len(_COLUMNS))})
@@ -237,12 +256,35 @@ class ThreadIndex(ABC):
         self.needs_backfill = False
 
     # -- writes ---------------------------------------------------------------------------
-    def create(self, thread_id: str, user_id: str | None) -> ThreadRecord:
-        """A new thread that has not run yet (``status`` ``new``); an existing one is kept."""
+    def create(
+        self, thread_id: str, user_id: str | None, *, limit: int | None = None
+    ) -> ThreadRecord:
+        """A new thread that has not run yet (``status`` ``new``); an existing one is kept.
+
+        Args:
+            limit: the most threads ``user_id`` may own: a new one past it is not stored.
+
+        Raises:
+            QuotaExceededError: the thread is new and ``user_id`` already owns ``limit``.
+        """
         now = now_iso()
         record = ThreadRecord(thread_id, user_id, None, "new", None, 0, now, now)
-        self._execute(_INSERT, record._row())
-        return self.get(thread_id) or record
+        if limit is None:
+            self._execute(_INSERT, record._row())
+        else:
+            self._execute(_INSERT_WITHIN, (*record._row(), user_id, limit))
+        stored = self.get(thread_id)
+        if stored is None:
+            if limit is None:  # a backend that keeps nothing (read-only) says so itself
+                return record
+            raise QuotaExceededError(
+                "threads", str(user_id), limit, "SKILLDECK_MAX_THREADS_PER_USER"
+            )
+        return stored
+
+    def discard(self, thread_id: str) -> None:
+        """Forget a thread that never ran (``new``): one stored for a run that was refused."""
+        self._execute(_DISCARD, (thread_id,))
 
     def started(
         self,
@@ -305,11 +347,25 @@ class ThreadIndex(ABC):
         return [ThreadRecord._from_row(r) for r in self._query(sql, tuple(params))]
 
     # -- matters --------------------------------------------------------------------------
-    def may_use_matter(self, user_id: str, matter_id: str, *, claim: bool = True) -> bool:
+    def may_use_matter(
+        self, user_id: str, matter_id: str, *, claim: bool = True, limit: int | None = None
+    ) -> bool:
         """Whether ``user_id`` owns ``matter_id`` or was granted it. With ``claim``, a matter
-        nobody owns yet becomes ``user_id``'s (atomically: of two first users, one wins)."""
-        if claim:
+        nobody owns yet becomes ``user_id``'s (atomically: of two first users, one wins),
+        unless they own ``limit`` matters already.
+
+        Raises:
+            QuotaExceededError: ``claim`` would make ``user_id`` the owner of more than
+                ``limit`` matters; nothing was stored.
+        """
+        if claim and limit is None:
             self._execute(_NEW_MATTER, (matter_id, user_id, now_iso()))
+        elif claim and limit is not None:
+            self._execute(_CLAIM_MATTER, (matter_id, user_id, now_iso(), user_id, limit))
+            if self.matter(matter_id) is None:  # not even by another user: the quota held
+                raise QuotaExceededError(
+                    "matters", user_id, limit, "SKILLDECK_MAX_MATTERS_PER_USER"
+                )
         return bool(self._query(_MAY_USE, (matter_id, user_id, user_id)))
 
     def add_matter(self, matter_id: str, owner: str) -> bool:

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from cachetools import LRUCache
 
 from skilldeck._internal.paths import get_path
+from skilldeck._internal.redact import log_error
 from skilldeck.skills.examples import Example, Examples, example_text
 from skilldeck.tools.bm25 import BM25Index
 from skilldeck.tools.text import Tokenizer
@@ -81,7 +82,8 @@ class ExampleMatcher:
                 query = _normalised(self._embed([text]))[0]
                 return np.asarray(vectors @ query, dtype=np.float64)
             except Exception as exc:  # an endpoint down or the extra missing: match by words
-                log.warning("examples matched by words: embedding failed (%s)", exc)
+                what = "examples matched by words: embedding failed"  # its text may echo a key
+                log_error(log, what, exc, level=logging.WARNING)
                 self._embed = None
         return self._bm25().scores(_TOKENIZER.tokens(text))
 

@@ -7,6 +7,7 @@ back from (to the lexical ranker), never a guess.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,11 +16,15 @@ from jsonschema import Draft202012Validator
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
+from skilldeck._internal.redact import PublicReason, log_error
+from skilldeck.errors import SkillDeckError
 from skilldeck.nodes.model_call import response_format
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 
 __all__ = ["ROUTER_KEY", "ModelRouter", "RouteModelError", "route_prompt", "route_schema"]
+
+log = logging.getLogger("skilldeck")
 
 #: The name routing calls go by (a scripted cassette lists their turns under it).
 ROUTER_KEY = "router"
@@ -34,7 +39,14 @@ names below, or "none" when no skill fits the request; WHY is one short sentence
 
 
 class RouteModelError(Exception):
-    """The routing model's answer could not be used (the reason says why)."""
+    """The routing model failed, or its answer could not be used: ``reason`` says why in
+    words a client may read (the provider's own text is in the server log only)."""
+
+    def __init__(self, reason: PublicReason) -> None:
+        if not isinstance(reason, PublicReason):
+            raise TypeError("RouteModelError takes a PublicReason (redact.safe_reason)")
+        super().__init__(reason.text)
+        self.reason = reason
 
 
 def route_schema(names: Sequence[str]) -> dict[str, Any]:
@@ -72,7 +84,8 @@ class ModelRouter:
         """The chosen skill (``None``: no skill fits) and the model's reason.
 
         Raises:
-            RouteModelError: the call failed or its answer is not a routing answer.
+            RouteModelError: the call failed or its answer is not a routing answer (the full
+                error is logged, redacted).
         """
         schema = route_schema([b.name for b in bundles])
         meta = {SKILL_KEY: ROUTER_KEY, CALL_INDEX_KEY: index}
@@ -81,10 +94,11 @@ class ModelRouter:
             bound: Any = self.model().bind(response_format=fmt, timeout=self.timeout_s)
             reply = bound.invoke(route_prompt(bundles, request), config={"metadata": meta})
             answer = json.loads(str(reply.content))
+            problems = [e.message for e in Draft202012Validator(schema).iter_errors(answer)]
+            if problems:
+                raise SkillDeckError(f"its answer is not a routing answer: {problems[0]}")
         except Exception as exc:
-            raise RouteModelError(f"{type(exc).__name__}: {exc}") from None
-        problems = [e.message for e in Draft202012Validator(schema).iter_errors(answer)]
-        if problems:
-            raise RouteModelError(f"the answer {answer!r} is not a routing answer: {problems[0]}")
+            what = f"the routing model {self.label} failed; the lexical ranker routes instead"
+            raise RouteModelError(log_error(log, what, exc, level=logging.WARNING)) from None
         skill = str(answer["skill"])
         return (None if skill == "none" else skill), str(answer["reason"])

@@ -168,8 +168,8 @@ def _by_description(
         index = int((state.get("calls") or {}).get(ROUTER_KEY, 0))
         try:
             skill, why = router.choose(request, tied, index)
-        except RouteModelError as exc:
-            fallback = f"the routing model failed ({exc}); "
+        except RouteModelError as exc:  # its reason is public; the log has the rest
+            fallback = f"the routing model failed ({exc.reason}); "
         else:
             return RouteDecision(skill, "model" if skill else "none", why, model=asked), ranked
     best = ranked[0] if ranked else None

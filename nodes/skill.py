@@ -29,7 +29,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
 from skilldeck._internal.paths import deep_merge
-from skilldeck._internal.redact import redact, safe_reason
+from skilldeck._internal.redact import log_error
 from skilldeck.errors import PromptTooLongError, SkillDeckError
 from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
 from skilldeck.nodes.examples import ExampleMatcher
@@ -559,15 +559,18 @@ class SkillNode:
         """Fail the run on a model call that raised (endpoint down, bad key, timeout).
 
         A provider's error text may echo credentials: the state (which API clients read) gets
-        its type and status; the log gets the text, redacted. skilldeck's own errors (a
-        scripted cassette out of turns) are safe to show whole.
+        its public reason (:func:`~skilldeck._internal.redact.safe_reason`: its type and
+        status, or a skilldeck error's own message); the log gets the text, redacted.
         """
+        reason = log_error(
+            log, f"model call of skill {self.name} failed", exc, level=logging.WARNING
+        )
         if isinstance(exc, PromptTooLongError):
-            return self._fail(visit, exc.code.value, str(exc), turn)
+            return self._fail(visit, exc.code.value, str(reason), turn)
         if isinstance(exc, SkillDeckError):
-            return self._fail(visit, "MODEL_ERROR", f"{type(exc).__name__}: {exc}", turn)
-        log.warning("model call of skill %s failed: %s", self.name, redact(f"{exc!r}"))
-        message = f"the model call failed: {safe_reason(exc)}; the details are in the log"
+            message = f"{type(exc).__name__}: {reason}"
+        else:
+            message = f"the model call failed: {reason}; the details are in the log"
         return self._fail(visit, "MODEL_ERROR", message, turn)
 
     def _record(self, turn: Mapping[str, Any], action: str, errors: Errors) -> dict[str, Any]:
@@ -632,5 +635,8 @@ def _canonical(args: Any) -> str:
 
 
 def _describe(script: str, exc: Exception) -> str:
+    """What a run's error says of a bundle script that raised: its public reason and line (the
+    exception's text, which may quote files or data, goes to the log)."""
     frame = traceback.extract_tb(exc.__traceback__)[-1]
-    return f"{script} raised {type(exc).__name__}: {exc} (line {frame.lineno})"
+    reason = log_error(log, f"{script} raised (line {frame.lineno})", exc, level=logging.WARNING)
+    return f"{script} raised {reason} (line {frame.lineno}); the details are in the log"

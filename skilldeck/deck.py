@@ -18,6 +18,7 @@ from langgraph.types import Command, StateSnapshot
 
 from skilldeck._internal.aio import LoopGraphs
 from skilldeck._internal.drive import AsyncDriver, Driver, Request, checkpoint_errors
+from skilldeck._internal.ids import check_id
 from skilldeck.checkpoints.claims import InterruptClaims, MemoryClaims
 from skilldeck.checkpoints.inspect import index_threads, pending_card, step_rows, thread_status
 from skilldeck.checkpoints.open import (
@@ -62,7 +63,6 @@ from skilldeck.skills import SkillBundle, builtin_skills_dir, load_skills
 from skilldeck.skills.bundle import ExecutionConfig
 from skilldeck.skills.trust import TrustPolicy, TrustSource
 from skilldeck.tools import IDENTITY_KEYS, MATTER_TOOLS, ToolRegistry, default_registry
-from skilldeck.tools.files import MATTER_ID
 from skilldeck.tools.mcp import McpTool, tools_for_skills
 from skilldeck.types import Event, RouteDecision, RunResult, ThreadSummary
 
@@ -440,7 +440,7 @@ class SkillDeck:
                 sharing the checkpoint database (or its process died under 10 s ago).
             SkillDeckError: ``input`` carries identity keys, or ``next_skill`` is unknown.
         """
-        thread_id = thread_id or _new_thread_id()
+        thread_id = _thread_id(thread_id)
         args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
         return self._sync.invoke(self._start(self._sync.snapshot(thread_id), thread_id, *args))
 
@@ -469,7 +469,7 @@ class SkillDeck:
             >>> for event in deck.stream({"documents": ["c.txt"]}, context="matter"):
             ...     print(event.to_dict())
         """
-        thread_id = thread_id or _new_thread_id()
+        thread_id = _thread_id(thread_id)
         args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
         request = self._start(self._sync.snapshot(thread_id), thread_id, *args)
         return self._sync.events(request._replace(deltas=stream_deltas))
@@ -534,7 +534,7 @@ class SkillDeck:
 
         ``await deck.aclose()`` (or ``async with deck:``) before the loop ends.
         """
-        driver, thread_id = await self._driver(), thread_id or _new_thread_id()
+        driver, thread_id = await self._driver(), _thread_id(thread_id)
         args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
         return await driver.invoke(self._start(await driver.snapshot(thread_id), thread_id, *args))
 
@@ -553,7 +553,7 @@ class SkillDeck:
     ) -> AsyncIterator[Event]:
         """:meth:`stream` on the async API (see :meth:`arun`); a bad request raises before
         the first event."""
-        driver, thread_id = await self._driver(), thread_id or _new_thread_id()
+        driver, thread_id = await self._driver(), _thread_id(thread_id)
         args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
         request = self._start(await driver.snapshot(thread_id), thread_id, *args)
         async for event in driver.events(request._replace(deltas=stream_deltas)):
@@ -676,14 +676,12 @@ class SkillDeck:
         return Request(command, config, snapshot, claim=(thread_id, pending.id))
 
     def _check_matter(self, context: str, matter_id: str | None) -> None:
-        """A matter id names one folder; a run without one may not reach skills whose tools
-        work in a matter's files or record (they would have no matter to work in)."""
-        if matter_id is not None and not MATTER_ID.fullmatch(matter_id):
-            raise SkillDeckError(
-                f"matter_id {matter_id!r} must be one folder name: letters, digits and . _ : -, "
-                "starting with a letter or digit"
-            )
-        if matter_id is None:
+        """A matter id is an id (:func:`~skilldeck._internal.ids.check_id`: one folder name);
+        a run without one may not reach skills whose tools work in a matter's files or record
+        (they would have no matter to work in)."""
+        if matter_id is not None:
+            check_id("matter_id", matter_id)
+        else:
             needing = [b.name for b in self.bundles if context in b.contexts and self._in_matter(b)]
             if needing:
                 raise MatterRequiredError(context, needing)
@@ -765,7 +763,7 @@ class SkillDeck:
             if k not in update or not isinstance(self.graph.channels.get(k), LastValue)
         ]
         writes += list(update.items())
-        new_thread_id = new_thread_id or _new_thread_id()
+        new_thread_id = _thread_id(new_thread_id)
         if self._sync.snapshot(new_thread_id) is not None:
             raise SkillDeckError(f"thread {new_thread_id!r} already exists; pick a new id")
         config = self._sync.config(new_thread_id, _identity(dict(writes)), metadata, callbacks)
@@ -866,5 +864,11 @@ def _identity(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: values.get(k) for k in ("user_id", "matter_id")}
 
 
-def _new_thread_id() -> str:
-    return uuid.uuid4().hex
+def _thread_id(given: str | None) -> str:
+    """The thread a run goes to: ``given``, if it is an id (a caller may name its threads),
+    else a new one.
+
+    Raises:
+        SkillDeckError: ``given`` is not an id (:func:`~skilldeck._internal.ids.check_id`).
+    """
+    return uuid.uuid4().hex if given is None else check_id("thread_id", given)

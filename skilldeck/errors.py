@@ -30,6 +30,7 @@ __all__ = [
     "NoModelConfiguredError",
     "NoPendingCardError",
     "PromptTooLongError",
+    "QuotaExceededError",
     "ScriptedModelError",
     "SkillDeckError",
     "SkillNotLoadedError",
@@ -67,6 +68,8 @@ class ErrorCode(StrEnum):
     MATTER_REQUIRED = "MATTER_REQUIRED"
     PROMPT_TOO_LONG = "PROMPT_TOO_LONG"
     UNTRUSTED_SCRIPTS = "UNTRUSTED_SCRIPTS"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    RUN_LOG_FULL = "RUN_LOG_FULL"
 
 
 class SkillDeckError(Exception):
@@ -329,6 +332,23 @@ class InvalidInputError(SkillDeckError):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "skill": self.skill, "errors": self.errors}
+
+
+class QuotaExceededError(SkillDeckError):
+    """A user already holds as many stored rows of a kind (threads, matters) as the host
+    allows; nothing was written."""
+
+    code = ErrorCode.QUOTA_EXCEEDED
+
+    def __init__(self, what: str, user_id: str, limit: int, setting: str) -> None:
+        self.what, self.limit = what, limit
+        super().__init__(
+            f"user {user_id!r} already has {limit:,} {what}, the most allowed "
+            f"({setting}); nothing was created: ask the operator to raise the limit"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "quota": self.what, "limit": self.limit}
 
 
 class CheckpointError(SkillDeckError):

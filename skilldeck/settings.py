@@ -154,10 +154,31 @@ class Settings(BaseSettings):
         default=10, ge=1, description="PostgreSQL connections per pool (checkpoints, messages)."
     )
     matter_policy: Literal["claim", "granted"] = Field(
-        default="claim",
-        description="Who may name a matter over HTTP: 'claim', the first user to name it owns "
-        "it (and those it is granted to); 'granted', only its owner and grantees, as made with "
-        "`skilldeck matters add/grant`.",
+        default="granted",
+        description="Who may name a matter over HTTP: 'granted', only its owner and the users "
+        "it is granted to, as made with `skilldeck matters add/grant`; 'claim' (for one "
+        "tenant), also any user who names a matter nobody owns yet, who then owns it.",
+    )
+    max_threads_per_user: int = Field(
+        default=10_000,
+        ge=1,
+        description="Threads one user may own over HTTP (POST /threads, and AG-UI thread ids); "
+        "past it, creating one answers 403 QUOTA_EXCEEDED and nothing is stored.",
+    )
+    max_matters_per_user: int = Field(
+        default=1_000,
+        ge=1,
+        description="Matters one user may come to own by naming them (matter_policy 'claim'); "
+        "past it, naming a new one answers 403 QUOTA_EXCEEDED (an operator's `skilldeck matters "
+        "add` is never refused).",
+    )
+    run_log_mb: float = Field(
+        default=64.0,
+        ge=0.01,
+        description="Memory the service's run logs (each thread's latest run's events, for "
+        "clients that reconnect) may hold together: finished runs' logs are dropped oldest "
+        "first; a run whose events do not fit even then has its stream cut off with an error "
+        "event RUN_LOG_FULL (the run goes on; GET /threads/{id} shows where it stands).",
     )
     files_root: str | None = Field(
         default=None,

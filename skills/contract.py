@@ -29,6 +29,9 @@ __all__ = [
     "ACTIONS",
     "CARD_SCHEMA",
     "CONTROL_SCHEMA",
+    "FIELD_KEY",
+    "FIELD_KEY_MAX_DEPTH",
+    "FIELD_KEY_MAX_LENGTH",
     "INPUT_TYPES",
     "NUMBER_INPUTS",
     "QUESTION_SCHEMA",
@@ -59,7 +62,14 @@ REVIEW_TYPES = ("clarify", "select", "confirm", "phase_done")
 INPUT_TYPES = ("text", "select", "multi_select", "boolean", "file_ids", "number", "integer")
 #: The input types whose answer is a number; only they take ``minimum`` and ``maximum``.
 NUMBER_INPUTS = ("number", "integer")
-DOT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+#: The most dotted parts a card's ``field_key`` has (``profile.defendant.name`` has 3), and its
+#: longest length: an answer is written at that path of the state, and a path past them is
+#: model output gone wrong (a re-ask), not a field of any schema.
+FIELD_KEY_MAX_DEPTH = 16
+FIELD_KEY_MAX_LENGTH = 256
+_PART = r"[A-Za-z_][A-Za-z0-9_]*"
+#: A card's ``field_key``: a dotted path of at most :data:`FIELD_KEY_MAX_DEPTH` parts.
+FIELD_KEY = rf"^{_PART}(\.{_PART}){{0,{FIELD_KEY_MAX_DEPTH - 1}}}$"
 
 QUESTION_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -67,7 +77,12 @@ QUESTION_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {
         "question": {"type": "string", "minLength": 1},
-        "field_key": {"type": "string", "pattern": DOT_PATH},
+        "field_key": {
+            "type": "string",
+            "maxLength": FIELD_KEY_MAX_LENGTH,
+            "pattern": FIELD_KEY,
+            "description": f"A dotted path of at most {FIELD_KEY_MAX_DEPTH} parts.",
+        },
         "input_type": {"enum": list(INPUT_TYPES)},
         "required": {"type": "boolean"},
         "minimum": {"type": "number"},
@@ -635,7 +650,8 @@ def check_field_keys(
     questions: Iterable[Mapping[str, Any]], provides: Sequence[str], data_keys: Iterable[str]
 ) -> list[dict[str, str]]:
     """A card may only ask for fields the skill may write: a provided profile path (or below
-    one) or one of its data fields. Field keys must also be unique within a card."""
+    one) or one of its data fields. Field keys must also be unique within a card (their shape
+    and size, :data:`FIELD_KEY`, is the card schema's)."""
     data_keys = set(data_keys)
     errors, seen = [], set()
     for i, q in enumerate(questions):
@@ -647,7 +663,7 @@ def check_field_keys(
         if key.startswith("profile."):
             if not any(key == p or key.startswith(p + ".") for p in provides):
                 errors.append({"path": where, "message": f"{key!r} is not under outputs.provides"})
-        elif re.match(DOT_PATH, key) and key.split(".")[0] not in data_keys:
+        elif re.match(FIELD_KEY, key) and key.split(".")[0] not in data_keys:
             errors.append(
                 {
                     "path": where,

@@ -182,6 +182,27 @@ def write_serve_root(root: Path, key_hashes: Mapping[str, str], sleep_s: float) 
     return root
 
 
+def own_matter(where: SkillDeck | str, matter: str, owner: str, *others: str) -> None:
+    """Make ``matter`` ``owner``'s and grant it to ``others``, as an operator does with
+    ``skilldeck matters add/grant`` before users run on it over HTTP (the service's default
+    ``granted`` policy). ``where`` is a deck or a checkpoint URL (a ``serve`` process's)."""
+    from skilldeck.checkpoints.open import open_persistence
+
+    def register(index: Any) -> None:
+        index.add_matter(matter, owner)
+        for user in others:
+            index.grant(matter, user)
+
+    if isinstance(where, SkillDeck):
+        register(where.index)
+        return
+    persistence = open_persistence(where)
+    try:
+        register(persistence.threads)
+    finally:
+        persistence.close()
+
+
 def serve_command(root: Path, port: int, checkpoint: str) -> list[str]:
     """``skilldeck serve`` on ``port`` with what :func:`write_serve_root` wrote in ``root``:
     its keys, its script, the demo skill and the ``slow`` context's skills. Run it with

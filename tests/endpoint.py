@@ -18,12 +18,14 @@ from skilldeck import Settings
 @dataclass(frozen=True)
 class Answer:
     """One answer: ``message`` with ``finish_reason``, or an HTTP ``status`` with an error
-    body, after ``delay`` seconds."""
+    body (whose message is ``error``, as a provider's may echo what it was sent), after
+    ``delay`` seconds."""
 
     message: Mapping[str, Any] | None = None
     finish_reason: str = "stop"
     status: int = 200
     delay: float = 0.0
+    error: str | None = None
 
 
 #: What the endpoint does for one request: a reply message (answered with HTTP 200), an
@@ -79,7 +81,8 @@ def serve(steps: list[Step]) -> Iterator[Endpoint]:
             if answer.status == 200 and answer.message is not None:
                 payload: Any = completion(answer.message, answer.finish_reason)
             else:
-                payload = {"error": {"message": f"test endpoint: HTTP {answer.status}"}}
+                said = answer.error or f"test endpoint: HTTP {answer.status}"
+                payload = {"error": {"message": said, "type": "invalid_request_error"}}
             self._send(answer.status, payload)
 
         def _send(self, status: int, payload: Any) -> None:

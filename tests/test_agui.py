@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from ag_ui_validate.pytest_plugin import assert_valid_agui
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, own_matter
 from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
 
@@ -33,6 +33,7 @@ def http(tmp_path: Path) -> Iterator[TestClient]:
         model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES), output_mode="schema"
     )
     with SkillDeck(checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings) as deck:
+        own_matter(deck, "demo-matter", "alice")
         app = create_app(deck, api_keys={hash_key(k): u for u, k in KEYS.items()})
         with TestClient(app) as client:
             yield client
@@ -92,8 +93,8 @@ def test_what_a_deck_cannot_do_ends_the_run_with_an_error_and_changes_nothing(
         said = events(http.post("/agui", headers=auth(), json=asked).text)
         assert_valid_agui(said)
         assert [e["type"] for e in said] == ["RUN_STARTED", "RUN_ERROR"] and said[1]["code"] == code
-    view = http.get("/threads/agui-1", headers=auth()).json()
-    assert view["status"] == "new"  # nothing ran
+    view = http.get("/threads/agui-1", headers=auth())
+    assert view.status_code == 404  # nothing ran, and no thread was stored
 
 
 def test_bad_agui_requests_are_refused_before_a_stream(http: TestClient) -> None:

@@ -25,7 +25,7 @@ import httpx
 import numpy as np
 import pytest
 import yaml
-from conftest import DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from conftest import DEMO_FILES, DEMO_SCRIPT, output, own_matter, write_bundle
 from PIL import Image
 from playwright.sync_api import expect, sync_playwright
 from servers import CHROMIUM_INSTALL, program
@@ -140,6 +140,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         env = {"SKILLDECK_FILES_ROOT": str(DEMO_FILES)}
         return ServeProcess(command, port, root / f"server-{port}.log", env)
 
+    own_matter(f"sqlite:///{root / 'console.sqlite'}", "demo-matter", "alice")
     servers = [serve(), serve("--no-console")]
     try:
         yield Console(*(server.wait().url for server in servers))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, own_matter, write_bundle
 from fastapi.testclient import TestClient
 
 from skilldeck import ModelConfigError, Settings, SkillDeck
@@ -36,6 +36,7 @@ def deck(tmp_path: Path) -> Iterator[SkillDeck]:
         model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES), output_mode="schema"
     )
     with SkillDeck(checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings) as d:
+        own_matter(d, "demo-matter", "alice")
         yield d
 
 

@@ -657,10 +657,10 @@ def test_thread_ids_with_periods_work(demo_deck: SkillDeck) -> None:
         context="matter",
         matter_id="demo-matter",
         user_id="u",
-        thread_id="case.v1%2E",
+        thread_id="case.v1.2E.",
     )
     assert result.status == "interrupted"
-    assert demo_deck.resume("case.v1%2E", DEMO_ANSWERS).status == "finished"
+    assert demo_deck.resume("case.v1.2E.", DEMO_ANSWERS).status == "finished"
 
 
 def test_a_system_prompt_is_stored_once_for_every_turn(skills_dir: Path, make_deck: Any) -> None:

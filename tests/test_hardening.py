@@ -4,6 +4,8 @@ matter, leaves a thread stuck, or writes what the skill's schema forbids."""
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import json
 import os
 import sqlite3
@@ -14,19 +16,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
-from conftest import DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from conftest import DEMO_FILES, DEMO_SCRIPT, output, own_matter, write_bundle
+from endpoint import Answer, serve, settings_for, text
 from fastapi.testclient import TestClient
+from langchain_core.tools import StructuredTool
 from typer.testing import CliRunner
 
 from skilldeck import InvalidAnswersError, Settings, SkillDeck, SkillDeckError
+from skilldeck._internal.redact import PublicReason, safe_reason
 from skilldeck.cli import app as cli
 from skilldeck.errors import BundleError, MatterRequiredError, ModelConfigError, ToolError
+from skilldeck.nodes.route_model import RouteModelError
 from skilldeck.scripted import load_script
 from skilldeck.server import create_app, hash_key
+from skilldeck.server.runlog import SKILLDECK_EVENTS, RunLog, RunLogs
 from skilldeck.skills import builtin_skills_dir, load_skills
-from skilldeck.tools import default_registry
+from skilldeck.tools import ToolRegistry, default_registry
 from skilldeck.tools.cards import save_card
 from skilldeck.tools.skill_files import skill_file_tool
 
@@ -61,7 +69,7 @@ def rag_client(tmp_path: Path, matters: Path) -> Iterator[tuple[TestClient, Skil
         checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}",
         settings=Settings(
             model="", files_root=str(matters), knowledge_path=str(tmp_path / "kb"),
-            chroma_path=str(tmp_path / "chroma"),
+            chroma_path=str(tmp_path / "chroma"), matter_policy="claim",
         ),
     )  # fmt: skip
     with TestClient(create_app(deck, api_keys=HASHES)) as client:
@@ -113,7 +121,7 @@ def test_a_matter_id_names_one_folder(
     body = {"input": {"question": "x"}, "context": "knowledge", "matter_id": matter}
     _, answer = _run(client, "alice", body)
     assert answer.status_code == 422
-    with pytest.raises(SkillDeckError, match="one folder name"):
+    with pytest.raises(SkillDeckError, match="must be 1 to 128 letters"):
         deck.run({"question": "x"}, context="knowledge", matter_id=matter)
 
 
@@ -504,6 +512,7 @@ def test_a_corrupt_checkpoint_answers_json_500(tmp_path: Path) -> None:
         checkpointer=f"sqlite:///{db}",
         settings=Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES)),
     )
+    own_matter(deck, "demo-matter", "alice")
     with TestClient(create_app(deck, api_keys=HASHES), raise_server_exceptions=False) as client:
         thread, _ = _run(
             client,
@@ -554,3 +563,445 @@ def test_docs_pages_load_nothing_from_a_cdn_unless_asked(demo_deck: SkillDeck) -
         assert client.get("/openapi.json").status_code == 200
     with TestClient(create_app(demo_deck, api_keys=HASHES, docs=True)) as client:
         assert client.get("/docs").status_code == 200
+
+
+# == issue 32: hardening, round two ============================================================
+LEAKED = "sk-proj-LEAKED0123456789abcdefXYZ"
+
+
+def _events(text: str) -> list[dict[str, Any]]:
+    """The JSON ``data`` of each SSE message (skilldeck's events, or AG-UI's)."""
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+
+
+def _agui(thread: str, run: str, **fields: Any) -> dict[str, Any]:
+    return {"threadId": thread, "runId": run, "messages": [], "tools": [], "context": [],
+            "state": {}, "forwardedProps": {}, **fields}  # fmt: skip
+
+
+def _said(text: str) -> dict[str, Any]:
+    return {"id": "m1", "role": "user", "content": text}
+
+
+# -- 1. routing-model errors ------------------------------------------------------------------
+def _provider_refuses_routing(body: dict[str, Any]) -> Any:
+    """A provider that refuses the routing call 401 with the key it was sent in its error body
+    (as OpenAI's does), and answers a skill's call."""
+    if "You route a user's request" in str(body["messages"][0]["content"]):
+        return Answer(status=401, error=f"Incorrect API key provided: {LEAKED}.")
+    return text(json.dumps(output(response="Soup tonight.")["output"]))
+
+
+@pytest.fixture
+def routing_deck(skills_dir: Path, tmp_path: Path) -> Iterator[SkillDeck]:
+    """Two skills routed by description (context ``auto``) by a real model whose every routing
+    call fails with the key echoed."""
+    write_bundle(skills_dir, "recipes", meta={"description": "Suggest a recipe to cook"})
+    write_bundle(skills_dir, "poems", meta={"description": "Write a short poem"})
+    with serve([_provider_refuses_routing] * 40) as endpoint:
+        settings = settings_for(endpoint, api_key=LEAKED, output_mode="json")
+        with SkillDeck(
+            skills_dir, checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings
+        ) as deck:
+            yield deck
+
+
+def test_routing_model_errors_reach_no_client_surface(
+    routing_deck: SkillDeck, caplog: pytest.LogCaptureFixture
+) -> None:
+    deck, failed = routing_deck, "AuthenticationError (HTTP 401)); "
+    # The reason says the routing model failed, and why in words anyone may read.
+    # Python API: the lexical ranker still picks a skill, and the checkpointed reason is safe.
+    picked = deck.run("suggest a recipe to cook", context="auto", user_id="alice")
+    assert picked.status == "finished", picked.error
+    reason = picked.state["attempt"]["route"]["reason"]
+    assert reason.startswith("the routing model failed (") and failed in reason
+    # No skill matches: the reason is the run's error.
+    nothing = deck.run("zzz qqq", context="auto", user_id="alice")
+    assert nothing.status == "no_skill" and failed in nothing.error["message"]  # type: ignore[index]
+    seen = [picked.to_dict(), nothing.to_dict(), deck.history(picked.thread_id)]
+    seen += [deck.history(nothing.thread_id), deck.get_thread(picked.thread_id).to_dict()]
+    with TestClient(create_app(deck, api_keys=HASHES)) as client:
+        for request in ("suggest a recipe to cook", "zzz qqq"):
+            thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+            body = {"input": {"request": request}, "context": "auto"}
+            sse = client.post(f"/threads/{thread}/runs", headers=auth("alice"), json=body).text
+            agui = _agui(f"agui-{len(seen)}", "r1", messages=[_said(request)])
+            agui_text = client.post("/agui", headers=auth("alice"), json=agui).text
+            reads = [
+                client.get(path, headers=auth("alice")).text
+                for path in (
+                    f"/threads/{thread}",
+                    f"/threads/{thread}/history",
+                    f"/threads/{agui['threadId']}",
+                    f"/threads/{agui['threadId']}/history",
+                    "/threads",
+                )
+            ]
+            seen += [sse, agui_text, *reads]
+        error = next(e for e in _events(sse) if e["event"] == "error")
+        assert error["code"] == "NO_SKILL" and failed in error["message"]
+        run_error = next(e for e in _events(agui_text) if e["type"] == "RUN_ERROR")
+        assert failed in run_error["message"]
+    shown = json.dumps(seen)
+    assert shown.count(failed) >= 8
+    assert LEAKED not in shown and "Incorrect API key" not in shown
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("skilldeck"))
+    assert "Incorrect API key provided: [redacted]" in logged and LEAKED not in logged
+
+
+def test_only_safe_reason_builds_what_a_route_reason_or_an_error_event_takes() -> None:
+    with pytest.raises(TypeError, match="safe_reason"):
+        PublicReason(f"Error code: 401 - {LEAKED}")
+    with pytest.raises(TypeError, match="PublicReason"):
+        RouteModelError(f"Error code: 401 - {LEAKED}")  # type: ignore[arg-type]
+    reason = safe_reason(RuntimeError(LEAKED))
+    assert str(RouteModelError(reason)) == "RuntimeError"
+    event = SKILLDECK_EVENTS.error("t", "MODEL_ERROR", reason).to_dict()
+    assert LEAKED not in json.dumps(event)
+
+
+def test_a_failing_tools_text_reaches_the_model_as_its_public_reason_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with serve([Answer(status=500)]) as service:
+
+        def lookup(q: str) -> str:
+            """Look ``q`` up in a service whose key is in its URL."""
+            response = httpx.post(f"{service.url}/lookup?api_key={LEAKED}", json={"q": q})
+            response.raise_for_status()
+            return response.text
+
+        registry = ToolRegistry([StructuredTool.from_function(lookup, name="svc__lookup")])
+        result = registry.invoke("svc__lookup", {"q": "x"}, {})
+    assert not result.ok
+    assert result.content.startswith("Error: svc__lookup failed: HTTPStatusError (HTTP 500)")
+    assert LEAKED not in result.content and "lookup?" not in result.content
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name == "skilldeck")
+    assert "api_key=[redacted]" in logged and LEAKED not in logged
+
+
+def test_no_foreign_exception_text_is_formatted_where_clients_read() -> None:
+    """The structural guard: in the modules whose text reaches clients, models or a thread's
+    state, a caught exception is never formatted (``f"{exc}"``, ``str(exc)``, ``exc.args``)
+    unless it is one of skilldeck's own errors or a parse error of the caller's own input;
+    anything else goes through ``redact.safe_reason``/``log_error``."""
+    root = Path(__file__).resolve().parents[1]
+    modules = [
+        *sorted((root / "nodes").rglob("*.py")),
+        *sorted((root / "skilldeck" / "server").glob("*.py")),
+        root / "skilldeck" / "_internal" / "drive.py",
+        root / "skilldeck" / "_internal" / "events.py",
+        root / "skilldeck" / "deck.py",
+        root / "tools" / "registry.py",
+        root / "tools" / "mcp.py",
+    ]
+    # Errors whose text is skilldeck's own words, or says what is wrong with the caller's (or
+    # the model's) own input.
+    own = {
+        "SkillDeckError", "ToolError", "DeadlineError", "RetryableModelError", "_Refused",
+        "DocumentError", "JSONDecodeError", "ValidationError", "ToolException", "ValueError",
+    }  # fmt: skip
+    # ValueError is allowed only where jsonschema-rs or json read the caller's own data.
+    value_error_sites = {"card.py", "skill.py", "contract.py"}
+    found = []
+    for module in modules:
+        tree = ast.parse(module.read_text("utf-8"))
+        for handler in ast.walk(tree):
+            if not isinstance(handler, ast.ExceptHandler) or handler.name is None:
+                continue
+            caught = handler.type
+            names = {
+                n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", "")
+                for n in (caught.elts if isinstance(caught, ast.Tuple) else [caught])
+            }
+            if "ValueError" in names and module.name not in value_error_sites:
+                names.discard("ValueError")
+            if names and names <= own:
+                continue
+            for node in ast.walk(ast.Module(body=handler.body, type_ignores=[])):
+                shown = (
+                    (
+                        isinstance(node, ast.FormattedValue)
+                        and isinstance(node.value, ast.Name)
+                        and node.value.id == handler.name
+                    )
+                    or (
+                        isinstance(node, ast.Call)
+                        and getattr(node.func, "id", None) in ("str", "repr")
+                        and any(getattr(a, "id", None) == handler.name for a in node.args)
+                    )
+                    or (
+                        isinstance(node, ast.Attribute)
+                        and node.attr == "args"
+                        and getattr(node.value, "id", None) == handler.name
+                    )
+                )
+                if shown:
+                    found.append(f"{module.relative_to(root)}:{node.lineno}")
+    assert found == [], f"exception text formatted where clients read it: {found}"
+
+
+# -- 2. ids and the run log --------------------------------------------------------------------
+@pytest.fixture
+def agui_app(tmp_path: Path) -> Iterator[tuple[TestClient, SkillDeck]]:
+    settings = Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES), run_log_mb=0.2)
+    with SkillDeck(checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings) as deck:
+        own_matter(deck, "demo-matter", "alice")
+        with TestClient(create_app(deck, api_keys=HASHES)) as client:
+            yield client, deck
+
+
+DEMO_RUN = {"input": {"documents": ["complaint.txt"]}, "context": "matter",
+            "matter_id": "demo-matter"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"runId": "r" * 900_000},
+        {"runId": "r" * 129},
+        {"runId": "../r"},
+        {"threadId": "t" * 129},
+        {"parentRunId": "p" * 5000},
+        {"messages": [{"id": "m" * 5000, "role": "user", "content": "hi"}]},
+        {"resume": [{"interruptId": "i" * 5000, "status": "resolved", "payload": {}}]},
+    ],
+    ids=[
+        "900 KB runId",
+        "129 chars",
+        "a path",
+        "threadId",
+        "parentRunId",
+        "message id",
+        "interruptId",
+    ],
+)
+def test_agui_ids_past_the_one_rule_are_refused_422_before_anything_runs(
+    agui_app: tuple[TestClient, SkillDeck], fields: dict[str, Any]
+) -> None:
+    client, deck = agui_app
+    body = _agui("agui-ids", "r1", forwardedProps=DEMO_RUN, **fields)
+    answer = client.post("/agui", headers=auth("alice"), json=body)
+    assert answer.status_code == 422, answer.text[:500]
+    assert answer.json()["error"]["code"] == "INVALID_REQUEST"
+    assert len(answer.content) < 5000  # the refusal does not echo the id back
+    app_threads = client.app.state.threads  # type: ignore[attr-defined]
+    assert deck.index.get("agui-ids") is None and app_threads.logs.held == 0
+    ok = client.post("/agui", headers=auth("alice"), json=_agui("agui-ids", "r" * 128))
+    assert ok.status_code == 200  # the longest id is fine
+
+
+def test_every_client_chosen_id_follows_the_one_rule(
+    agui_app: tuple[TestClient, SkillDeck],
+) -> None:
+    client, deck = agui_app
+    long = "x" * 129
+    thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+    refused = [
+        client.post(f"/threads/{thread}/runs", headers=auth("alice"),
+                    json={**DEMO_RUN, "matter_id": long}),
+        client.post(f"/threads/{thread}/resume", headers=auth("alice"),
+                    json={"answers": {}, "interrupt_id": long}),
+        client.get(f"/threads/{long}", headers=auth("alice")),
+        client.get(f"/threads/{thread}/stream",
+                   headers={**auth("alice"), "Last-Event-ID": long}),
+    ]  # fmt: skip
+    assert [r.status_code for r in refused] == [422] * 4
+    for kind, call in (
+        ("thread_id", lambda: deck.run(DEMO_RUN["input"], context="matter", thread_id=long)),
+        ("matter_id", lambda: deck.run({}, context="matter", matter_id=long)),
+        ("thread_id", lambda: deck.run({}, context="matter", thread_id="a/b")),
+    ):
+        with pytest.raises(SkillDeckError, match=f"{kind} .*1 to 128 letters"):
+            call()
+    assert deck.threads() == [] or all(t.thread_id == thread for t in deck.threads())
+
+
+def test_run_logs_hold_at_most_their_budget_over_many_runs(
+    agui_app: tuple[TestClient, SkillDeck], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = agui_app
+    logs = client.app.state.threads.logs  # type: ignore[attr-defined]
+    assert logs.budget == 200_000
+    peaks: list[int] = []
+    real_append = RunLog.append
+
+    def append(self: RunLog, event: Any) -> None:
+        real_append(self, event)
+        peaks.append(logs.held)
+        kept = [lg for lg in logs._logs.values()]
+        reserved = sum(lg.reserve for lg in kept if not lg.done and not lg.cut)
+        assert logs.held == sum(lg.size for lg in kept) + reserved  # the count is honest
+
+    monkeypatch.setattr(RunLog, "append", append)
+    for i in range(60):  # AG-UI runs stream the models' text: each run's log is ~20 KB
+        body = _agui(f"log-{i}", f"run-{i}", forwardedProps=DEMO_RUN)
+        answer = client.post("/agui", headers=auth("alice"), json=body)
+        assert answer.status_code == 200 and '"RUN_FINISHED"' in answer.text
+    assert len(peaks) > 60 * 10 and max(peaks) <= logs.budget
+    assert sum(peaks) / len(peaks) > logs.budget / 4  # the budget is used, not just respected
+    # The latest runs can still be followed; the oldest were dropped to make room.
+    assert client.get("/threads/log-59/stream", headers=auth("alice")).status_code == 200
+    assert client.get("/threads/log-0/stream", headers=auth("alice")).status_code == 404
+
+
+def test_a_run_that_outgrows_the_run_log_is_cut_off_and_goes_on(tmp_path: Path) -> None:
+    settings = Settings(
+        model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES), run_log_mb=0.01
+    )
+    with SkillDeck(checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings) as deck:
+        own_matter(deck, "demo-matter", "alice")
+        with TestClient(create_app(deck, api_keys=HASHES)) as client:
+            answer = client.post(
+                "/agui", headers=auth("alice"), json=_agui("big", "r1", forwardedProps=DEMO_RUN)
+            )
+            said = _events(answer.text)
+            assert said[-1]["type"] == "RUN_ERROR" and said[-1]["code"] == "RUN_LOG_FULL"
+            assert "GET /threads/big" in said[-1]["message"]
+            assert len(answer.content) <= 10_000
+            for _ in range(200):  # the run went on to its card
+                status = client.get("/threads/big", headers=auth("alice")).json()["status"]
+                if status != "running":
+                    break
+                time.sleep(0.05)
+            assert status == "interrupted"
+
+
+def test_runs_that_cannot_get_room_in_the_run_log_are_refused_503() -> None:
+    async def fill() -> None:
+        logs = RunLogs(budget=2_000)
+        opened = []
+        with pytest.raises(SkillDeckError) as full:
+            for i in range(100):
+                opened.append(logs.open(f"t{i}"))
+        assert full.value.code == "RUN_LOG_FULL" and logs.held <= logs.budget
+        for log in opened:
+            logs.drop(log)
+        assert logs.held == 0
+        assert logs.open("again").reserve > 0
+
+    asyncio.run(fill())
+
+
+# -- 9. AG-UI matter ids are checked before they are claimed ------------------------------------
+@pytest.mark.parametrize(
+    "matter",
+    ["../x", "m" * 900_000, {"a": 1}, 7, ["demo-matter"]],
+    ids=["path", "900 KB", "object", "int", "list"],
+)
+def test_agui_matter_ids_are_validated_before_they_are_claimed(tmp_path: Path, matter: Any) -> None:
+    settings = Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES),
+                        matter_policy="claim")  # fmt: skip
+    with SkillDeck(checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings) as deck:
+        with TestClient(create_app(deck, api_keys=HASHES)) as client:
+            props = {**DEMO_RUN, "matter_id": matter}
+            answer = client.post(
+                "/agui", headers=auth("alice"), json=_agui("m-1", "r1", forwardedProps=props)
+            )
+            assert answer.status_code == 422, answer.text[:300]
+            assert "forwardedProps.matter_id" in answer.json()["error"]["message"]
+            assert len(answer.content) < 2000
+        assert deck.index.matters() == [] and deck.index.get("m-1") is None
+
+
+# -- 10. quotas on stored rows ------------------------------------------------------------------
+def test_threads_and_matters_past_a_users_quota_are_403_and_nothing_is_stored(
+    database_url: str,
+) -> None:
+    settings = Settings(
+        model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES), matter_policy="claim",
+        max_threads_per_user=3, max_matters_per_user=1,
+    )  # fmt: skip
+    with SkillDeck(checkpointer=database_url, settings=settings) as deck:
+        with TestClient(create_app(deck, api_keys=HASHES)) as client:
+            made = [client.post("/threads", headers=auth("alice")) for _ in range(2)]
+            assert [r.status_code for r in made] == [201, 201]
+            # An AG-UI request that is refused stores no thread: not counted, not kept.
+            for body in (
+                _agui("a-refused", "r1"),  # nothing to run
+                _agui("a-refused", "r1", forwardedProps={**DEMO_RUN, "matter_id": None}),
+            ):
+                client.post("/agui", headers=auth("alice"), json=body)
+            assert deck.index.get("a-refused") is None
+            first = _agui("a-1", "r1", forwardedProps=DEMO_RUN)  # claims demo-matter
+            assert client.post("/agui", headers=auth("alice"), json=first).status_code == 200
+            over = client.post("/threads", headers=auth("alice"))
+            assert over.status_code == 403
+            assert over.json()["error"]["code"] == "QUOTA_EXCEEDED"
+            assert over.json()["error"]["quota"] == "threads"
+            assert "SKILLDECK_MAX_THREADS_PER_USER" in over.json()["error"]["message"]
+            agui_over = client.post("/agui", headers=auth("alice"), json=_agui("a-2", "r1",
+                                    messages=[_said("hi")]))  # fmt: skip
+            assert agui_over.status_code == 403 and deck.index.get("a-2") is None
+            assert len(deck.threads(user_id="alice")) == 3
+            assert client.post("/threads", headers=auth("bob")).status_code == 201  # per user
+            # Matters: bob claims one, and is refused a second.
+            thread = client.post("/threads", headers=auth("bob")).json()["thread_id"]
+            mine = {**DEMO_RUN, "matter_id": "bobs-1"}
+            client.post(f"/threads/{thread}/runs", headers=auth("bob"), json=mine)
+            second = client.post(
+                f"/threads/{thread}/runs", headers=auth("bob"),
+                json={**DEMO_RUN, "matter_id": "bobs-2"},
+            )  # fmt: skip
+            assert second.status_code == 403 and second.json()["error"]["quota"] == "matters"
+        assert [m for m, _, _ in deck.index.matters()] == ["bobs-1", "demo-matter"]
+        assert deck.index.add_matter("for-bob", "bob")  # an operator is never refused
+
+
+# -- 11. the granted matter policy is the service's default ------------------------------------
+def test_serve_lets_users_name_only_matters_granted_to_them_unless_claim_is_chosen(
+    tmp_path: Path,
+) -> None:
+    assert Settings.model_fields["matter_policy"].default == "granted"
+    base = {"model": f"scripted:{DEMO_SCRIPT}", "files_root": str(DEMO_FILES)}
+    url = f"sqlite:///{tmp_path / 'a.sqlite'}"
+    with (
+        SkillDeck(checkpointer=url, settings=Settings(**base)) as deck,
+        TestClient(create_app(deck, api_keys=HASHES)) as client,
+    ):
+        _, refused = _run(client, "alice", DEMO_RUN)
+        assert refused.status_code == 404
+        assert refused.json()["error"]["code"] == "MATTER_NOT_FOUND"
+        assert deck.index.matters() == []  # naming it claimed nothing
+        own_matter(deck, "demo-matter", "alice")
+        _, served = _run(client, "alice", DEMO_RUN)
+        assert served.status_code == 200 and "event: card" in served.text
+        _, bobs = _run(client, "bob", DEMO_RUN)
+        assert bobs.status_code == 404
+    claim = Settings(**base, matter_policy="claim")
+    with SkillDeck(checkpointer=f"sqlite:///{tmp_path / 'b.sqlite'}", settings=claim) as deck:
+        with TestClient(create_app(deck, api_keys=HASHES)) as client:
+            _, claimed = _run(client, "alice", DEMO_RUN)
+            assert claimed.status_code == 200
+        assert deck.index.matter("demo-matter") == ("alice", ())
+
+
+# -- 12. card field keys ---------------------------------------------------------------------------
+def test_a_card_field_key_nested_too_deep_is_re_asked(skills_dir: Path, tmp_path: Path) -> None:
+    write_bundle(skills_dir, "asker", data={"n": {"type": "object"}})
+
+    def ask(key: str) -> dict[str, Any]:
+        question = {"question": "?", "field_key": key, "input_type": "text", "required": True}
+        return output(action="ask_user", review_type="clarify", questions=[question])
+
+    deep = "n." + ".".join(["a"] * 300)
+    turns = [
+        {**ask(deep), "invalid": True},
+        {**ask("n." + "b" * 300), "invalid": True},
+        ask("n." + ".".join(["a"] * 15)),  # 16 parts: the most there may be
+        output(),
+    ]
+    script = tmp_path / "t.json"
+    script.write_text(json.dumps({"skills": {"asker": turns}}))
+    settings = Settings(model=f"scripted:{script}", max_retries=2)
+    with SkillDeck(skills_dir, checkpointer="memory://", settings=settings) as deck:
+        paused = deck.run(context="ctx")
+        assert paused.status == "interrupted", paused.error
+        rejected = [r for r in deck.history(paused.thread_id) if r["action"] == "rejected"]
+        errors = [e for r in rejected for e in r["validation_errors"]]
+        assert all(e["path"].endswith(".field_key") for e in errors) and len(rejected) == 2
+        assert paused.card is not None
+        (question,) = paused.card["questions"]
+        done = deck.resume(paused.thread_id, {question["field_key"]: "yes"})
+        assert done.status == "finished", done.error

@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -124,12 +127,12 @@ def test_a_server_that_dies_or_stalls_mid_call_is_a_tool_error(
     assert said[2][1] == "echo: again"  # the next call gets a fresh server
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
-    port = free_port()
+@contextmanager
+def mcp_over_http(port: int, query: str = "") -> Iterator[str]:
+    """The test server on streamable HTTP at ``port``: its URL (with ``query``), while it runs."""
     proc = subprocess.Popen([sys.executable, str(SERVER), "--http", str(port)],
                             stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}/mcp"
+    url = f"http://127.0.0.1:{port}/mcp{query}"
     try:
         for _ in range(100):
             try:
@@ -141,6 +144,12 @@ def http_server() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    with mcp_over_http(free_port()) as url:
+        yield url
 
 
 def test_streamable_http_servers_and_settings_config(
@@ -184,3 +193,48 @@ def test_no_server_is_contacted_when_no_skill_names_one(skills_dir: Path) -> Non
     (skills_dir / "mcp.json").write_text("not json")  # never read
     deck = SkillDeck(skills_dir, settings=Settings(checkpoint_url="sqlite:///:memory:"))
     deck.close()
+
+
+def test_a_broken_servers_error_text_stays_in_the_log(
+    skills_dir: Path,
+    tmp_path: Path,
+    make_deck: Callable[..., SkillDeck],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server reached with its key in the URL breaks after listing its tools (here: another
+    service takes its port and answers 500); httpx's error names the URL, key and all. The
+    model reads the public reason, the log the redacted text."""
+    leaked = "sk-proj-LEAKED0123456789abcdefXYZ"
+    port = free_port()
+    with mcp_over_http(port, f"?api_key={leaked}") as url:
+        write_bundle(skills_dir, "agent", meta={"tools": ["mcp:web/echo"]})
+        (tmp_path / "servers.json").write_text(json.dumps({"mcpServers": {"web": {"url": url}}}))
+        turns = {"agent": [call("mcp__web__echo", text="x"), {"output": FINISH}]}
+        deck = make_deck(skills_dir, turns, mcp_config=str(tmp_path / "servers.json"))
+
+    class Broken(BaseHTTPRequestHandler):
+        def fail(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(500)
+            self.end_headers()
+
+        do_GET = do_POST = do_DELETE = fail
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    broken = ThreadingHTTPServer(("127.0.0.1", port), Broken)
+    threading.Thread(target=broken.serve_forever, daemon=True).start()
+    try:
+        result = deck.run(context="ctx")
+    finally:
+        broken.shutdown()
+        broken.server_close()
+    assert result.status == "finished", result.error
+    (said,) = results(deck, result.thread_id)
+    assert said[1] == (
+        "Error: the MCP server failed: HTTPStatusError (HTTP 500); the details are in the "
+        "server log"
+    )
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name == "skilldeck")
+    assert "api_key=[redacted]" in logged and leaked not in logged

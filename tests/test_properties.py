@@ -6,21 +6,32 @@ never a 5xx. The number of examples is bounded so the suite stays quick in CI.""
 from __future__ import annotations
 
 import json
+import logging
+import operator
 import os
+import re
+import string
 import tempfile
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from endpoint import Answer, serve, settings_for
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from skilldeck import InvalidAnswersError, Settings, SkillDeck
+from skilldeck import InvalidAnswersError, Settings, SkillDeck, SkillDeckError
+from skilldeck._internal.ids import ID_MAX_LENGTH, ID_PATTERN, check_id, id_problem
+from skilldeck._internal.redact import log_error, safe_reason
 from skilldeck.nodes import validate_answers
 from skilldeck.server import create_app, hash_key
+from skilldeck.server.agui import AguiInput
+from skilldeck.server.schemas import ResumeRequest, RunRequest
 from skilldeck.skills.conditions import ConditionError, parse_condition
 from skilldeck.tools import default_registry
 
@@ -245,3 +256,155 @@ def test_any_request_body_gets_a_documented_answer(
         assert answer.json()["error"]["code"]
     status = client.get(f"/threads/{thread}", headers=headers).json()["status"]
     assert status != "running"
+
+
+# -- issue 32: one rule for ids, one way from an exception to what anyone reads ----------------
+#: Strings near the id rule's edges: ids, almost-ids, paths, long ones, and anything.
+ID_LIKE = st.one_of(
+    st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,140}", fullmatch=True),
+    st.text(alphabet="ab.:_-/\\ %", max_size=140),
+    st.text(max_size=40),
+)
+
+
+@BOUNDED
+@given(value=ID_LIKE)
+def test_every_id_is_held_to_the_one_rule_wherever_it_is_given(value: str) -> None:
+    problem = id_problem(value)
+    accepted = problem is None
+    assert accepted == (
+        0 < len(value) <= ID_MAX_LENGTH and re.fullmatch(ID_PATTERN, value) is not None
+    )
+    if accepted:  # an id names one folder, never a path
+        assert value not in (".", "..") and "/" not in value and "\\" not in value
+    body = {"threadId": "t", "runId": "r", "messages": [], "forwardedProps": {}}
+    fields = {
+        "runId": {**body, "runId": value},
+        "threadId": {**body, "threadId": value},
+        "message id": {**body, "messages": [{"id": value, "role": "user", "content": "hi"}]},
+        "interruptId": {**body, "resume": [{"interruptId": value, "status": "cancelled"}]},
+    }
+    for where, given_body in fields.items():
+        try:
+            AguiInput.model_validate(given_body)
+        except ValidationError:
+            assert not accepted, where
+        else:
+            assert accepted, where
+    for model, field in ((RunRequest, {"context": "c", "matter_id": value}),
+                         (ResumeRequest, {"answers": {}, "interrupt_id": value})):  # fmt: skip
+        try:
+            model.model_validate(field)
+        except ValidationError:
+            assert not accepted
+        else:
+            assert accepted
+    try:
+        check_id("thread_id", value)
+    except SkillDeckError as exc:
+        assert not accepted and len(str(exc)) < ID_MAX_LENGTH + 200  # never an echo of a long id
+    else:
+        assert accepted
+
+
+#: Credentials as providers and services echo them back: API keys of known shapes, AWS key ids
+#: and long opaque tokens.
+SECRETS = st.one_of(
+    st.builds(
+        operator.add,
+        st.sampled_from(["sk-", "sk-proj-", "sdk_", "rk_", "pk-", "ghp_", "gho_", "xoxb-"]),
+        st.text(alphabet=string.ascii_letters + string.digits + "_-", min_size=12, max_size=48),
+    ),
+    st.text(alphabet=string.ascii_uppercase + string.digits, min_size=16, max_size=16).map(
+        lambda s: "AKIA" + s
+    ),
+    st.text(alphabet=string.ascii_letters + string.digits, min_size=40, max_size=90),
+)
+AROUND = st.text(max_size=60)
+
+
+class _ProviderError(Exception):
+    """An SDK's error: a status, a response, and the provider's body in its text."""
+
+    def __init__(self, text: str, status_code: int) -> None:
+        super().__init__(text)
+        self.status_code = status_code
+
+
+def _raised(kind: str, text: str) -> BaseException:
+    made: dict[str, Callable[[], BaseException]] = {
+        "runtime": lambda: RuntimeError(text),
+        "os": lambda: OSError(13, text),
+        "key": lambda: KeyError(text),
+        "provider": lambda: _ProviderError(text, 401),
+        "group": lambda: ExceptionGroup("task group", [ConnectionError(text)]),
+        "ours": lambda: SkillDeckError(text),
+    }
+    return made[kind]()
+
+
+@BOUNDED
+@given(
+    secret=SECRETS,
+    before=AROUND,
+    after=AROUND,
+    kind=st.sampled_from(["runtime", "os", "key", "provider", "group", "ours"]),
+)
+def test_no_secret_in_an_exception_reaches_its_public_reason_or_the_log(
+    secret: str, before: str, after: str, kind: str
+) -> None:
+    exc = _raised(kind, f"{before} {secret} {after}")
+    reason = safe_reason(exc)
+    assert secret not in str(reason) and len(str(reason)) <= 500
+    if kind == "provider":
+        assert str(reason) == "_ProviderError (HTTP 401)"
+    records: list[str] = []
+    log = logging.getLogger("skilldeck.properties")
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    log.addHandler(handler)
+    try:
+        logged = log_error(log, "it failed", exc, frame="failed: {}; see the log")
+    finally:
+        log.removeHandler(handler)
+    assert logged == reason or str(logged) == f"failed: {reason}; see the log"
+    assert records and all(secret not in r for r in records)
+
+
+@pytest.fixture(scope="module")
+def leaky_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A deck routing by description with a real model whose routing calls fail 401 with
+    whatever ``said["body"]`` holds, and a client of its service."""
+    said = {"body": ""}
+
+    def answer(body: dict[str, Any]) -> Answer:
+        return Answer(status=401, error=said["body"])
+
+    root = tmp_path_factory.mktemp("leaky")
+    write_bundle(root / "skills", "recipes", meta={"description": "Suggest a recipe"})
+    with serve([answer] * 10_000) as endpoint:
+        settings = settings_for(endpoint, output_mode="json")
+        with SkillDeck(root / "skills", checkpointer="memory://", settings=settings) as deck:
+            app = create_app(deck, api_keys={hash_key(KEYS["alice"]): "alice"})
+            with TestClient(app) as test_client:
+                yield said, deck, test_client
+
+
+@settings(BOUNDED, max_examples=max(10, (BOUNDED.max_examples or 100) // 4))
+@given(secret=SECRETS, before=AROUND, after=AROUND)
+def test_no_secret_a_routing_model_echoes_reaches_an_event_or_a_state(
+    leaky_provider: Any, secret: str, before: str, after: str
+) -> None:
+    said, deck, test_client = leaky_provider
+    said["body"] = f"{before} {secret} {after}"
+    result = deck.run("nothing matches zzz", context="auto", user_id="alice")
+    assert result.status == "no_skill"
+    assert "the routing model failed" in result.error["message"]  # type: ignore[index]
+    body = {"threadId": f"p{uuid.uuid4().hex}", "runId": "r", "messages": [
+        {"id": "m", "role": "user", "content": "nothing matches zzz"}]}  # fmt: skip
+    auth = {"Authorization": f"Bearer {KEYS['alice']}"}
+    events = test_client.post("/agui", headers=auth, json=body).text
+    thread = test_client.get(f"/threads/{body['threadId']}", headers=auth).text
+    assert '"RUN_ERROR"' in events
+    shown = json.dumps([result.to_dict(), deck.history(result.thread_id)]) + events + thread
+    assert secret not in shown

@@ -20,6 +20,7 @@ from conftest import (
     DEMO_FILES,
     DEMO_SCRIPT,
     output,
+    own_matter,
     serve_command,
     write_bundle,
     write_serve_root,
@@ -68,10 +69,20 @@ def names(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 
 def _deck(url: str) -> SkillDeck:
-    return SkillDeck(
+    deck = SkillDeck(
         checkpointer=url,
         settings=Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES)),
     )
+    if deck.index.matter("demo-matter") is None:
+        own_matter(deck, "demo-matter", "alice")
+    return deck
+
+
+@pytest.fixture
+def demo_deck(demo_deck: SkillDeck) -> SkillDeck:
+    """The demo deck, whose matter an operator made alice's (the service's default policy)."""
+    own_matter(demo_deck, "demo-matter", "alice")
+    return demo_deck
 
 
 @pytest.fixture
@@ -286,6 +297,7 @@ def test_tools_get_the_key_users_id_through_the_run_config(tmp_path: Path) -> No
         settings=Settings(model=f"scripted:{script}"),
         tools=ToolRegistry([tool]),
     )
+    own_matter(deck, "m-b", "bob")
     with TestClient(create_app(deck, api_keys=HASHES)) as test_client:
         thread = new_thread(test_client, "bob")
         body = {"context": "ctx", "matter_id": "m-b", "input": {"q": 1}}
@@ -512,6 +524,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (see ``write_serve_root``), so a client can leave in the middle of a run."""
     root = write_serve_root(tmp_path_factory.mktemp("serve"), HASHES, SLOW_S)
     port = free_port()
+    own_matter(f"sqlite:///{root / 'serve.sqlite'}", "demo-matter", "alice")
     command = serve_command(root, port, f"sqlite:///{root / 'serve.sqlite'}")
     server = ServeProcess(
         command, port, root / "server.log", {"SKILLDECK_FILES_ROOT": str(DEMO_FILES)}

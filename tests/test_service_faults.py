@@ -31,6 +31,7 @@ from conftest import (
     DEMO_FILES,
     DEMO_SCRIPT,
     output,
+    own_matter,
     serve_command,
     write_bundle,
     write_serve_root,
@@ -95,6 +96,7 @@ def serve(serve_root: Path) -> Iterator[Callable[..., list[Server]]]:
     started: list[Server] = []
 
     def start(url: str, n: int = 1) -> list[Server]:
+        own_matter(url, "demo-matter", "carol")
         servers = [Server(serve_root, url) for _ in range(n)]
         started.extend(servers)
         return [server.wait() for server in servers]
@@ -251,10 +253,12 @@ def test_thread_status_never_calls_an_unended_run_finished(
 
 
 def _demo_deck(url: str) -> SkillDeck:
-    return SkillDeck(
+    deck = SkillDeck(
         checkpointer=url,
         settings=Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES)),
     )
+    own_matter(deck, "demo-matter", "carol")
+    return deck
 
 
 DEMO = {"context": "matter", "matter_id": "demo-matter", "user_id": "u"}

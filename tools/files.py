@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import mimetypes
 import os
-import re
 import stat
 import tempfile
 from collections.abc import Mapping
@@ -21,19 +20,18 @@ from typing import Annotated, Any
 from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel, Field
 
+from skilldeck._internal.ids import id_problem
 from skilldeck.errors import ToolError
 from skilldeck.tools.registry import CHOICES
 from skilldeck.tools.workspace import record_write
 
-__all__ = ["MATTER_ID", "file_tools", "jailed_path", "matter_folder", "write_text_atomic"]
+__all__ = ["file_tools", "jailed_path", "matter_folder", "write_text_atomic"]
 
 MAX_PARSE_CHARS = 20_000
 #: The most files of a matter a listing walks.
 MAX_WALK = 1000
 #: The most file ids a ``schema`` mode grammar lists; a matter with more is not narrowed.
 MAX_CHOICES = 200
-#: A matter id: one folder name (no separators, never "." or ".."), so it names one folder.
-MATTER_ID = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -78,7 +76,7 @@ def matter_folder(root: Path | None, matter_id: str | None) -> Path:
         )
     if not matter_id:
         raise ToolError("this tool works in a matter's files, and the run has no matter_id")
-    if not MATTER_ID.fullmatch(matter_id):
+    if id_problem(matter_id) is not None:  # an id is one folder name: never "..", never "a/b"
         raise ToolError(f"matter_id {matter_id!r} is not one folder name")
     return jailed_path(root, matter_id)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from jsonschema import Draft202012Validator
 from langchain_core.tools import BaseTool, ToolException
 
 from skilldeck._internal.documents import DocumentError, parse_json
+from skilldeck._internal.redact import log_error
 from skilldeck.errors import MissingExtraError, SkillDeckError, ToolError, UntrustedScriptsError
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.tools.registry import IDENTITY_KEYS
@@ -48,6 +50,7 @@ MCP_PREFIX = "mcp:"
 _NAME = re.compile(r"mcp:(?P<server>[A-Za-z0-9_.-]+)/(?P<tool>[^/\s]+)")
 _SAFE = re.compile(r"[^A-Za-z0-9_]")
 T = TypeVar("T")
+log = logging.getLogger("skilldeck")
 
 _CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -90,8 +93,12 @@ def load_mcp_config(file: Path) -> dict[str, McpServer]:
     """
     try:
         value = parse_json(file.read_text("utf-8"))
-    except (OSError, DocumentError, UnicodeDecodeError) as exc:
+    except DocumentError as exc:  # our own words: where the JSON is wrong
         raise SkillDeckError(f"{file}: cannot read the MCP configuration: {exc}") from None
+    except UnicodeDecodeError:
+        raise SkillDeckError(f"{file}: the MCP configuration is not UTF-8 text") from None
+    except OSError as exc:
+        raise SkillDeckError(f"{file}: cannot read the MCP configuration: {exc.strerror}") from None
     errors = sorted(Draft202012Validator(_CONFIG_SCHEMA).iter_errors(value), key=str)
     if errors:
         where = "$" + "".join(f".{p}" for p in errors[0].absolute_path)
@@ -183,16 +190,11 @@ class McpTool(BaseTool):
                 f"the MCP server did not answer within {self.timeout_s:g} s; the call was "
                 "abandoned (try again, or do without it)"
             ) from None
-        except Exception as exc:
-            raise ToolError(f"the MCP server failed: {_reason(exc)}") from None
+        except Exception as exc:  # a dead or broken server: its text goes to the log only
+            frame = "the MCP server failed: {}; the details are in the server log"
+            reason = log_error(log, f"{self.name} failed", exc, level=logging.WARNING, frame=frame)
+            raise ToolError(str(reason)) from None
         return _text(result)
-
-
-def _reason(exc: BaseException) -> str:
-    """The innermost message of an exception group (task groups wrap a dead server's error)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _text(result: Any) -> str:
@@ -233,13 +235,14 @@ def mcp_tools(
         def listing(c: Any = client, n: str = name) -> Awaitable[list[BaseTool]]:
             return c.get_tools(server_name=n)  # type: ignore[no-any-return]
 
+        what = f"MCP server {name!r} ({server.source}) did not list its tools"
         try:
             listed = run_sync(listing, timeout_s)
+        except TimeoutError:
+            raise SkillDeckError(f"{what}: timed out after {timeout_s:g} s") from None
         except Exception as exc:
-            raise SkillDeckError(
-                f"MCP server {name!r} ({server.source}) did not list its tools: "
-                f"{'timed out' if isinstance(exc, TimeoutError) else _reason(exc)}"
-            ) from None
+            reason = log_error(log, what, exc, frame="{}; the details are in the log")
+            raise SkillDeckError(f"{what}: {reason}") from None
         for tool in listed:
             schema = dict(tool.args_schema) if isinstance(tool.args_schema, dict) else {}
             props = dict(schema.get("properties") or {})

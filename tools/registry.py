@@ -21,12 +21,15 @@ card's ``ui_config`` to its template). It must allow only arguments the tool acc
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool
+from pydantic import ValidationError
 
+from skilldeck._internal.redact import log_error
 from skilldeck.errors import ErrorCode, SkillDeckError, ToolError
 
 __all__ = [
@@ -52,6 +55,8 @@ SERVER_USER_KEY = "langgraph_auth_user_id"
 CHOICES = "choices"
 #: The ``metadata`` key of a tool's arguments schema for grammars (see the module docstring).
 GRAMMAR = "grammar"
+
+log = logging.getLogger("skilldeck")
 
 
 def run_identity(configurable: Mapping[str, Any]) -> dict[str, Any]:
@@ -199,6 +204,8 @@ class ToolRegistry:
 
         Errors are returned, not raised, so they can be fed back to the model: identity keys in
         ``args``, arguments that fail the tool's schema, and :class:`ToolError` from the tool.
+        Any other exception of the tool reaches the model as its public reason only (its text,
+        which may hold paths, data or a server's secrets, goes to the log, redacted).
         """
         forged = sorted(set(args) & set(IDENTITY_KEYS))
         if forged:
@@ -220,13 +227,15 @@ class ToolRegistry:
         payload: dict[str, Any] = {**args, **bound}
         try:
             result = tool.invoke(payload)
-        except ToolError as exc:
+        except ToolError as exc:  # the tool's own words, written for the model
             return ToolResult(False, f"Error: {exc}")
-        except ValueError as exc:  # pydantic's ValidationError: the model's arguments are wrong
+        except ValidationError as exc:  # the model's arguments are wrong: it reads why
             return ToolResult(False, f"Error: invalid arguments for {name}: {exc}")
         except Exception as exc:
             # A failing tool is news for the model, not a reason to strand the run.
-            return ToolResult(False, f"Error: {name} failed: {type(exc).__name__}: {exc}")
+            frame = "{}; the details are in the server log"
+            reason = log_error(log, f"tool {name} failed", exc, level=logging.WARNING, frame=frame)
+            return ToolResult(False, f"Error: {name} failed: {reason}")
         return ToolResult(True, result if isinstance(result, str) else _to_json(result))
 
 

@@ -419,9 +419,9 @@ def _broken(request: Request, exc: Exception) -> dict[str, Any]:
     if isinstance(exc, GraphRecursionError):
         code, message = "STEP_LIMIT", "the run took more steps than SKILLDECK_MAX_STEPS allows"
     else:
-        log_error(log, f"run of thread {request.thread_id} broke", exc)
+        reason = log_error(log, f"run of thread {request.thread_id} broke", exc)
         code = "INTERNAL_ERROR"
-        message = f"the run stopped on an internal error ({type(exc).__name__}); see the log"
+        message = f"the run stopped on an internal error ({reason}); see the log"
     return {"status": "failed", "error": {"code": code, "message": message}, "turn": None}
 
 
@@ -465,19 +465,29 @@ def run_result(thread_id: str, snapshot: StateSnapshot) -> RunResult:
     )
 
 
+# SQLite's answers when another connection holds the lock past the busy timeout.
+_LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")
+
+
 @contextlib.contextmanager
 def checkpoint_errors() -> Iterator[None]:
-    """Turn database failures into :class:`CheckpointError` with a hint."""
+    """Turn database failures into :class:`CheckpointError` with a hint; the database's own
+    text (which may name its host, user or files) goes to the log."""
     try:
         yield
     except sqlite3.OperationalError as exc:
+        reason = log_error(log, "checkpoint database unavailable", exc, level=logging.WARNING)
+        if getattr(exc, "sqlite_errorname", None) in _LOCKED:
+            raise CheckpointError(
+                f"checkpoint database is locked by another process ({reason}); retry, or raise "
+                "SKILLDECK_SQLITE_TIMEOUT_S"
+            ) from exc
         raise CheckpointError(
-            f"checkpoint database unavailable ({exc}); if another process holds a write lock, "
-            "retry or raise SKILLDECK_SQLITE_TIMEOUT_S"
+            f"checkpoint database unavailable ({reason}); the details are in the log"
         ) from exc
     except connection_errors() as exc:
-        reason = " ".join(str(exc).split())  # libpq's messages span lines
+        reason = log_error(log, "checkpoint database unavailable", exc, level=logging.WARNING)
         raise CheckpointError(
-            f"checkpoint database unavailable ({type(exc).__name__}: {reason}); the server may "
-            "be restarting: retry in a moment"
+            f"checkpoint database unavailable ({reason}); the server may be restarting: retry "
+            "in a moment; the details are in the log"
         ) from exc

@@ -63,8 +63,9 @@ def serve(
     matter_policy: Annotated[
         str | None,
         typer.Option(
-            help="'claim': the first user to name a matter owns it; 'granted': only matters "
-            "made with `skilldeck matters` (default: SKILLDECK_MATTER_POLICY, else claim)."
+            help="'granted': users run only on matters made or granted with `skilldeck "
+            "matters`; 'claim' (one tenant): also on a matter nobody owns yet, which becomes "
+            "theirs (default: SKILLDECK_MATTER_POLICY, else granted)."
         ),
     ] = None,
     docs: Annotated[
@@ -79,7 +80,8 @@ def serve(
 
     Runs several of these against one PostgreSQL (SKILLDECK_CHECKPOINT_URL=postgresql://...)
     behind a load balancer to scale out; the OpenAPI schema is at /openapi.json. A user may run
-    only on matters they own or were granted (see `skilldeck matters --help`).
+    only on matters they own or were granted (see `skilldeck matters --help`); docs/security.md
+    is the operator's page on who may reach what and the limits.
     """
     try:
         import uvicorn

@@ -39,10 +39,11 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 from ag_ui.encoder import EventEncoder
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from skilldeck._internal.ids import Identifier, check_id, id_problem
+from skilldeck.errors import SkillDeckError
 from skilldeck.nodes.router import AUTO_CONTEXT
-from skilldeck.server.schemas import THREAD_ID
 from skilldeck.types import (
     CardEvent,
     DeltaEvent,
@@ -63,17 +64,59 @@ def encode_agui(event: BaseEvent, id: str) -> bytes:
     return f"id: {id}\n{_ENCODER.encode(event)}".encode()
 
 
-class AguiInput(RunAgentInput):
-    """AG-UI's ``RunAgentInput``, with the thread id a deck accepts (a name, never a path)."""
+#: The longest ``forwardedProps.context``, as in a run request's ``context``.
+MAX_CONTEXT = 200
 
-    thread_id: str = Field(alias="threadId", min_length=1, max_length=200, pattern=THREAD_ID)
+
+class AguiInput(RunAgentInput):
+    """AG-UI's ``RunAgentInput``, whose ids a client chooses (the thread's, the run's, the
+    messages' and tool calls', the interrupts') held to the ids a deck accepts
+    (:mod:`skilldeck._internal.ids`): each is repeated in the run's events, and the thread id
+    names a stored thread."""
+
+    thread_id: Identifier = Field(alias="threadId")
+    run_id: Identifier = Field(alias="runId")
+    parent_run_id: Identifier | None = Field(default=None, alias="parentRunId")
+
+    @field_validator("messages")
+    @classmethod
+    def _message_ids(cls, messages: list[Any]) -> list[Any]:
+        for i, message in enumerate(messages):
+            named = {
+                "id": message.id,
+                "subagentRunId": getattr(message, "subagent_run_id", None),
+                "toolCallId": getattr(message, "tool_call_id", None),
+            }
+            for j, call in enumerate(getattr(message, "tool_calls", None) or ()):
+                named[f"toolCalls[{j}].id"] = call.id
+            _check_ids(f"messages[{i}]", named)
+        return messages
+
+    @field_validator("resume")
+    @classmethod
+    def _interrupt_ids(cls, resume: list[Any] | None) -> list[Any] | None:
+        for i, entry in enumerate(resume or ()):
+            _check_ids(f"resume[{i}]", {"interruptId": entry.interrupt_id})
+        return resume
+
+
+def _check_ids(where: str, named: Mapping[str, Any]) -> None:
+    for name, value in named.items():
+        problem = None if value is None else id_problem(value)
+        if problem is not None:
+            raise ValueError(f"{where}.{name} {problem}")
 
 
 def agui_request(body: RunAgentInput) -> tuple[str, dict[str, Any]]:
     """The deck call an AG-UI input stands for: ``("run", {input, context, matter_id})``,
     ``("resume", {answers, interrupt_id})``, or ``("refuse", {code, message})`` for an input
     that is valid AG-UI but asks nothing a deck can do (the run ends with ``RUN_ERROR`` and
-    nothing changes)."""
+    nothing changes).
+
+    Raises:
+        SkillDeckError: ``forwardedProps.matter_id`` is not an id, or ``forwardedProps.context``
+            is not a short string (answered 422 before anything is stored or claimed).
+    """
     if body.resume:
         entry = body.resume[0]
         if entry.status != "resolved":
@@ -105,11 +148,16 @@ def agui_request(body: RunAgentInput) -> tuple[str, dict[str, Any]]:
             "code": "NOTHING_TO_RUN",
             "message": "nothing to run: send a user message, or forwardedProps.input",
         }
-    return "run", {
-        "input": run_input,
-        "context": str(props.get("context") or AUTO_CONTEXT),
-        "matter_id": props.get("matter_id"),
-    }
+    matter_id = props.get("matter_id")
+    if matter_id is not None:
+        check_id("forwardedProps.matter_id", matter_id)
+    context = props.get("context") or AUTO_CONTEXT
+    if not isinstance(context, str) or len(context) > MAX_CONTEXT:
+        raise SkillDeckError(
+            f"forwardedProps.context must be a string of at most {MAX_CONTEXT} characters "
+            f"(a context the skills run in, or {AUTO_CONTEXT!r})"
+        )
+    return "run", {"input": run_input, "context": context, "matter_id": matter_id}
 
 
 def _text(content: Any) -> str:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 from uuid import uuid4
 
 from ag_ui.core import RunErrorEvent
@@ -33,7 +33,9 @@ from fastapi.types import DecoratedCallable
 from langchain_core.runnables import RunnableConfig
 from starlette.concurrency import run_in_threadpool
 
-from skilldeck._internal.redact import log_error
+from skilldeck._internal.ids import ID_MAX_LENGTH, ID_PATTERN
+from skilldeck._internal.redact import log_error, safe_reason
+from skilldeck.checkpoints.threads import ThreadRecord
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import (
     NoPendingCardError,
@@ -47,7 +49,7 @@ from skilldeck.server.console import mount_console
 from skilldeck.server.errors import NotFound, install_error_handlers, responses
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit
-from skilldeck.server.runlog import RunLog, RunLogs
+from skilldeck.server.runlog import SKILLDECK_EVENTS, Protocol, RunLog, RunLogs
 from skilldeck.server.schemas import (
     CreatedThread,
     Health,
@@ -61,8 +63,8 @@ from skilldeck.server.schemas import (
     ThreadState,
     ThreadView,
 )
-from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse, format_event
-from skilldeck.types import ErrorEvent, RunResult
+from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse
+from skilldeck.types import RunResult
 
 __all__ = ["create_app"]
 
@@ -115,17 +117,8 @@ _AGUI_RESPONSE: dict[int | str, dict[str, Any]] = {
 }
 
 
-class Protocol(NamedTuple):
-    """How a run's events go on the wire: each event's SSE message, and the event of an error
-    that ends a run."""
-
-    encode: Callable[[Any, str], bytes]
-    error: Callable[[str, str, str], Any]
-
-
-SKILLDECK_EVENTS = Protocol(format_event, ErrorEvent)
 AGUI_EVENTS = Protocol(
-    encode_agui, lambda thread_id, code, message: RunErrorEvent(message=message, code=code)
+    encode_agui, lambda thread_id, code, reason: RunErrorEvent(message=str(reason), code=code)
 )
 
 
@@ -145,13 +138,18 @@ class Threads:
         # Threads with a run in progress here; another run or resume of one of them is a 409.
         self.active: set[str] = set()
         # Each thread's latest run, numbered, for the client that started it and any that
-        # reconnects (GET /threads/{id}/stream).
-        self.logs = RunLogs()
+        # reconnects (GET /threads/{id}/stream), within SKILLDECK_RUN_LOG_MB.
+        self.logs = RunLogs(int(deck.settings.run_log_mb * 1_000_000))
 
     # -- ownership (blocking: call in a worker thread) ------------------------------------
     def create(self, user_id: str) -> CreatedThread:
-        record = self.deck.index.create(uuid4().hex, user_id)
+        record = self._new(uuid4().hex, user_id)
         return CreatedThread(thread_id=record.thread_id, created_at=record.created_at)
+
+    def _new(self, thread_id: str, user_id: str) -> ThreadRecord:
+        """Store a new thread of ``user_id``, within their quota (an existing one is kept)."""
+        limit = self.deck.settings.max_threads_per_user
+        return self.deck.index.create(thread_id, user_id, limit=limit)
 
     def owned(self, thread_id: str, user_id: str) -> RunResult | None:
         """The thread if ``user_id`` owns it (``None``: created, not run yet).
@@ -162,21 +160,33 @@ class Threads:
         """
         record = self.deck.index.get(thread_id)
         if record is None or record.user_id != user_id:
-            raise NotFound(
-                "THREAD_NOT_FOUND",
-                f"thread {thread_id!r} not found for this API key: create one with POST /threads",
-            )
+            raise _unknown(thread_id)
         try:
             return self.deck.get_thread(thread_id)
         except ThreadNotFoundError:
             return None
 
+    def mine_or_free(self, thread_id: str, user_id: str) -> bool:
+        """Whether ``thread_id`` is a thread of ``user_id`` (``False``: nobody's yet: an
+        AG-UI client names its threads).
+
+        Raises:
+            NotFound: it is another user's (the answer an unknown thread gets elsewhere).
+        """
+        record = self.deck.index.get(thread_id)
+        if record is not None and record.user_id != user_id:
+            raise _unknown(thread_id)
+        return record is not None
+
     def adopt(self, thread_id: str, user_id: str) -> None:
-        """Make ``thread_id`` a thread of ``user_id`` if it is new (an AG-UI client names its
-        threads); one of another user answers 404 like an unknown one."""
-        if self.deck.index.get(thread_id) is None:
-            self.deck.index.create(thread_id, user_id)
+        """Make ``thread_id``, nobody's a moment ago, a thread of ``user_id`` (within their
+        quota); if another user's request took it meanwhile, 404."""
+        self._new(thread_id, user_id)
         self.owned(thread_id, user_id)
+
+    def abandon(self, thread_id: str) -> None:
+        """Forget a thread :meth:`adopt` stored for a run that was then refused."""
+        self.deck.index.discard(thread_id)
 
     def check_matter(self, user_id: str, matter_id: str | None) -> None:
         """Refuse a matter the user may not use, with the answer an unknown matter gets."""
@@ -198,15 +208,17 @@ class Threads:
         """
         if thread_id in self.active:
             raise ThreadBusyError(thread_id)
+        run_log = self.logs.open(thread_id, protocol)
         self.active.add(thread_id)
         try:
             events = await run_in_threadpool(start)
         except BaseException:
             self.active.discard(thread_id)
+            self.logs.drop(run_log)
             raise
+        self.logs.publish(run_log)
         loop = asyncio.get_running_loop()
-        run_log = self.logs.start(thread_id, protocol.encode)
-        self.executor.submit(self._drain, events, thread_id, loop, run_log, protocol)
+        self.executor.submit(self._drain, events, thread_id, loop, run_log)
         return EventStreamResponse(run_log.follow())
 
     def _drain(
@@ -215,22 +227,22 @@ class Threads:
         thread_id: str,
         loop: asyncio.AbstractEventLoop,
         events_log: RunLog,
-        protocol: Protocol,
     ) -> None:
         def post(callback: Callable[..., Any], *args: Any) -> None:
             # A closed loop (shutdown) has nobody listening; the run goes on regardless.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(callback, *args)
 
+        error = events_log.protocol.error
         try:
             for event in events:
                 post(events_log.append, event)
         except SkillDeckError as exc:
-            post(events_log.append, protocol.error(thread_id, exc.code.value, str(exc)))
+            post(events_log.append, error(thread_id, exc.code.value, safe_reason(exc)))
         except Exception as exc:
-            log_error(log, f"run of thread {thread_id} failed", exc)
-            message = f"internal error ({type(exc).__name__}); the details are in the server log"
-            post(events_log.append, protocol.error(thread_id, "INTERNAL_ERROR", message))
+            frame = "internal error ({}); the details are in the server log"
+            reason = log_error(log, f"run of thread {thread_id} failed", exc, frame=frame)
+            post(events_log.append, error(thread_id, "INTERNAL_ERROR", reason))
         finally:
             post(events_log.close)
             post(self.active.discard, thread_id)
@@ -238,6 +250,13 @@ class Threads:
     def shutdown(self) -> None:
         """Wait for the runs in progress to reach their card or end."""
         self.executor.shutdown(wait=True)
+
+
+def _unknown(thread_id: str) -> NotFound:
+    return NotFound(
+        "THREAD_NOT_FOUND",
+        f"thread {thread_id!r} not found for this API key: create one with POST /threads",
+    )
 
 
 def _thread_view(thread_id: str, result: RunResult | None) -> ThreadView:
@@ -264,10 +283,11 @@ def create_app(
             or ``None`` for ``SKILLDECK_API_KEYS``.
         max_body_bytes: larger request bodies are refused with 413.
         matter_check: ``(user_id, matter_id) -> bool``: which matters a user may run on.
-            By default a matter belongs to the first user who names it, or to the owner an
-            operator gave it, and to the users it was granted to (``skilldeck matters``); with
-            ``settings.matter_policy="granted"`` a user may name only matters made for them.
-            A refused matter is answered like an unknown one (404).
+            By default (``settings.matter_policy="granted"``) a user may name only the
+            matters an operator made for them or granted them (``skilldeck matters``); with
+            ``"claim"`` (one tenant), also a matter nobody owns yet, which becomes theirs
+            (at most ``settings.max_matters_per_user``). A refused matter is answered like an
+            unknown one (404).
         workers: runs that may go on at once in this process.
         docs: serve ``/docs`` and ``/redoc``, whose pages load their scripts from a CDN (off by
             default: deployments are often offline); ``/openapi.json`` is always served.
@@ -280,9 +300,10 @@ def create_app(
     keys = api_keys if isinstance(api_keys, ApiKeys) else ApiKeys.load(api_keys)
     if matter_check is None:
         claim = deck.settings.matter_policy == "claim"
+        limit = deck.settings.max_matters_per_user
 
         def matter_check(user_id: str, matter_id: str) -> bool:
-            return deck.index.may_use_matter(user_id, matter_id, claim=claim)
+            return deck.index.may_use_matter(user_id, matter_id, claim=claim, limit=limit)
 
     threads = Threads(deck, matter_check, workers)
 
@@ -303,7 +324,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     install_error_handlers(app)
     User = Annotated[str, Depends(current_user(keys))]
-    ThreadId = Annotated[str, PathParam(min_length=1, max_length=200)]
+    ThreadId = Annotated[str, PathParam(min_length=1, max_length=ID_MAX_LENGTH, pattern=ID_PATTERN)]
 
     @app.get("/health", response_model=Health, responses=responses(503), tags=["service"])
     async def health() -> Any:
@@ -324,7 +345,7 @@ def create_app(
         "/threads",
         status_code=201,
         response_model=CreatedThread,
-        responses=responses(401, 413),
+        responses=responses(401, 403, 413),
         tags=["threads"],
     )
     async def create_thread(user: User) -> CreatedThread:
@@ -364,7 +385,10 @@ def create_app(
         return app.post(
             path,
             response_class=EventStreamResponse,
-            responses={**_SSE_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
+            responses={
+                **_SSE_RESPONSE,
+                **responses(401, 403, 404, 409, 413, 422, 503, stream=True),
+            },
             tags=["threads"],
         )
 
@@ -420,7 +444,9 @@ def create_app(
     async def follow(
         thread_id: ThreadId,
         user: User,
-        last_event_id: Annotated[str | None, Header(max_length=200)] = None,
+        last_event_id: Annotated[
+            str | None, Header(max_length=ID_MAX_LENGTH, pattern=ID_PATTERN)
+        ] = None,
     ) -> Any:
         """The events of the thread's latest run in this process: those after
         ``Last-Event-ID`` (all of them without it), then the live ones until the run's end.
@@ -438,19 +464,31 @@ def create_app(
     @app.post(
         "/agui",
         response_class=EventStreamResponse,
-        responses={**_AGUI_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
+        responses={
+            **_AGUI_RESPONSE,
+            **responses(401, 403, 404, 409, 413, 422, 503, stream=True),
+        },
         tags=["agui"],
     )
     async def agui(body: AguiInput, user: User) -> Any:
         """The deck as an AG-UI agent: ``RunAgentInput`` in, AG-UI events out. A run starts
         from the last user message (routed by description) or ``forwardedProps`` (``input``,
         ``context``, ``matter_id``); a card ends it with an interrupt outcome whose
-        ``responseSchema`` is the answers' schema; a ``resume`` entry answers the card."""
+        ``responseSchema`` is the answers' schema; a ``resume`` entry answers the card.
+
+        The thread id is the client's: a thread nobody has yet becomes the caller's when a
+        run on it starts (a refused request stores nothing)."""
         thread_id = body.thread_id
-        await run_in_threadpool(threads.adopt, thread_id, user)
-        kind, asked = agui_request(body)
+        kind, asked = agui_request(body)  # a malformed matter id or context: 422 first
+        known = await run_in_threadpool(threads.mine_or_free, thread_id, user)
+        if kind == "resume" and not known:
+            raise _unknown(thread_id)
+        adopted = False
         if kind == "run":
             await run_in_threadpool(threads.check_matter, user, asked["matter_id"])
+            if not known:
+                await run_in_threadpool(threads.adopt, thread_id, user)
+                adopted = True
 
         def start() -> Iterator[Any]:
             if kind == "refuse":
@@ -475,7 +513,12 @@ def create_app(
 
             return agui_events(thread_id, body.run_id, events, state)
 
-        return await threads.stream(thread_id, start, AGUI_EVENTS)
+        try:
+            return await threads.stream(thread_id, start, AGUI_EVENTS)
+        except BaseException:
+            if adopted:  # the run was refused: the thread it would have started is not kept
+                await run_in_threadpool(threads.abandon, thread_id)
+            raise
 
     @read("/threads/{thread_id}", ThreadView)
     async def get_thread(thread_id: ThreadId, user: User) -> ThreadView:

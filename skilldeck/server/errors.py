@@ -37,22 +37,26 @@ _STATUS = {
     ErrorCode.INVALID_ANSWERS: 422,
     ErrorCode.INVALID_INPUT: 422,
     ErrorCode.MATTER_REQUIRED: 422,
+    ErrorCode.QUOTA_EXCEEDED: 403,
     ErrorCode.CHECKPOINT_UNAVAILABLE: 503,
     ErrorCode.MODEL_NOT_CONFIGURED: 503,
     # The operator's to fix (`skilldeck serve` refuses to start with such a skill).
     ErrorCode.UNTRUSTED_SCRIPTS: 503,
+    ErrorCode.RUN_LOG_FULL: 503,
 }
 
 _DESCRIPTIONS = {
     401: "Missing or unknown API key.",
+    403: "QUOTA_EXCEEDED: the caller already has as many threads or matters as allowed; "
+    "nothing was created.",
     404: "Unknown thread, or a thread of another user (the same answer).",
     409: "No pending card, a stale interrupt_id, a card already being answered, a card "
     "waiting for answers, or a run of the thread in progress.",
     413: "The request body is too large.",
     422: "Invalid request body or card answers, or a run that needs a matter; nothing was changed.",
     500: "An internal error; the server log has the details.",
-    503: "The checkpoint database or the model is unavailable, or a skill's scripts are not "
-    "trusted by the server.",
+    503: "The checkpoint database or the model is unavailable, the run logs are full "
+    "(RUN_LOG_FULL; retry after Retry-After), or a skill's scripts are not trusted by the server.",
 }
 
 # A database that is down is usually back within seconds (a restart, a failover).
@@ -110,10 +114,11 @@ async def _engine_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _database_down(request: Request, exc: Exception) -> JSONResponse:
-    # Raised outside the engine's own checks (the owners store): the same answer as theirs.
-    reason = " ".join(str(exc).split())
-    message = f"database unavailable ({type(exc).__name__}: {reason}); retry in a moment"
-    return error_response(503, ErrorCode.CHECKPOINT_UNAVAILABLE.value, message, headers=_RETRY)
+    # Raised outside the engine's own checks (the owners store): the same answer as theirs,
+    # and the database's own text (its host, its user) only in the log.
+    frame = "database unavailable ({}); retry in a moment"
+    reason = log_error(log, f"{request.method} {request.url.path}: database down", exc, frame=frame)
+    return error_response(503, ErrorCode.CHECKPOINT_UNAVAILABLE.value, str(reason), headers=_RETRY)
 
 
 async def _unauthorized(request: Request, exc: Exception) -> JSONResponse:
@@ -161,9 +166,9 @@ def _allowed(request: Request) -> list[str]:
 async def _internal(request: Request, exc: Exception) -> JSONResponse:
     # A corrupt checkpoint row, a bug: the client gets the shape every error has, and no text
     # that could carry what the server must keep (the log has it, redacted).
-    log_error(log, f"{request.method} {request.url.path} failed", exc)
-    message = f"internal error ({type(exc).__name__}); the details are in the server log"
-    return error_response(500, "INTERNAL_ERROR", message)
+    frame = "internal error ({}); the details are in the server log"
+    reason = log_error(log, f"{request.method} {request.url.path} failed", exc, frame=frame)
+    return error_response(500, "INTERNAL_ERROR", str(reason))
 
 
 def install_error_handlers(app: FastAPI) -> None:

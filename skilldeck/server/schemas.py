@@ -7,10 +7,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from typing_extensions import TypeAliasType
 
+from skilldeck._internal.ids import Identifier
 from skilldeck.types import InputType
 
 __all__ = [
-    "THREAD_ID",
     "Card",
     "CardOption",
     "CardQuestion",
@@ -34,8 +34,6 @@ __all__ = [
 #: ``new``: created with ``POST /threads`` and not run yet; the others as in the engine.
 ThreadState = Literal["new", "running", "interrupted", "finished", "failed", "no_skill"]
 
-#: A thread or matter id: a name, never a path.
-THREAD_ID = _ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 #: A JSON value a run can store: 64-bit integers (what a checkpoint holds) and finite numbers.
 #: Integers are documented within ±2**62 and accepted from -2**63 to 2**64-1: a client that
 #: checks bounds in floating point may round a value a little past the documented one.
@@ -129,7 +127,7 @@ class RunRequest(BaseModel):
         "from the API key, the matter from matter_id.",
     )
     context: str = Field(min_length=1, max_length=200, examples=["matter"])
-    matter_id: str | None = Field(default=None, max_length=200, pattern=_ID)
+    matter_id: Identifier | None = None
     next_skill: str | None = Field(default=None, max_length=200)
     stream_deltas: bool = Field(
         default=False, description="Also stream the models' text as it is generated (delta)."
@@ -141,9 +139,8 @@ class ResumeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     answers: dict[str, JsonValue]
-    interrupt_id: str | None = Field(
+    interrupt_id: Identifier | None = Field(
         default=None,
-        max_length=200,
         description="The card being answered; a stale id (another card is pending) is a 409.",
     )
     stream_deltas: bool = Field(
