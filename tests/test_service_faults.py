@@ -12,6 +12,7 @@ under load.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -44,10 +45,18 @@ from serving import ServeProcess, free_port
 import skilldeck._internal.postgres as pg_internal
 from skilldeck import Settings, SkillDeck
 from skilldeck.checkpoints import open_persistence
-from skilldeck.checkpoints.claims import owner_gone, process_owner
+from skilldeck.checkpoints.claims import RUN_LEASE, owner_gone, process_owner
 from skilldeck.checkpoints.inspect import thread_status
 from skilldeck.checkpoints.open import strict_serde
-from skilldeck.errors import CheckpointError, ErrorCode, NoPendingCardError, ThreadBusyError
+from skilldeck.errors import (
+    CheckpointError,
+    ErrorCode,
+    NoPendingCardError,
+    NotResumableError,
+    StaleRunError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+)
 from skilldeck.server import create_app, hash_key
 
 pytestmark = pytest.mark.L2
@@ -267,7 +276,7 @@ def test_the_same_run_request_continues_a_run_that_stopped_mid_way(tmp_path: Pat
         for _, _ in zip(range(4), events, strict=False):
             pass
         events.close()  # the run stops after its current step, as if its process died
-        assert deck.get_thread("t1").status == "running"
+        assert deck.get_thread("t1").status == "resumable"
         steps = len(deck.history("t1"))
 
         result = deck.run(DEMO_INPUT, thread_id="t1", **DEMO)
@@ -281,6 +290,72 @@ def test_the_same_run_request_continues_a_run_that_stopped_mid_way(tmp_path: Pat
         other = deck.run({"documents": []}, thread_id="t1", **DEMO)
         assert [row["source"] for row in deck.history("t1")].count("input") == 2
         assert other.state["input"] == {"documents": []}
+
+
+# -- issue 32, finding 13: a thread whose run died goes on without a card ------------------------
+def _stop_mid_run(deck: SkillDeck, thread_id: str) -> int:
+    """Run the demo a few steps and stop, as a process that dies mid-run; its steps so far."""
+    events = deck.stream(DEMO_INPUT, thread_id=thread_id, **DEMO)
+    for _, _ in zip(range(4), events, strict=False):
+        pass
+    events.close()
+    return len(deck.history(thread_id))
+
+
+def test_a_stopped_run_is_resumable_and_continue_goes_on_from_its_last_checkpoint(
+    database_url: str,
+) -> None:
+    with _demo_deck(database_url) as deck:
+        steps = _stop_mid_run(deck, "c1")
+        assert deck.get_thread("c1").status == "resumable"
+        assert [t.thread_id for t in deck.threads(status="resumable")] == ["c1"]
+        assert deck.threads(status="running") == []
+        assert deck.index.get("c1").status == "resumable"  # type: ignore[union-attr]
+
+        paused = deck.continue_thread("c1")
+        assert paused.status == "interrupted"
+        assert paused.state["calls"] == {"litigation-intake": 3}  # no model turn done twice
+        rows = deck.history("c1")
+        assert [row["source"] for row in rows].count("input") == 1 and len(rows) > steps
+        # Only a thread that stopped mid-way goes on this way; anything else changes nothing.
+        for thread, status in (("c1", "interrupted"), ("nowhere", None)):
+            before = deck.history("c1")
+            with pytest.raises((NotResumableError, ThreadNotFoundError)) as caught:
+                deck.continue_thread(thread)
+            if status is not None:
+                assert caught.value.code == ErrorCode.NOT_RESUMABLE
+                assert f"is {status!r}, not 'resumable'" in str(caught.value)
+            assert deck.history("c1") == before
+        assert deck.resume("c1", DEMO_ANSWERS).status == "finished"
+        with pytest.raises(NotResumableError, match="'finished'"):
+            deck.continue_thread("c1")
+
+
+def test_a_live_run_is_running_not_resumable_and_cannot_be_continued(tmp_path: Path) -> None:
+    with _demo_deck(f"sqlite:///{tmp_path / 'c.sqlite'}") as deck:
+        events = deck.stream(DEMO_INPUT, thread_id="c2", **DEMO)
+        next(events)  # the run holds the thread
+        assert deck.get_thread("c2").status == "running"
+        assert [t.thread_id for t in deck.threads(status="running")] == ["c2"]
+        with pytest.raises(ThreadBusyError):
+            deck.continue_thread("c2")
+        assert list(events)[-1].event == "card"
+
+
+def test_continue_has_an_async_twin(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    with _demo_deck(url) as deck:
+        _stop_mid_run(deck, "c3")
+        _stop_mid_run(deck, "c4")
+
+    async def main() -> tuple[list[str], str]:
+        async with _demo_deck(url) as deck:
+            streamed = [e.event async for e in deck.astream_continue("c3")]
+            invoked = await deck.acontinue_thread("c4")
+            return streamed, invoked.status
+
+    streamed, status = asyncio.run(main())
+    assert streamed[-1] == "card" and status == "interrupted"
 
 
 class DyingSaver(SqliteSaver):
@@ -311,7 +386,7 @@ def test_answers_saved_before_the_process_died_are_kept_by_the_same_run_request(
             deck.resume("t2", DEMO_ANSWERS)
         saver.dying = False
         stopped = deck.get_thread("t2")
-        assert stopped.status == "running" and stopped.card is None
+        assert stopped.status == "resumable" and stopped.card is None
         with pytest.raises(NoPendingCardError):
             deck.resume("t2", DEMO_ANSWERS)
 
@@ -495,6 +570,121 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
         rows = deck.history("busy")
         assert rows[: len(before)] == before
         assert [row["source"] for row in rows].count("input") == 1
+
+
+# -- issue 32, finding 5: a request accepted long before it runs -------------------------------
+class FakeClock:
+    """The time claims and leases go by, moved by the test: a lease runs out without a sleep."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+LEASE_S = 5.0
+OTHER_ANSWERS = {**DEMO_ANSWERS, "profile.defendant.name": "Other Answer Ltd."}
+
+
+@pytest.fixture
+def two_decks(tmp_path: Path) -> Iterator[tuple[SkillDeck, SkillDeck, FakeClock]]:
+    """Two decks (as two processes would) on one SQLite file, with a short lease on one clock."""
+    clock = FakeClock()
+    url = f"sqlite:///{tmp_path / 'shared.sqlite'}"
+    settings = Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES))
+    decks = [
+        SkillDeck(
+            checkpointer=open_persistence(url, claim_lease_s=LEASE_S, claim_clock=clock),
+            settings=settings,
+        )
+        for _ in range(2)
+    ]
+    try:
+        yield decks[0], decks[1], clock
+    finally:
+        for deck in decks:
+            deck.close()
+
+
+def test_a_resume_that_waited_past_its_lease_gives_up_when_another_answered(
+    two_decks: tuple[SkillDeck, SkillDeck, FakeClock],
+) -> None:
+    one, two, clock = two_decks
+    card = one.run(DEMO_INPUT, thread_id="t", **DEMO).card
+    assert card is not None
+    # Accepted (the card and the thread are claimed), but its worker is busy elsewhere.
+    waiting = one.stream_resume("t", DEMO_ANSWERS, interrupt_id=card["interrupt_id"])
+    clock.advance(LEASE_S + 1)
+    done = two.resume("t", OTHER_ANSWERS, interrupt_id=card["interrupt_id"])  # takes them over
+    assert done.status == "finished"
+    before = two.history("t")
+
+    with pytest.raises(StaleRunError) as caught:
+        next(waiting)
+    assert caught.value.code == ErrorCode.STALE_RUN
+    # Nothing of the stale resume: no second turn, no tool call again, its answers not applied
+    # and the other answers not dropped.
+    assert two.history("t") == before
+    thread = one.get_thread("t")
+    assert thread.status == "finished" and thread.state["calls"] == {"litigation-intake": 5}
+    assert thread.state["profile"]["defendant"]["name"] == "Other Answer Ltd."
+    assert [row["answers"] for row in two.history("t") if row["answers"]] == [OTHER_ANSWERS]
+    assert one.claims.claim("t", RUN_LEASE)  # and nothing of it holds the thread
+
+
+def test_a_run_that_waited_past_its_lease_leaves_another_processes_card_alone(
+    two_decks: tuple[SkillDeck, SkillDeck, FakeClock],
+) -> None:
+    one, two, clock = two_decks
+    waiting = one.stream(DEMO_INPUT, thread_id="u", **DEMO)
+    clock.advance(LEASE_S + 1)
+    paused = two.run(DEMO_INPUT, thread_id="u", **DEMO)
+    assert paused.status == "interrupted" and paused.card is not None
+    before = two.history("u")
+
+    with pytest.raises(StaleRunError):
+        next(waiting)
+    assert two.history("u") == before
+    # The fresh card is still the pending one: answering it is no STALE_INTERRUPT.
+    done = two.resume("u", DEMO_ANSWERS, interrupt_id=paused.card["interrupt_id"])
+    assert done.status == "finished" and done.state["calls"] == {"litigation-intake": 5}
+    assert [row["source"] for row in two.history("u")].count("input") == 1
+
+
+def test_a_request_that_waited_past_its_lease_runs_when_nobody_took_over(
+    two_decks: tuple[SkillDeck, SkillDeck, FakeClock],
+) -> None:
+    one, two, clock = two_decks
+    card = one.run(DEMO_INPUT, thread_id="v", **DEMO).card
+    assert card is not None
+    waiting = one.stream_resume("v", DEMO_ANSWERS, interrupt_id=card["interrupt_id"])
+    clock.advance(LEASE_S + 1)
+    events = list(waiting)
+    assert events[-1].event == "done" and two.get_thread("v").status == "finished"
+    assert [row["answers"] for row in two.history("v") if row["answers"]] == [DEMO_ANSWERS]
+
+
+def test_a_taken_over_claim_is_neither_renewed_nor_released_by_its_old_holder(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    one, two = (open_persistence(url, claim_lease_s=LEASE_S, claim_clock=clock) for _ in "12")
+    try:
+        assert one.claims.claim("t", RUN_LEASE, "old")
+        clock.advance(LEASE_S + 1)
+        assert two.claims.claim("t", RUN_LEASE, "new")  # the lease ran out: taken over
+        assert not one.claims.renew("t", RUN_LEASE, "old")
+        one.claims.release("t", RUN_LEASE, "old")  # leaves the new holder's claim alone
+        assert not one.claims.claim("t", RUN_LEASE, "other")
+        assert two.claims.renew("t", RUN_LEASE, "new")
+    finally:
+        one.close()
+        two.close()
 
 
 def test_after_a_restart_the_pool_drops_every_dead_connection_at_once(

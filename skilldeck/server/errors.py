@@ -34,6 +34,8 @@ _STATUS = {
     ErrorCode.CARD_PENDING: 409,
     ErrorCode.THREAD_BUSY: 409,
     ErrorCode.SKILL_NOT_LOADED: 409,
+    ErrorCode.STALE_RUN: 409,
+    ErrorCode.NOT_RESUMABLE: 409,
     ErrorCode.INVALID_ANSWERS: 422,
     ErrorCode.INVALID_INPUT: 422,
     ErrorCode.MATTER_REQUIRED: 422,
