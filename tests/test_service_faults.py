@@ -16,11 +16,12 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +83,12 @@ def serve_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class Server(ServeProcess):
-    """One ``skilldeck serve`` process of ``serve_root`` on a free port."""
+    """One ``skilldeck serve`` process of ``serve_root`` on a free port (with ``options``)."""
 
-    def __init__(self, root: Path, checkpoint: str) -> None:
+    def __init__(self, root: Path, checkpoint: str, options: Sequence[str] = ()) -> None:
         port = free_port()
         env = {"SKILLDECK_FILES_ROOT": str(DEMO_FILES), "SKILLDECK_DURABILITY": "sync"}
-        command = serve_command(root, port, checkpoint)
+        command = [*serve_command(root, port, checkpoint), *options]
         super().__init__(command, port, root / f"server-{port}.log", env)
 
     def wait(self, timeout: float = 60) -> Server:
@@ -100,11 +101,12 @@ class Server(ServeProcess):
 
 @pytest.fixture
 def serve(serve_root: Path) -> Iterator[Callable[..., list[Server]]]:
-    """``serve(url, n=1)``: ``n`` servers on ``url``, started at once; stopped after the test."""
+    """``serve(url, n=1, options=())``: ``n`` servers on ``url``, started at once; stopped
+    after the test."""
     started: list[Server] = []
 
-    def start(url: str, n: int = 1) -> list[Server]:
-        servers = [Server(serve_root, url) for _ in range(n)]
+    def start(url: str, n: int = 1, options: Sequence[str] = ()) -> list[Server]:
+        servers = [Server(serve_root, url, options) for _ in range(n)]
         started.extend(servers)
         return [server.wait() for server in servers]
 
@@ -219,6 +221,53 @@ def test_kill_9_mid_run_then_the_same_run_request_continues_it(
         assert second.get(f"/threads/{thread}").json()["state"]["note"] == "kept"
 
 
+def _kill_mid_run(server: Server, thread: str) -> list[dict[str, Any]]:
+    """Start the slow run of ``thread`` on ``server`` and ``kill -9`` it (by pid) while the
+    slow step runs, after the first step is checkpointed; the checkpoints it left."""
+    path = f"/threads/{thread}/runs"
+    with server.client() as http, http.stream("POST", path, json=SLOW_RUN) as response:
+        next(response.iter_lines())
+        deadline = time.monotonic() + 10
+        while len(rows := http.get(f"/threads/{thread}/history").json()["checkpoints"]) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(30)
+    return list(rows)
+
+
+def test_kill_9_mid_run_then_restarted_the_thread_is_resumable_and_continue_finishes_it(
+    serve: Callable[..., list[Server]], tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'resumable.sqlite'}"
+    (first,) = serve(url)
+    with first.client() as http:
+        thread = http.post("/threads").json()["thread_id"]
+    before = _kill_mid_run(first, thread)
+    (second,) = serve(url)  # the restart: nothing of the first survives but the database
+    with second.client() as http:
+        # Once the dead run's lease is seen gone (its process is, for the 10 s grace), nothing
+        # runs the thread any more, and it says so.
+        deadline = time.monotonic() + 40
+        while (view := http.get(f"/threads/{thread}").json())["status"] != "resumable":
+            assert view["status"] == "running" and time.monotonic() < deadline, view
+            time.sleep(0.5)
+        rows = http.get("/threads", params={"status": "resumable"}).json()["threads"]
+        assert [r["thread_id"] for r in rows] == [thread]
+        assert http.get(f"/threads/{thread}/history").json()["checkpoints"] == before
+
+        name, card = sse(http.post(f"/threads/{thread}/continue").text)[-1]
+        assert name == "card", card
+        after = http.get(f"/threads/{thread}/history").json()["checkpoints"]
+        assert after[: len(before)] == before  # from the last checkpoint: no step done twice
+        assert [row["source"] for row in after].count("input") == 1
+        again = http.post(f"/threads/{thread}/continue")
+        assert again.status_code == 409 and again.json()["error"]["code"] == "NOT_RESUMABLE"
+        done = resume(http, thread, {"note": "kept"}, card["interrupt_id"])
+        assert sse(done.text)[-1][0] == "done"
+        assert http.get(f"/threads/{thread}").json()["state"]["note"] == "kept"
+
+
 def test_a_postgres_restart_between_run_and_resume_needs_no_manual_step(
     serve: Callable[..., list[Server]], private_postgres: Services
 ) -> None:
@@ -233,6 +282,74 @@ def test_a_postgres_restart_between_run_and_resume_needs_no_manual_step(
         assert http.get("/health").json()["status"] == "ok"
         thread, _ = run_to_card(http)  # and new threads work as before
         assert answered_cards(http, thread) == []
+
+
+# -- issue 32, finding 6: slow clients ---------------------------------------------------------
+GUARDS = ("--header-timeout", "2", "--body-timeout", "2", "--max-connections", "20")
+
+
+@pytest.fixture
+def guarded(serve: Callable[..., list[Server]], tmp_path: Path) -> Server:
+    """A server whose clients have 2 s for their headers and 2 s for their body, and that
+    keeps at most 20 connections."""
+    (server,) = serve(f"sqlite:///{tmp_path / 'guarded.sqlite'}", options=GUARDS)
+    return server
+
+
+def _slow(server: Server, head: bytes) -> socket.socket:
+    """A connection that sent ``head`` and then nothing more."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(head)
+    return sock
+
+
+def _reply(sock: socket.socket) -> tuple[bytes, float]:
+    """What the server sent until it closed the connection, and how long that took."""
+    t0, got = time.monotonic(), b""
+    with sock:
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got, time.monotonic() - t0
+
+
+def _post_head(length: int, key: str | None) -> bytes:
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    return (
+        f"POST /threads/t/runs HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json"
+        f"\r\nContent-Length: {length}\r\n\r\n{{"
+    ).encode()
+
+
+def test_a_slow_body_without_a_key_is_refused_before_it_is_read(guarded: Server) -> None:
+    for key in (None, "not-a-key"):
+        got, took = _reply(_slow(guarded, _post_head(100_000, key)))
+        assert got.startswith(b"HTTP/1.1 401") and b"UNAUTHORIZED" in got, got
+        assert took < 1.5  # at once: not after the body deadline
+
+
+def test_a_slow_body_with_a_key_gets_408_at_its_deadline(guarded: Server) -> None:
+    got, took = _reply(_slow(guarded, _post_head(100_000, KEY)))
+    assert got.startswith(b"HTTP/1.1 408") and b"REQUEST_TIMEOUT" in got, got
+    assert 1.5 < took < 8
+
+
+def test_slow_headers_are_cut_off_and_connections_are_limited(guarded: Server) -> None:
+    got, took = _reply(_slow(guarded, b"POST /threads HTTP/1.1\r\nHost: x\r\n"))
+    assert got == b"" and 1.5 < took < 8  # closed without a word at the header deadline
+    idle = [_slow(guarded, b"GET /health HTTP/1.1\r\n") for _ in range(20)]
+    try:
+        time.sleep(0.2)
+        full = httpx.get(f"{guarded.url}/health", timeout=5)
+        assert full.status_code == 503  # over the limit: refused at once, not queued
+        # The idle ones are cut off at their header deadline: the service is back by itself.
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{guarded.url}/health", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert all(sock.recv(1) == b"" for sock in idle)  # closed by the server
+    finally:
+        for sock in idle:
+            sock.close()
 
 
 # -- the engine's side of the recoveries ------------------------------------------------------

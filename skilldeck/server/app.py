@@ -10,7 +10,13 @@ JSON body ``{"error": {"code", "message"}}``. A run is driven by a worker thread
 response: a client that disconnects stops receiving events, not the run, which goes on to its
 card or its end and checkpoints every step. Every event has an ``id``; a client that reconnects
 to ``GET /threads/{id}/stream`` with ``Last-Event-ID`` gets the events it missed, then the live
-ones (:mod:`skilldeck.server.runlog`).
+ones (:mod:`skilldeck.server.runlog`). Runs wait for a worker in a queue per user, served in
+turn, within per-user limits (:mod:`skilldeck.server.fairness`). A thread whose run died with
+its process reads ``resumable``; ``POST /threads/{id}/continue`` goes on with it.
+
+Every request that acts on a thread's run (resume, continue; AG-UI's resume) goes through
+:meth:`Threads.authorize`: the caller must own the thread and may still use its matter, checked
+at that moment, so revoking a grant stops a card that was already pending.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route annotations, which
@@ -19,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -37,6 +42,7 @@ from skilldeck._internal.redact import log_error
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import (
     NoPendingCardError,
+    NotResumableError,
     SkillDeckError,
     ThreadBusyError,
     ThreadNotFoundError,
@@ -45,10 +51,12 @@ from skilldeck.server.agui import AguiInput, agui_events, agui_request, encode_a
 from skilldeck.server.auth import current_user
 from skilldeck.server.console import mount_console
 from skilldeck.server.errors import NotFound, install_error_handlers, responses
+from skilldeck.server.fairness import CreationRate, RunQueue
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit
 from skilldeck.server.runlog import RunLog, RunLogs
 from skilldeck.server.schemas import (
+    ContinueRequest,
     CreatedThread,
     Health,
     History,
@@ -62,6 +70,7 @@ from skilldeck.server.schemas import (
     ThreadView,
 )
 from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse, format_event
+from skilldeck.settings import Settings
 from skilldeck.types import ErrorEvent, RunResult
 
 __all__ = ["create_app"]
@@ -136,12 +145,16 @@ class Threads:
         deck: the deck runs go to (the caller keeps it open while the app serves).
         matter_check: ``(user_id, matter_id) -> bool``: may the user run on the matter.
         workers: how many runs may go on at once in this process.
+        settings: the per-user limits (runs at once, runs waiting, threads per minute).
     """
 
-    def __init__(self, deck: SkillDeck, matter_check: MatterCheck, workers: int) -> None:
+    def __init__(
+        self, deck: SkillDeck, matter_check: MatterCheck, workers: int, settings: Settings
+    ) -> None:
         self.deck = deck
         self.matter_check = matter_check
-        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="skilldeck-run")
+        self.queue = RunQueue(workers, settings.runs_per_user, settings.queued_runs_per_user)
+        self.created = CreationRate(settings.threads_per_minute)
         # Threads with a run in progress here; another run or resume of one of them is a 409.
         self.active: set[str] = set()
         # Each thread's latest run, numbered, for the client that started it and any that
@@ -150,6 +163,7 @@ class Threads:
 
     # -- ownership (blocking: call in a worker thread) ------------------------------------
     def create(self, user_id: str) -> CreatedThread:
+        self.created.take(user_id)
         record = self.deck.index.create(uuid4().hex, user_id)
         return CreatedThread(thread_id=record.thread_id, created_at=record.created_at)
 
@@ -171,10 +185,25 @@ class Threads:
         except ThreadNotFoundError:
             return None
 
+    def authorize(self, thread_id: str, user_id: str) -> RunResult | None:
+        """The thread, if ``user_id`` may act on its run now: owns it and may still use its
+        matter. Every operation that goes on with a thread's run (resume, continue) asks this
+        at the moment it is requested, so a revoked grant stops even a pending card.
+
+        Raises:
+            NotFound: the thread is not the user's (``THREAD_NOT_FOUND``), or its matter no
+                longer is (``MATTER_NOT_FOUND``): the answers of unknown ones.
+        """
+        thread = self.owned(thread_id, user_id)
+        if thread is not None:
+            self.check_matter(user_id, thread.state.get("matter_id"))
+        return thread
+
     def adopt(self, thread_id: str, user_id: str) -> None:
         """Make ``thread_id`` a thread of ``user_id`` if it is new (an AG-UI client names its
         threads); one of another user answers 404 like an unknown one."""
         if self.deck.index.get(thread_id) is None:
+            self.created.take(user_id)
             self.deck.index.create(thread_id, user_id)
         self.owned(thread_id, user_id)
 
@@ -187,26 +216,30 @@ class Threads:
     async def stream(
         self,
         thread_id: str,
+        user_id: str,
         start: Callable[[], Iterator[Any]],
         protocol: Protocol = SKILLDECK_EVENTS,
     ) -> Any:
-        """Check and start a run with ``start`` (raises before the stream), then stream its
-        events in ``protocol`` (skilldeck's events, or AG-UI's).
+        """Check and start a run of ``user_id`` with ``start`` (raises before the stream), then
+        stream its events in ``protocol`` (skilldeck's events, or AG-UI's).
 
-        The run is drained by a worker thread into the thread's run log, so it does not depend
-        on the response: a client that goes away only stops reading the log.
+        The run waits in the user's queue for a worker, which drains it into the thread's run
+        log, so it does not depend on the response: a client that goes away only stops reading
+        the log. A user whose queue is full is refused (429) before anything is claimed.
         """
         if thread_id in self.active:
             raise ThreadBusyError(thread_id)
+        slot = self.queue.reserve(user_id)
         self.active.add(thread_id)
         try:
             events = await run_in_threadpool(start)
         except BaseException:
             self.active.discard(thread_id)
+            slot.cancel()
             raise
         loop = asyncio.get_running_loop()
         run_log = self.logs.start(thread_id, protocol.encode)
-        self.executor.submit(self._drain, events, thread_id, loop, run_log, protocol)
+        slot.submit(lambda: self._drain(events, thread_id, loop, run_log, protocol))
         return EventStreamResponse(run_log.follow())
 
     def _drain(
@@ -236,8 +269,8 @@ class Threads:
             post(self.active.discard, thread_id)
 
     def shutdown(self) -> None:
-        """Wait for the runs in progress to reach their card or end."""
-        self.executor.shutdown(wait=True)
+        """Wait for the runs in progress (and those waiting) to reach their card or end."""
+        self.queue.shutdown()
 
 
 def _thread_view(thread_id: str, result: RunResult | None) -> ThreadView:
@@ -268,7 +301,9 @@ def create_app(
             operator gave it, and to the users it was granted to (``skilldeck matters``); with
             ``settings.matter_policy="granted"`` a user may name only matters made for them.
             A refused matter is answered like an unknown one (404).
-        workers: runs that may go on at once in this process.
+        workers: runs that may go on at once in this process (all users together; per user,
+            ``deck.settings`` limits them: ``runs_per_user``, ``queued_runs_per_user`` and
+            ``threads_per_minute``, see :mod:`skilldeck.server.fairness`).
         docs: serve ``/docs`` and ``/redoc``, whose pages load their scripts from a CDN (off by
             default: deployments are often offline); ``/openapi.json`` is always served.
         console: serve the card console, a web app for people, at ``/`` (its assets ship in
@@ -284,7 +319,7 @@ def create_app(
         def matter_check(user_id: str, matter_id: str) -> bool:
             return deck.index.may_use_matter(user_id, matter_id, claim=claim)
 
-    threads = Threads(deck, matter_check, workers)
+    threads = Threads(deck, matter_check, workers, deck.settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -300,7 +335,9 @@ def create_app(
         redoc_url="/redoc" if docs else None,
     )
     app.state.threads = threads
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=max_body_bytes, keys=keys, timeout_s=deck.settings.body_timeout_s
+    )
     install_error_handlers(app)
     User = Annotated[str, Depends(current_user(keys))]
     ThreadId = Annotated[str, PathParam(min_length=1, max_length=200)]
@@ -324,11 +361,12 @@ def create_app(
         "/threads",
         status_code=201,
         response_model=CreatedThread,
-        responses=responses(401, 413),
+        responses=responses(401, 408, 413, 429),
         tags=["threads"],
     )
     async def create_thread(user: User) -> CreatedThread:
-        """Create a thread owned by the caller; start it with ``POST /threads/{id}/runs``."""
+        """Create a thread owned by the caller; start it with ``POST /threads/{id}/runs``.
+        A user may create ``SKILLDECK_THREADS_PER_MINUTE`` threads a minute (then 429)."""
         return await run_in_threadpool(threads.create, user)
 
     @app.get("/threads", response_model=ThreadList, responses=responses(401), tags=["threads"])
@@ -363,7 +401,10 @@ def create_app(
         return app.post(
             path,
             response_class=EventStreamResponse,
-            responses={**_SSE_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
+            responses={
+                **_SSE_RESPONSE,
+                **responses(401, 404, 408, 409, 413, 422, 429, stream=True),
+            },
             tags=["threads"],
         )
 
@@ -383,6 +424,7 @@ def create_app(
         await run_in_threadpool(threads.check_matter, user, body.matter_id)
         return await threads.stream(
             thread_id,
+            user,
             lambda: deck.stream(
                 body.input,
                 context=body.context,
@@ -397,17 +439,33 @@ def create_app(
     @streamed("/threads/{thread_id}/resume")
     async def resume(thread_id: ThreadId, body: ResumeRequest, user: User) -> Any:
         """Answer the pending card and stream the run on. Of concurrent answers to one card
-        exactly one is applied; the others get 409."""
-        if await run_in_threadpool(threads.owned, thread_id, user) is None:
+        exactly one is applied; the others get 409. The caller must still be allowed the
+        thread's matter (else 404 ``MATTER_NOT_FOUND``, nothing changed)."""
+        if await run_in_threadpool(threads.authorize, thread_id, user) is None:
             raise NoPendingCardError(thread_id, "new")
         return await threads.stream(
             thread_id,
+            user,
             lambda: deck.stream_resume(
                 thread_id,
                 body.answers,
                 interrupt_id=body.interrupt_id,
                 stream_deltas=body.stream_deltas,
             ),
+        )
+
+    @streamed("/threads/{thread_id}/continue")
+    async def continue_thread(
+        thread_id: ThreadId, user: User, body: ContinueRequest | None = None
+    ) -> Any:
+        """Go on with a ``resumable`` thread (its run stopped mid-way, e.g. its server died)
+        from its last checkpoint, and stream the run like a resume. Any other thread is a 409
+        ``NOT_RESUMABLE``; a live run's is ``THREAD_BUSY``; nothing changes."""
+        if await run_in_threadpool(threads.authorize, thread_id, user) is None:
+            raise NotResumableError(thread_id, "new")
+        deltas = body is not None and body.stream_deltas
+        return await threads.stream(
+            thread_id, user, lambda: deck.stream_continue(thread_id, stream_deltas=deltas)
         )
 
     @app.get(
@@ -437,7 +495,7 @@ def create_app(
     @app.post(
         "/agui",
         response_class=EventStreamResponse,
-        responses={**_AGUI_RESPONSE, **responses(401, 404, 409, 413, 422, stream=True)},
+        responses={**_AGUI_RESPONSE, **responses(401, 404, 408, 409, 413, 422, 429, stream=True)},
         tags=["agui"],
     )
     async def agui(body: AguiInput, user: User) -> Any:
@@ -450,6 +508,8 @@ def create_app(
         kind, asked = agui_request(body)
         if kind == "run":
             await run_in_threadpool(threads.check_matter, user, asked["matter_id"])
+        elif kind == "resume":
+            await run_in_threadpool(threads.authorize, thread_id, user)
 
         def start() -> Iterator[Any]:
             if kind == "refuse":
@@ -474,7 +534,7 @@ def create_app(
 
             return agui_events(thread_id, body.run_id, events, state)
 
-        return await threads.stream(thread_id, start, AGUI_EVENTS)
+        return await threads.stream(thread_id, user, start, AGUI_EVENTS)
 
     @read("/threads/{thread_id}", ThreadView)
     async def get_thread(thread_id: ThreadId, user: User) -> ThreadView:

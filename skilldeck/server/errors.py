@@ -22,7 +22,14 @@ from skilldeck.errors import ErrorCode, SkillDeckError
 from skilldeck.server.auth import Unauthorized
 from skilldeck.server.schemas import ErrorBody
 
-__all__ = ["NotFound", "error_response", "install_error_handlers", "responses", "status_of"]
+__all__ = [
+    "NotFound",
+    "TooManyRequests",
+    "error_response",
+    "install_error_handlers",
+    "responses",
+    "status_of",
+]
 
 log = logging.getLogger("skilldeck.server")
 
@@ -48,8 +55,11 @@ _DESCRIPTIONS = {
     404: "Unknown thread, or a thread of another user (the same answer).",
     409: "No pending card, a stale interrupt_id, a card already being answered, a card "
     "waiting for answers, or a run of the thread in progress.",
+    408: "The request body did not arrive in time (SKILLDECK_BODY_TIMEOUT_S).",
     413: "The request body is too large.",
     422: "Invalid request body or card answers, or a run that needs a matter; nothing was changed.",
+    429: "A per-user limit was hit (TOO_MANY_RUNS, TOO_MANY_THREADS); nothing was changed: "
+    "retry after Retry-After seconds.",
     500: "An internal error; the server log has the details.",
     503: "The checkpoint database or the model is unavailable.",
 }
@@ -67,6 +77,14 @@ class NotFound(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code, self.message = code, message
+
+
+class TooManyRequests(Exception):
+    """A per-user limit was hit: answered 429 with ``Retry-After``, nothing changed."""
+
+    def __init__(self, code: str, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.code, self.message, self.retry_after_s = code, message, retry_after_s
 
 
 def status_of(exc: SkillDeckError) -> int:
@@ -125,6 +143,12 @@ async def _not_found(request: Request, exc: Exception) -> JSONResponse:
     return error_response(404, exc.code, exc.message)
 
 
+async def _too_many(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, TooManyRequests)
+    headers = {"Retry-After": str(exc.retry_after_s)}
+    return error_response(429, exc.code, exc.message, headers=headers)
+
+
 async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     problems = [
@@ -171,6 +195,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SkillDeckError, _engine_error)
     app.add_exception_handler(Unauthorized, _unauthorized)
     app.add_exception_handler(NotFound, _not_found)
+    app.add_exception_handler(TooManyRequests, _too_many)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
     for error in connection_errors():

@@ -12,6 +12,7 @@ __all__ = [
     "Card",
     "CardOption",
     "CardQuestion",
+    "ContinueRequest",
     "CreatedThread",
     "ErrorBody",
     "ErrorDetail",
@@ -29,8 +30,11 @@ __all__ = [
     "ThreadView",
 ]
 
-#: ``new``: created with ``POST /threads`` and not run yet; the others as in the engine.
-ThreadState = Literal["new", "running", "interrupted", "finished", "failed", "no_skill"]
+#: ``new``: created with ``POST /threads`` and not run yet; ``resumable``: its run stopped
+#: mid-way and nothing runs it (``POST /threads/{id}/continue``); the others as in the engine.
+ThreadState = Literal[
+    "new", "running", "resumable", "interrupted", "finished", "failed", "no_skill"
+]
 
 #: A thread or matter id: a name, never a path.
 THREAD_ID = _ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
@@ -137,6 +141,15 @@ class ResumeRequest(BaseModel):
         max_length=200,
         description="The card being answered; a stale id (another card is pending) is a 409.",
     )
+    stream_deltas: bool = Field(
+        default=False, description="Also stream the models' text as it is generated (delta)."
+    )
+
+
+class ContinueRequest(BaseModel):
+    """Go on with a ``resumable`` thread from its last checkpoint (no input, no answers)."""
+
+    model_config = ConfigDict(extra="forbid")
     stream_deltas: bool = Field(
         default=False, description="Also stream the models' text as it is generated (delta)."
     )
