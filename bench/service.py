@@ -93,6 +93,12 @@ USER = "bench"
 RUN_BODY = {"input": demo.INPUT, "context": demo.CONTEXT, "matter_id": demo.MATTER_ID}
 TERMINAL = ("card", "done", "error")
 MAX_ATTEMPTS = 40  # per step of a flow; with the backoff below about 2 minutes
+#: The load measurements' one API key stands for all their clients, who would be as many users:
+#: the per-user limits of a service (runs at once and queued, threads a minute) are lifted.
+ONE_KEY_MANY_CLIENTS = (
+    *("--runs-per-user", "1000", "--queued-runs-per-user", "1000"),
+    *("--threads-per-minute", "1000000"),
+)
 STATE_KEYS_IGNORED = ("attempt", "turn")  # per-run ids and timings
 ATTEMPT_KEYS = ("skill", "attempt", "action", "validation_errors", "tool_calls", "model")
 
@@ -1109,7 +1115,8 @@ def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     if "A" in only:
         work = workdir(tmp, "a")
         log(f"A: 1 server + SQLite, {args.runs} flows, {args.concurrency} clients")
-        server = Server("a1", f"sqlite:///{work / 'checkpoints.sqlite'}", work)
+        url = f"sqlite:///{work / 'checkpoints.sqlite'}"
+        server = Server("a1", url, work, extra=ONE_KEY_MANY_CLIENTS)
         results["A"] = measure("A: 1 server + SQLite", [server], args, expected, args.runs)
 
     pg = Postgres(tmp / "pg")
@@ -1126,7 +1133,9 @@ def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 continue
             url = pg.database(f"bench_{key}")
             work = workdir(tmp, key)
-            servers = [Server(f"{key}{i + 1}", url, work) for i in range(2)]
+            servers = [
+                Server(f"{key}{i + 1}", url, work, extra=ONE_KEY_MANY_CLIENTS) for i in range(2)
+            ]
             if key == "kill":
                 kwargs["triggers"] = [
                     (0.30, "kill -9 server 1", kill_and_restart(servers[0])),

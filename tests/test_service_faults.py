@@ -49,6 +49,7 @@ from skilldeck.checkpoints import open_persistence
 from skilldeck.checkpoints.claims import RUN_LEASE, owner_gone, process_owner
 from skilldeck.checkpoints.inspect import thread_status
 from skilldeck.checkpoints.open import strict_serde
+from skilldeck.checkpoints.threads import open_index
 from skilldeck.errors import (
     CheckpointError,
     ErrorCode,
@@ -428,6 +429,9 @@ def test_a_stopped_run_is_resumable_and_continue_goes_on_from_its_last_checkpoin
         assert [t.thread_id for t in deck.threads(status="resumable")] == ["c1"]
         assert deck.threads(status="running") == []
         assert deck.index.get("c1").status == "resumable"  # type: ignore[union-attr]
+        with open_index(database_url) as read_only:  # the CLI's fast path, without a deck
+            assert read_only is not None
+            assert [t.status for t in read_only.list(user_id="u")] == ["resumable"]
 
         paused = deck.continue_thread("c1")
         assert paused.status == "interrupted"
