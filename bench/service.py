@@ -17,6 +17,16 @@ B. **two servers + PostgreSQL**: ``--runs`` flows against two ``skilldeck serve`
 ``--only deltas``: time to the first event, the first ``delta`` and the run's end with
 ``stream_deltas`` off and on (``--delta-runs`` each, interleaved, one server, ``schema`` mode;
 the model is ``SKILLDECK_MODEL`` when set, else the demo's cassette).
+``--only fairness``: another user's time to the first event while one user holds
+``--hog-queued`` runs queued (each holds a worker ``--hold-s`` seconds: a scripted turn with
+that latency), against an idle server of the same settings, ``--fair-trials`` trials each,
+interleaved (issue 32, finding 4; default per-user limits, more queued runs and threads per
+minute allowed so the one user can hold that many).
+``--only slow``: ``/health`` latency on a fresh connection while ``--slow-senders`` clients
+send slowly, a byte or a header line a second (half a body with a key, half headers), and
+``--keyless-senders`` more send a body without a key, all connecting again whenever they are
+cut off; ``--health-probes`` spread over ``--slow-window-s``, against the same server before
+they connect (finding 6; default settings).
 
 Faults (configuration B, ``--fault-runs`` flows each, on a fresh database):
 
@@ -67,6 +77,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import yaml
 from common import err, log, progress_bar
 from rich.console import Console
 from rich.table import Table
@@ -82,6 +93,12 @@ USER = "bench"
 RUN_BODY = {"input": demo.INPUT, "context": demo.CONTEXT, "matter_id": demo.MATTER_ID}
 TERMINAL = ("card", "done", "error")
 MAX_ATTEMPTS = 40  # per step of a flow; with the backoff below about 2 minutes
+#: The load measurements' one API key stands for all their clients, who would be as many users:
+#: the per-user limits of a service (runs at once and queued, threads a minute) are lifted.
+ONE_KEY_MANY_CLIENTS = (
+    *("--runs-per-user", "1000", "--queued-runs-per-user", "1000"),
+    *("--threads-per-minute", "1000000"),
+)
 STATE_KEYS_IGNORED = ("attempt", "turn")  # per-run ids and timings
 ATTEMPT_KEYS = ("skill", "attempt", "action", "validation_errors", "tool_calls", "model")
 
@@ -107,11 +124,20 @@ def own_demo_matter(checkpoint: str) -> None:
 
 
 class Server:
-    """One ``skilldeck serve`` process on a fixed port; it can be killed and started again."""
+    """One ``skilldeck serve`` process on a fixed port (``extra``: more of its options); it can
+    be killed and started again."""
 
-    def __init__(self, name: str, checkpoint: str, work: Path, model: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        checkpoint: str,
+        work: Path,
+        model: str | None = None,
+        extra: Sequence[str] = (),
+    ) -> None:
         self.name, self.checkpoint, self.work = name, checkpoint, work
         self.model = model or f"scripted:{demo.SCRIPT}"
+        self.extra = list(extra)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -125,6 +151,7 @@ class Server:
             *("--keys", str(self.work / "keys.json"), "--checkpoint", self.checkpoint),
             *("--model", self.model),
             *("--skills", str(builtin_skills_dir() / "litigation-intake")),
+            *self.extra,
         ]
 
     def start(self) -> None:
@@ -730,6 +757,346 @@ def measure_deltas(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     return {"model": model or "scripted (the demo's cassette)", "runs": args.delta_runs, **out}
 
 
+HOG_KEY = "sdk_bench_service_hog_key_0123456789ab"
+
+
+def _bundle(root: Path, name: str, meta: dict[str, Any], data: dict[str, Any]) -> None:
+    folder = root / name
+    (folder / "assets").mkdir(parents=True)
+    meta = {"name": name, "description": f"bench skill {name}", **meta}
+    (folder / "skill.meta.json").write_text(json.dumps(meta), "utf-8")
+    schema = {"properties": {"data": {"properties": data}}}
+    (folder / "assets" / "output_schema.json").write_text(json.dumps(schema), "utf-8")
+    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: x\n---\nGo.\n", "utf-8")
+
+
+def hold_skill(work: Path, hold_s: float) -> tuple[Path, Path]:
+    """Skills of context ``hold`` that hold a worker: ``hold-start`` takes a quick step (so a
+    run's first event says it started), then ``hold``'s one model turn takes ``hold_s``
+    seconds; and a script with their turns and the demo's: (skills folder, script)."""
+    skills = work / "skills"
+    _bundle(
+        skills,
+        "hold-start",
+        {"triggers": {"contexts": ["hold"], "state_conditions": ["state.started != true"]},
+         "priority": 1},
+        {"started": {"type": "boolean"}},
+    )  # fmt: skip
+    _bundle(
+        skills,
+        "hold",
+        {"triggers": {"contexts": ["hold"]}, "requires": {"all": ["state.started == true"]}},
+        {"note": {"type": "string"}},
+    )
+    script = yaml.safe_load(demo.SCRIPT.read_text("utf-8"))
+
+    def turn(action: str, data: dict[str, Any]) -> dict[str, Any]:
+        return {"response": "ok", "profile": {}, "data": data, "control": {"action": action}}
+
+    script["skills"]["hold-start"] = [{"output": turn("continue", {"started": True})}]
+    script["skills"]["hold"] = [{"output": turn("finish", {}), "latency_s": hold_s}]
+    path = work / "script.json"
+    path.write_text(json.dumps(script), "utf-8")
+    return skills, path
+
+
+async def first_event_ms(http: httpx.AsyncClient, body: dict[str, Any]) -> float:
+    """A new thread's run: ms from the request to its first event (read on to its end, so the
+    user has no run left going on)."""
+    thread = (await http.post("/threads")).raise_for_status().json()["thread_id"]
+    first = None
+    t0 = time.perf_counter()
+    async with http.stream("POST", f"/threads/{thread}/runs", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if first is None and line.startswith("event: "):
+                first = (time.perf_counter() - t0) * 1000
+    if first is None:
+        raise RuntimeError(f"thread {thread}: the run's stream had no event")
+    return first
+
+
+class Hog:
+    """One user keeping ``queued`` runs waiting behind the ones going on: each run holds a
+    worker; whenever one of them starts (its first event), another is queued."""
+
+    def __init__(self, url: str, queued: int, runs_per_user: int) -> None:
+        self.target = queued + runs_per_user
+        limits = httpx.Limits(max_connections=self.target + 50, max_keepalive_connections=50)
+        self.http = httpx.AsyncClient(
+            base_url=url, headers={"Authorization": f"Bearer {HOG_KEY}"}, timeout=None,
+            limits=limits,
+        )  # fmt: skip
+        self.accepted = self.started = self.refused = 0
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def queued(self) -> int:
+        return self.accepted - self.started
+
+    def spawn(self) -> None:
+        task = asyncio.create_task(self.one())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def one(self) -> None:
+        thread = (await self.http.post("/threads")).raise_for_status().json()["thread_id"]
+        body = {"context": "hold"}
+        async with self.http.stream("POST", f"/threads/{thread}/runs", json=body) as response:
+            if response.status_code != 200:
+                self.refused += 1
+                return
+            self.accepted += 1
+            async for line in response.aiter_lines():
+                if line.startswith("event: "):
+                    self.started += 1
+                    self.spawn()  # keep the queue full
+                    return  # gone: the run goes on in the server
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.http.aclose()
+
+
+def measure_fairness(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Another user's time to the first event of a run (the demo) on a server where one user
+    holds ``--hog-queued`` runs queued, and on an idle server with the same settings,
+    ``--fair-trials`` each, interleaved."""
+    work = workdir(tmp, "fairness")
+    keys = {hash_key(KEY): USER, hash_key(HOG_KEY): "hog"}
+    (work / "keys.json").write_text(json.dumps(keys), "utf-8")
+    skills, script = hold_skill(work, args.hold_s)
+    from skilldeck.settings import Settings as Defaults
+
+    per_user = Defaults.model_fields["runs_per_user"].default  # the default is what we measure
+    options = [
+        *("--skills", str(skills)),
+        *("--queued-runs-per-user", str(args.hog_queued)),
+        *("--threads-per-minute", "100000"),
+    ]
+    servers = {
+        name: Server(name, f"sqlite:///{work / name}.sqlite", work, f"scripted:{script}", options)
+        for name in ("idle", "loaded")
+    }
+    start_all(list(servers.values()))
+    probe = {"input": demo.INPUT, "context": demo.CONTEXT, "matter_id": demo.MATTER_ID}
+
+    async def main() -> dict[str, Any]:
+        hog = Hog(servers["loaded"].url, args.hog_queued, per_user)
+        times: dict[str, list[float]] = {"idle": [], "loaded": []}
+        queued_at_trials: list[int] = []
+        headers = {"Authorization": f"Bearer {KEY}"}
+        clients = {
+            name: httpx.AsyncClient(base_url=server.url, headers=headers, timeout=120)
+            for name, server in servers.items()
+        }
+        try:
+            for http in clients.values():  # warm both (imports, first connections)
+                for _ in range(3):
+                    await first_event_ms(http, probe)
+            for _ in range(hog.target):
+                hog.spawn()
+            deadline = time.monotonic() + 120
+            while hog.queued < args.hog_queued or hog.started < per_user:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the hog got {hog.accepted} runs accepted, not more")
+                await asyncio.sleep(0.1)
+            log(f"fairness: one user holds {hog.queued} runs queued, {hog.started} started")
+            for trial in range(args.fair_trials * 2):
+                pair = ("idle", "loaded") if trial // 2 % 2 == 0 else ("loaded", "idle")
+                name = pair[trial % 2]
+                if name == "loaded":
+                    queued_at_trials.append(hog.queued)
+                times[name].append(await first_event_ms(clients[name], probe))
+            refused = hog.refused
+        finally:
+            await hog.close()
+            for http in clients.values():
+                await http.aclose()
+        out: dict[str, Any] = {name: percentiles(v) for name, v in times.items()}
+        out["ratio_p50"] = round(out["loaded"]["p50"] / out["idle"]["p50"], 2)
+        out["ratio_p95"] = round(out["loaded"]["p95"] / out["idle"]["p95"], 2)
+        out["hog_queued_min"] = min(queued_at_trials)
+        out["hog_refused"] = refused
+        return out
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        for server in servers.values():
+            server.kill()  # a graceful stop would wait for every queued run
+    return {
+        "trials": args.fair_trials,
+        "runs_per_user": per_user,
+        "hog_queued": args.hog_queued,
+        "hold_s": args.hold_s,
+        **result,
+    }
+
+
+async def health_ms(
+    http: httpx.AsyncClient, url: str, n: int, every_s: float = 0.02
+) -> list[float]:
+    """``n`` ``GET /health``, one every ``every_s`` seconds, each on a new connection: ms
+    each."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        response = await http.get(url)
+        took = time.perf_counter() - t0
+        times.append(took * 1000)
+        if response.status_code != 200:
+            raise RuntimeError(f"/health answered {response.status_code}")
+        await asyncio.sleep(max(0.0, every_s - took))
+    return times
+
+
+class SlowSenders:
+    """Clients that send a request slowly, a byte or a header line a second, and connect again
+    whenever the server cuts them off: ``n`` that may stay connected a while (half send a body
+    with a key, half send headers) and ``keyless`` that send a body without a key."""
+
+    def __init__(self, port: int, n: int, keyless: int) -> None:
+        self.port = port
+        kinds = ["body with key", "headers"] * (n // 2) + ["body with key"] * (n % 2)
+        self.kinds = kinds + ["body without key"] * keyless
+        self.connected: Counter[str] = Counter()
+        self.cut_off: Counter[str] = Counter()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def staying(self) -> int:
+        """How many of those that may stay connected are."""
+        return self.connected["body with key"] + self.connected["headers"]
+
+    def start(self) -> None:
+        self.tasks = [asyncio.create_task(self.sender(kind)) for kind in self.kinds]
+
+    def head(self, kind: str) -> bytes:
+        if kind == "headers":
+            return b"POST /threads HTTP/1.1\r\nHost: x\r\n"
+        auth = f"Authorization: Bearer {KEY}\r\n" if kind == "body with key" else ""
+        return (
+            f"POST /threads/t/runs HTTP/1.1\r\nHost: x\r\n{auth}"
+            "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"
+        ).encode()
+
+    async def sender(self, kind: str) -> None:
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+            except OSError:
+                await asyncio.sleep(0.5)
+                continue
+            self.connected[kind] += 1
+            closed = asyncio.create_task(reader.read())  # until the server closes it
+            try:
+                writer.write(self.head(kind))
+                while not closed.done():
+                    writer.write(b"x-slow: 1\r\n" if kind == "headers" else b" ")
+                    await writer.drain()
+                    await asyncio.wait([closed], timeout=1.0)
+                self.cut_off[kind] += 1
+            except OSError:
+                self.cut_off[kind] += 1
+            finally:
+                self.connected[kind] -= 1
+                closed.cancel()
+                writer.close()
+            # Then again: at once if it may stay a while, else after a pause (not a flood).
+            await asyncio.sleep(0.5 if kind == "body without key" else 0.0)
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+SLOW_KINDS = ("body with key", "headers", "body without key")
+
+
+def slow_sender_process(
+    port: int, n: int, keyless: int, go: Any, stop: Any, staying: Any, cut_off: Any
+) -> None:
+    """The slow senders, in a process of their own (so the client that times ``/health`` has
+    an event loop to itself): they connect once ``go`` is set, publish how many stay connected
+    in ``staying`` until ``stop`` is set, then how often each kind was cut off in ``cut_off``."""
+
+    async def main() -> None:
+        senders = SlowSenders(port, n, keyless)
+        await asyncio.to_thread(go.wait)
+        senders.start()
+        while not stop.is_set():
+            staying.value = senders.staying
+            await asyncio.sleep(0.05)
+        await senders.stop()
+        for i, kind in enumerate(SLOW_KINDS):
+            cut_off[i] = senders.cut_off[kind]
+
+    asyncio.run(main())
+
+
+def measure_slow(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """``/health`` latency while ``--slow-senders`` slow clients are connected, and before."""
+    import multiprocessing
+
+    work = workdir(tmp, "slow")
+    server = Server("slow", f"sqlite:///{work / 'checkpoints.sqlite'}", work)
+    server.start()
+    spawn = multiprocessing.get_context("spawn")
+    go, stop = spawn.Event(), spawn.Event()
+    staying, cut_off = spawn.Value("i", 0), spawn.Array("i", len(SLOW_KINDS))
+    child = spawn.Process(
+        target=slow_sender_process,
+        args=(server.port, args.slow_senders, args.keyless_senders, go, stop, staying, cut_off),
+    )
+    child.start()
+
+    async def main() -> dict[str, Any]:
+        limits = httpx.Limits(max_keepalive_connections=0)  # a new connection each time
+        async with httpx.AsyncClient(timeout=30, limits=limits) as http:
+            url = f"{server.url}/health"
+            every = args.slow_window_s / args.health_probes
+            await health_ms(http, url, 20)  # warm
+            before = await health_ms(http, url, args.health_probes, every)
+            go.set()
+            deadline = time.monotonic() + 60
+            while staying.value < args.slow_senders:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"only {staying.value} slow senders connected")
+                await asyncio.sleep(0.1)
+            connected: list[int] = []
+            during: list[float] = []
+            for _ in range(args.health_probes):
+                connected.append(staying.value)
+                during.extend(await health_ms(http, url, 1, every))
+        return {
+            "before_ms": percentiles(before),
+            "during_ms": percentiles(during),
+            "during_max_ms": round(max(during), 1),
+            "slow_senders_connected_min": min(connected),
+            "slow_senders_connected_median": statistics.median(connected),
+        }
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        stop.set()
+        go.set()
+        child.join(60)
+        server.kill()
+    return {
+        "slow_senders": args.slow_senders,
+        "keyless_senders": args.keyless_senders,
+        "probes": args.health_probes,
+        "window_s": args.slow_window_s,
+        **result,
+        "cut_off": dict(zip(SLOW_KINDS, cut_off[:], strict=True)),
+    }
+
+
 def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     expected = reference_state()
     report: dict[str, Any] = {
@@ -747,18 +1114,24 @@ def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     only = set(args.only or ["A", "B", "kill", "pg_restart", "disconnect"])
     if args.skip_faults:
         only -= {"kill", "pg_restart", "disconnect"}
-    if "deltas" in only:
-        log(f"deltas: {args.delta_runs} runs with stream_deltas off and on")
-        report["deltas"] = measure_deltas(args, tmp)
-        only.discard("deltas")
-        if not only:
-            report["wall_s"] = round(time.perf_counter() - t0, 1)
-            report["ok"] = True
-            return report
+    # Measurements of one or two servers of their own, without PostgreSQL.
+    standalone = {"deltas": measure_deltas, "fairness": measure_fairness, "slow": measure_slow}
+    for key, measure_one in standalone.items():
+        if key in only:
+            log(f"{key}: measuring")
+            report[key] = measure_one(args, tmp)
+            only.discard(key)
+    if not only:
+        report["wall_s"] = round(time.perf_counter() - t0, 1)
+        report["ok"] = all(
+            report[k].get("ok", True) for k in standalone if isinstance(report.get(k), dict)
+        )
+        return report
     if "A" in only:
         work = workdir(tmp, "a")
         log(f"A: 1 server + SQLite, {args.runs} flows, {args.concurrency} clients")
-        server = Server("a1", f"sqlite:///{work / 'checkpoints.sqlite'}", work)
+        url = f"sqlite:///{work / 'checkpoints.sqlite'}"
+        server = Server("a1", url, work, extra=ONE_KEY_MANY_CLIENTS)
         results["A"] = measure("A: 1 server + SQLite", [server], args, expected, args.runs)
 
     pg = Postgres(tmp / "pg")
@@ -775,7 +1148,9 @@ def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 continue
             url = pg.database(f"bench_{key}")
             work = workdir(tmp, key)
-            servers = [Server(f"{key}{i + 1}", url, work) for i in range(2)]
+            servers = [
+                Server(f"{key}{i + 1}", url, work, extra=ONE_KEY_MANY_CLIENTS) for i in range(2)
+            ]
             if key == "kill":
                 kwargs["triggers"] = [
                     (0.30, "kill -9 server 1", kill_and_restart(servers[0])),
@@ -800,6 +1175,13 @@ def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 # -- report -----------------------------------------------------------------------------------
 def print_report(report: dict[str, Any]) -> None:
+    wide = Console(stderr=True, width=max(160, err.width))
+    if report["results"]:
+        print_table(report, wide)
+    print_extras(report, wide)
+
+
+def print_table(report: dict[str, Any], wide: Console) -> None:
     table = Table(
         title=f"skilldeck service benchmark ({report['date']}, {report['machine']}); "
         f"{report['concurrency']} clients"
@@ -830,7 +1212,6 @@ def print_report(report: dict[str, Any]) -> None:
             str(row["flows_retried"]),
             str(row["lost_or_wrong"]),
         )
-    wide = Console(stderr=True, width=max(160, err.width))
     wide.print(table)
     for key, row in report["results"].items():
         if row["failures"] or row["client_saw"] or row["faults"]:
@@ -841,8 +1222,25 @@ def print_report(report: dict[str, Any]) -> None:
                 wide.print(f"  failed request: {what} × {n}")
             for what, n in row["client_saw"].items():
                 wide.print(f"  client saw: {what} × {n}")
+
+
+def print_extras(report: dict[str, Any], wide: Console) -> None:
     if "deltas" in report:
         wide.print(f"stream_deltas off / on (medians, ms): {report['deltas']}")
+    if "fairness" in report:
+        f = report["fairness"]
+        wide.print(
+            f"fairness: another user's first event, idle {f['idle']} ms, with one user holding "
+            f">= {f['hog_queued_min']} runs queued {f['loaded']} ms: ratio p50 {f['ratio_p50']}, "
+            f"p95 {f['ratio_p95']} ({f['trials']} trials each)"
+        )
+    if "slow" in report:
+        s = report["slow"]
+        wide.print(
+            f"slow senders: /health before {s['before_ms']} ms; with >= "
+            f"{s['slow_senders_connected_min']} of {s['slow_senders']} slow senders connected "
+            f"{s['during_ms']} ms (max {s['during_max_ms']}); cut off: {s['cut_off']}"
+        )
     verdict = "[green]nothing lost[/green]" if report["ok"] else "[red]threads lost or wrong[/red]"
     wide.print(f"{verdict}; wall time {report['wall_s']} s")
 
@@ -858,7 +1256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["A", "B", "kill", "pg_restart", "disconnect", "deltas"],
+        choices=["A", "B", "kill", "pg_restart", "disconnect", "deltas", "fairness", "slow"],
         help="run only these measurements (repeatable)",
     )
     parser.add_argument(
@@ -866,6 +1264,34 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--delta-runs", type=int, default=5, help="runs each way for --only deltas (default 5)"
+    )
+    parser.add_argument(
+        "--fair-trials", type=int, default=40, help="trials each way for --only fairness (40)"
+    )
+    parser.add_argument(
+        "--hog-queued", type=int, default=100, help="runs the one user keeps queued (100)"
+    )
+    parser.add_argument(
+        "--hold-s", type=float, default=60.0, help="seconds each of its runs holds a worker (60)"
+    )
+    parser.add_argument(
+        "--slow-senders", type=int, default=300, help="slow clients for --only slow (300)"
+    )
+    parser.add_argument(
+        "--keyless-senders",
+        type=int,
+        default=100,
+        help="slow clients without a key besides them, reconnecting (100)",
+    )
+    parser.add_argument(
+        "--health-probes", type=int, default=200, help="/health requests each way (200)"
+    )
+    parser.add_argument(
+        "--slow-window-s",
+        type=float,
+        default=40.0,
+        help="seconds the /health requests are spread over, each way: longer than the body "
+        "deadline, so every kind of slow sender is cut off and comes back within it (40)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)

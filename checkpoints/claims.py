@@ -16,6 +16,13 @@ claim of an owner that is gone may be taken over after a short grace.
 The same table holds each thread's *run lease*, the claim ``(thread_id, RUN_LEASE)``: a run or
 resume holds it while it drives the graph, so a stopped run is never continued while it still
 runs elsewhere. A long run renews it (:meth:`~InterruptClaims.renew`) so it never runs out.
+
+Each claim records its *holder*, a token of the request that made it (by default one per
+claims object): only the holder renews or releases it, so a request whose claim was taken over
+(it waited past its lease) can neither keep the claim nor delete the new holder's. Leases are
+dated by a clock that can be injected (:data:`Clock`; PostgreSQL dates them by the server's).
+:meth:`~InterruptClaims.live` tells which threads a live run holds: a thread whose last run
+stopped mid-way and is held by nobody is ``resumable``.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ import socket
 import sqlite3
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +47,13 @@ __all__ = [
     "DEFAULT_DEAD_OWNER_GRACE_S",
     "DEFAULT_LEASE_S",
     "RUN_LEASE",
+    "Clock",
     "InterruptClaims",
     "MemoryClaims",
     "PostgresClaims",
     "SqliteClaims",
+    "live_leases",
+    "new_holder",
     "owner_gone",
     "process_owner",
 ]
@@ -53,6 +65,9 @@ DEFAULT_DEAD_OWNER_GRACE_S = 10.0
 #: The key of a thread's run lease (interrupt ids are hex digests, never this).
 RUN_LEASE = "run"
 
+Clock = Callable[[], float]
+"""A time source: seconds since the epoch (claims are compared across processes)."""
+
 _TABLE = "skilldeck_interrupt_claims"
 _CREATE = f"""
 CREATE TABLE IF NOT EXISTS {_TABLE} (
@@ -61,18 +76,26 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     claimed_at DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (thread_id, interrupt_id)
 )"""
-# SQLite claims record the claiming process (see SqliteClaims). Insert, or take over a claim
-# older than the lease, or older than the grace if its owner is gone; the row count says who won.
-_SQLITE_OWNER_COLUMN = f"ALTER TABLE {_TABLE} ADD COLUMN owner TEXT"
+# SQLite claims record the claiming process (see SqliteClaims) and their holder. A claim is
+# live while it is younger than the lease, and younger than the grace or its owner is alive; a
+# claim that is not live may be taken over (the row count says who won).
+_SQLITE_COLUMNS = {"owner": "TEXT", "holder": "TEXT"}
+_SQLITE_LIVE = """(c.claimed_at >= {now} - :lease
+    AND NOT (c.claimed_at < {now} - :grace AND skilldeck_owner_gone(c.owner)))"""
 _SQLITE_CLAIM = f"""
-INSERT INTO {_TABLE} AS c (thread_id, interrupt_id, claimed_at, owner) VALUES (?, ?, ?, ?)
+INSERT INTO {_TABLE} AS c (thread_id, interrupt_id, claimed_at, owner, holder)
+VALUES (:thread, :key, :now, :owner, :holder)
 ON CONFLICT (thread_id, interrupt_id) DO UPDATE
-SET claimed_at = excluded.claimed_at, owner = excluded.owner
-WHERE c.claimed_at < excluded.claimed_at - ?
-    OR (c.claimed_at < excluded.claimed_at - ? AND skilldeck_owner_gone(c.owner))"""
+SET claimed_at = excluded.claimed_at, owner = excluded.owner, holder = excluded.holder
+WHERE NOT {_SQLITE_LIVE.format(now="excluded.claimed_at")}"""
 _SQLITE_RENEW = f"""
-UPDATE {_TABLE} SET claimed_at = ? WHERE thread_id = ? AND interrupt_id = ? AND owner = ?"""
-_RELEASE = f"DELETE FROM {_TABLE} WHERE thread_id = {{p}} AND interrupt_id = {{p}}"
+UPDATE {_TABLE} SET claimed_at = :now, owner = :owner
+WHERE thread_id = :thread AND interrupt_id = :key AND holder = :holder"""
+_SQLITE_LIVE_THREADS = f"""
+SELECT c.thread_id FROM {_TABLE} c WHERE c.interrupt_id = :key AND c.thread_id IN ({{ids}})
+    AND {_SQLITE_LIVE.format(now=":now")}"""
+_RELEASE = f"""
+DELETE FROM {_TABLE} WHERE thread_id = {{p}} AND interrupt_id = {{p}} AND holder = {{p}}"""
 # A claim is deleted when its request ends; only a process killed while holding one leaves
 # it, and a later request on the thread takes it over. Claims of threads nobody touches again
 # are swept once they are two leases old, every SWEEP_EVERY claims.
@@ -80,33 +103,36 @@ SWEEP_EVERY = 256
 _SQLITE_SWEEP = f"DELETE FROM {_TABLE} WHERE claimed_at < ?"
 _PG_SWEEP = f"DELETE FROM {_TABLE} WHERE claimed_at < extract(epoch from clock_timestamp()) - %s"
 
-# PostgreSQL claims also record the claiming session (see PostgresClaims).
+# PostgreSQL claims also record the claiming session (see PostgresClaims) and their holder.
 _PG_OWNER_COLUMNS = f"""
 ALTER TABLE {_TABLE}
     ADD COLUMN IF NOT EXISTS owner_pid INTEGER,
-    ADD COLUMN IF NOT EXISTS owner_start TIMESTAMPTZ"""
+    ADD COLUMN IF NOT EXISTS owner_start TIMESTAMPTZ,
+    ADD COLUMN IF NOT EXISTS holder TEXT"""
+_PG_NOW = "extract(epoch from clock_timestamp())"
+_PG_LIVE = """(c.claimed_at >= {now} - %(lease)s AND NOT (
+    c.claimed_at < {now} - %(grace)s AND NOT EXISTS (
+        SELECT 1 FROM pg_stat_activity a
+        WHERE a.pid = c.owner_pid AND a.backend_start = c.owner_start)))"""
 _PG_CLAIM = f"""
-INSERT INTO {_TABLE} AS c (thread_id, interrupt_id, claimed_at, owner_pid, owner_start)
-SELECT %s, %s, extract(epoch from clock_timestamp()), pid, backend_start
+INSERT INTO {_TABLE} AS c (thread_id, interrupt_id, claimed_at, owner_pid, owner_start, holder)
+SELECT %(thread)s, %(key)s, {_PG_NOW}, pid, backend_start, %(holder)s
 FROM pg_stat_activity WHERE pid = pg_backend_pid()
 ON CONFLICT (thread_id, interrupt_id) DO UPDATE
 SET claimed_at = excluded.claimed_at, owner_pid = excluded.owner_pid,
-    owner_start = excluded.owner_start
-WHERE c.claimed_at < excluded.claimed_at - %s
-    OR (c.claimed_at < excluded.claimed_at - %s AND NOT EXISTS (
-        SELECT 1 FROM pg_stat_activity a
-        WHERE a.pid = c.owner_pid AND a.backend_start = c.owner_start))"""
+    owner_start = excluded.owner_start, holder = excluded.holder
+WHERE NOT {_PG_LIVE.format(now="excluded.claimed_at")}"""
 # Renewing also moves a claim to this process's current session (its connection may have been
-# replaced after a server restart), unless a live session took it over.
+# replaced after a server restart).
 _PG_RENEW = f"""
 UPDATE {_TABLE} AS c
-SET claimed_at = extract(epoch from clock_timestamp()), owner_pid = me.pid,
-    owner_start = me.backend_start
+SET claimed_at = {_PG_NOW}, owner_pid = me.pid, owner_start = me.backend_start
 FROM pg_stat_activity me
-WHERE me.pid = pg_backend_pid() AND c.thread_id = %s AND c.interrupt_id = %s
-    AND ((c.owner_pid = me.pid AND c.owner_start = me.backend_start) OR NOT EXISTS (
-        SELECT 1 FROM pg_stat_activity a
-        WHERE a.pid = c.owner_pid AND a.backend_start = c.owner_start))"""
+WHERE me.pid = pg_backend_pid() AND c.thread_id = %(thread)s AND c.interrupt_id = %(key)s
+    AND c.holder = %(holder)s"""
+_PG_LIVE_THREADS = f"""
+SELECT c.thread_id FROM {_TABLE} c
+WHERE c.interrupt_id = %(key)s AND c.thread_id = ANY(%(ids)s) AND {_PG_LIVE.format(now=_PG_NOW)}"""
 
 # With no lease, the takeover condition can never hold.
 _NO_LEASE = 1e15
@@ -115,21 +141,29 @@ _NO_LEASE = 1e15
 class InterruptClaims(ABC):
     """Claims on pending interrupts (and run leases); see the module docstring.
 
+    Each method takes the claim's ``holder``: a token of the request that makes, renews or
+    gives back the claim (:func:`new_holder`); by default this object's own.
+
     Args:
         lease_s: seconds after which a claim may be taken over; ``None``: never.
         dead_owner_grace_s: seconds after which a claim whose owner is known to be gone may be
             taken over (backends that can tell: PostgreSQL, SQLite on the owner's host).
+        clock: the time claims are dated by (tests inject one to let a lease run out).
     """
 
     def __init__(
         self,
         lease_s: float | None = DEFAULT_LEASE_S,
         dead_owner_grace_s: float = DEFAULT_DEAD_OWNER_GRACE_S,
+        clock: Clock = time.time,
     ) -> None:
         if lease_s is not None and lease_s <= 0:
             raise ValueError(f"lease_s must be positive or None, got {lease_s!r}")
         self.lease_s = lease_s
         self.dead_owner_grace_s = dead_owner_grace_s
+        self.clock = clock
+        #: The holder of the claims made through this object without one of their own.
+        self.holder = new_holder()
         self._claims_made = 0
 
     @property
@@ -142,60 +176,85 @@ class InterruptClaims(ABC):
         return self.lease_s is not None and self._claims_made % SWEEP_EVERY == 1
 
     @abstractmethod
-    def claim(self, thread_id: str, interrupt_id: str) -> bool:
+    def claim(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
         """``True`` for exactly one caller per ``(thread_id, interrupt_id)`` (per lease)."""
 
     @abstractmethod
-    def renew(self, thread_id: str, interrupt_id: str) -> bool:
-        """Restart the lease of a claim this process holds; ``False`` if it is no longer ours."""
+    def renew(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
+        """Restart the lease of a claim ``holder`` holds; ``False`` if it is no longer theirs
+        (it was taken over, or given back)."""
 
     @abstractmethod
-    def release(self, thread_id: str, interrupt_id: str) -> None:
-        """Give a claim back, so the interrupt can be resumed again (the resume failed)."""
+    def release(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> None:
+        """Give a claim of ``holder`` back, so the interrupt can be resumed again (the resume
+        failed); a claim someone else holds now is left alone."""
 
-    async def aclaim(self, thread_id: str, interrupt_id: str) -> bool:
+    @abstractmethod
+    def live(self, thread_ids: Collection[str], interrupt_id: str = RUN_LEASE) -> set[str]:
+        """Which of ``thread_ids`` have a live claim ``interrupt_id`` (by default: which are
+        held by a live run): one that may not be taken over now."""
+
+    async def aclaim(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
         """:meth:`claim` off the event loop."""
-        return await asyncio.to_thread(self.claim, thread_id, interrupt_id)
+        return await asyncio.to_thread(self.claim, thread_id, interrupt_id, holder)
 
-    async def arenew(self, thread_id: str, interrupt_id: str) -> bool:
+    async def arenew(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
         """:meth:`renew` off the event loop."""
-        return await asyncio.to_thread(self.renew, thread_id, interrupt_id)
+        return await asyncio.to_thread(self.renew, thread_id, interrupt_id, holder)
 
-    async def arelease(self, thread_id: str, interrupt_id: str) -> None:
+    async def arelease(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> None:
         """:meth:`release` off the event loop."""
-        await asyncio.to_thread(self.release, thread_id, interrupt_id)
+        await asyncio.to_thread(self.release, thread_id, interrupt_id, holder)
 
     def close(self) -> None:  # noqa: B027 - optional hook: most backends own nothing
         """Release connections this object owns (none by default)."""
 
 
+def new_holder() -> str:
+    """A new holder token: one per request that claims (see :class:`InterruptClaims`)."""
+    return uuid.uuid4().hex
+
+
 class MemoryClaims(InterruptClaims):
     """Claims within one process (``memory://`` checkpoints, tests); their owner is alive."""
 
-    def __init__(self, lease_s: float | None = DEFAULT_LEASE_S) -> None:
-        super().__init__(lease_s)
+    def __init__(self, lease_s: float | None = DEFAULT_LEASE_S, clock: Clock = time.time) -> None:
+        super().__init__(lease_s, clock=clock)
         self._lock = threading.Lock()
-        self._claimed: dict[tuple[str, str], float] = {}
+        # (since, holder) of each claim.
+        self._claimed: dict[tuple[str, str], tuple[float, str]] = {}
 
-    def claim(self, thread_id: str, interrupt_id: str) -> bool:
-        now = time.monotonic()
+    def claim(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
+        now = self.clock()
         with self._lock:
-            since = self._claimed.get((thread_id, interrupt_id))
-            if since is not None and since >= now - self._lease:
+            found = self._claimed.get((thread_id, interrupt_id))
+            if found is not None and found[0] >= now - self._lease:
                 return False
-            self._claimed[thread_id, interrupt_id] = now
+            self._claimed[thread_id, interrupt_id] = (now, holder or self.holder)
             return True
 
-    def renew(self, thread_id: str, interrupt_id: str) -> bool:
+    def renew(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
         with self._lock:
-            if (thread_id, interrupt_id) not in self._claimed:
+            found = self._claimed.get((thread_id, interrupt_id))
+            if found is None or found[1] != (holder or self.holder):
                 return False
-            self._claimed[thread_id, interrupt_id] = time.monotonic()
+            self._claimed[thread_id, interrupt_id] = (self.clock(), found[1])
             return True
 
-    def release(self, thread_id: str, interrupt_id: str) -> None:
+    def release(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> None:
         with self._lock:
-            self._claimed.pop((thread_id, interrupt_id), None)
+            found = self._claimed.get((thread_id, interrupt_id))
+            if found is not None and found[1] == (holder or self.holder):
+                del self._claimed[thread_id, interrupt_id]
+
+    def live(self, thread_ids: Collection[str], interrupt_id: str = RUN_LEASE) -> set[str]:
+        since = self.clock() - self._lease
+        with self._lock:
+            return {
+                t
+                for t in thread_ids
+                if (found := self._claimed.get((t, interrupt_id))) and found[0] >= since
+            }
 
 
 class SqliteClaims(InterruptClaims):
@@ -214,6 +273,7 @@ class SqliteClaims(InterruptClaims):
         lock: the lock that serialises every transaction on ``conn``.
         lease_s: see :class:`InterruptClaims`.
         dead_owner_grace_s: see :class:`InterruptClaims`.
+        clock: see :class:`InterruptClaims`.
 
     Raises:
         CheckpointError: the claims table cannot be created (another process holds a lock).
@@ -226,37 +286,83 @@ class SqliteClaims(InterruptClaims):
         *,
         lease_s: float | None = DEFAULT_LEASE_S,
         dead_owner_grace_s: float = DEFAULT_DEAD_OWNER_GRACE_S,
+        clock: Clock = time.time,
     ) -> None:
-        super().__init__(lease_s, dead_owner_grace_s)
+        super().__init__(lease_s, dead_owner_grace_s, clock)
         self._conn, self._lock = conn, lock
         try:
             with self._lock, self._conn:
                 self._conn.create_function("skilldeck_owner_gone", 1, owner_gone)
                 self._conn.execute(_CREATE)
-                table = self._conn.execute(f"PRAGMA table_info({_TABLE})")
-                if "owner" not in {row[1] for row in table}:  # a file from before owners
-                    with contextlib.suppress(sqlite3.OperationalError):  # another process did it
-                        self._conn.execute(_SQLITE_OWNER_COLUMN)
+                have = {row[1] for row in self._conn.execute(f"PRAGMA table_info({_TABLE})")}
+                for column, kind in _SQLITE_COLUMNS.items():
+                    if column not in have:  # a file from before owners (or holders)
+                        with contextlib.suppress(sqlite3.OperationalError):  # another did it
+                            self._conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} {kind}")
         except sqlite3.Error as exc:
             raise CheckpointError(f"cannot create resume claims: {exc}") from None
 
-    def claim(self, thread_id: str, interrupt_id: str) -> bool:
+    def _rule(self) -> dict[str, float]:
+        return {"now": self.clock(), "lease": self._lease, "grace": self.dead_owner_grace_s}
+
+    def claim(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
+        rule = self._rule()
         if self._sweep_due():
-            self._write(_SQLITE_SWEEP, (time.time() - 2 * self._lease,))
-        params = (thread_id, interrupt_id, time.time(), process_owner())
-        return self._write(_SQLITE_CLAIM, (*params, self._lease, self.dead_owner_grace_s)) == 1
+            self._write(_SQLITE_SWEEP, (rule["now"] - 2 * self._lease,))
+        params = {"thread": thread_id, "key": interrupt_id, "owner": process_owner()}
+        return self._write(_SQLITE_CLAIM, {**params, **rule, "holder": holder or self.holder}) == 1
 
-    def renew(self, thread_id: str, interrupt_id: str) -> bool:
-        params = (time.time(), thread_id, interrupt_id, process_owner())
-        return self._write(_SQLITE_RENEW, params) == 1
+    def renew(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
+        params = {"thread": thread_id, "key": interrupt_id, "holder": holder or self.holder}
+        return (
+            self._write(_SQLITE_RENEW, {**params, "now": self.clock(), "owner": process_owner()})
+            == 1
+        )
 
-    def release(self, thread_id: str, interrupt_id: str) -> None:
-        self._write(_RELEASE.format(p="?"), (thread_id, interrupt_id))
+    def release(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> None:
+        self._write(_RELEASE.format(p="?"), (thread_id, interrupt_id, holder or self.holder))
 
-    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+    def live(self, thread_ids: Collection[str], interrupt_id: str = RUN_LEASE) -> set[str]:
+        with self._lock:
+            return live_leases(self._conn, thread_ids, interrupt_id, **self._rule())
+
+    def _write(self, sql: str, params: Any) -> int:
         """Run one statement in its own transaction; the rows it changed."""
         with self._lock, self._conn:  # commits, or rolls back on an error
             return self._conn.execute(sql, params).rowcount
+
+
+def live_leases(
+    conn: Any,
+    thread_ids: Collection[str],
+    interrupt_id: str = RUN_LEASE,
+    *,
+    now: float | None = None,
+    lease: float = DEFAULT_LEASE_S,
+    grace: float = DEFAULT_DEAD_OWNER_GRACE_S,
+) -> set[str]:
+    """Which of ``thread_ids`` hold a live claim ``interrupt_id`` in the claims table, read on
+    ``conn``: a ``sqlite3`` connection (``now`` dates it; ``skilldeck_owner_gone`` is
+    registered here) or a psycopg one (the server's clock dates it). No claims table: none."""
+    ids = list(dict.fromkeys(thread_ids))
+    if not ids:
+        return set()
+    if isinstance(conn, sqlite3.Connection):
+        conn.create_function("skilldeck_owner_gone", 1, owner_gone)
+        marks = ", ".join(f":id{i}" for i in range(len(ids)))
+        params: dict[str, Any] = {f"id{i}": t for i, t in enumerate(ids)}
+        params.update(key=interrupt_id, lease=lease, grace=grace)
+        params["now"] = time.time() if now is None else now
+        try:
+            rows = conn.execute(_SQLITE_LIVE_THREADS.format(ids=marks), params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such" in str(exc):  # a file from before claims (or their owners)
+                return set()
+            raise
+    else:
+        params = {"key": interrupt_id, "ids": ids, "lease": lease, "grace": grace}
+        rows = conn.execute(_PG_LIVE_THREADS, params).fetchall()
+    return {str(r["thread_id"] if isinstance(r, dict) else r[0]) for r in rows}
 
 
 @functools.cache
@@ -319,6 +425,7 @@ class PostgresClaims(InterruptClaims):
         pool: a ``psycopg_pool.ConnectionPool``; the claims connect with its conninfo and options.
         lease_s: see :class:`InterruptClaims`.
         dead_owner_grace_s: see :class:`InterruptClaims`.
+        clock: paces renewals only: the server's clock dates the claims.
     """
 
     def __init__(
@@ -327,8 +434,9 @@ class PostgresClaims(InterruptClaims):
         *,
         lease_s: float | None = DEFAULT_LEASE_S,
         dead_owner_grace_s: float = DEFAULT_DEAD_OWNER_GRACE_S,
+        clock: Clock = time.time,
     ) -> None:
-        super().__init__(lease_s, dead_owner_grace_s)
+        super().__init__(lease_s, dead_owner_grace_s, clock)
         self._conninfo: str = pool.conninfo
         self._kwargs: dict[str, Any] = {**pool.kwargs, "autocommit": True}
         self._conn: Any = None
@@ -340,8 +448,12 @@ class PostgresClaims(InterruptClaims):
         conn.execute(_CREATE)
         conn.execute(_PG_OWNER_COLUMNS)
 
-    def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
-        """Run ``sql`` on the claims connection (reconnecting once if it broke); its rowcount."""
+    def _execute(self, sql: str, params: Any) -> int:
+        """Run ``sql`` on the claims connection; its rowcount."""
+        return int(self._on_conn(lambda conn: conn.execute(sql, params).rowcount))
+
+    def _on_conn(self, use: Callable[[Any], Any]) -> Any:
+        """``use(conn)`` on the claims connection (reconnecting once if it broke)."""
         import psycopg
 
         with self._lock:
@@ -349,7 +461,7 @@ class PostgresClaims(InterruptClaims):
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
                 try:
-                    return int(self._conn.execute(sql, params).rowcount)
+                    return use(self._conn)
                 except psycopg.OperationalError:
                     # The server restarted or the network dropped: a new session, once.
                     self._conn.close()
@@ -373,17 +485,27 @@ class PostgresClaims(InterruptClaims):
                     raise
                 time.sleep(0.2)
 
-    def claim(self, thread_id: str, interrupt_id: str) -> bool:
+    def claim(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
         if self._sweep_due():
             self._execute(_PG_SWEEP, (2 * self._lease,))
-        params = (thread_id, interrupt_id, self._lease, self.dead_owner_grace_s)
-        return self._execute(_PG_CLAIM, params) == 1
+        params = {"thread": thread_id, "key": interrupt_id, "holder": holder or self.holder}
+        rule = {"lease": self._lease, "grace": self.dead_owner_grace_s}
+        return self._execute(_PG_CLAIM, {**params, **rule}) == 1
 
-    def renew(self, thread_id: str, interrupt_id: str) -> bool:
-        return self._execute(_PG_RENEW, (thread_id, interrupt_id)) == 1
+    def renew(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
+        params = {"thread": thread_id, "key": interrupt_id, "holder": holder or self.holder}
+        return self._execute(_PG_RENEW, params) == 1
 
-    def release(self, thread_id: str, interrupt_id: str) -> None:
-        self._execute(_RELEASE.format(p="%s"), (thread_id, interrupt_id))
+    def release(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> None:
+        params = (thread_id, interrupt_id, holder or self.holder)
+        self._execute(_RELEASE.format(p="%s"), params)
+
+    def live(self, thread_ids: Collection[str], interrupt_id: str = RUN_LEASE) -> set[str]:
+        rule = {"lease": self._lease, "grace": self.dead_owner_grace_s}
+        found: set[str] = self._on_conn(
+            lambda conn: live_leases(conn, thread_ids, interrupt_id, **rule)
+        )
+        return found
 
     def close(self) -> None:
         with self._lock:

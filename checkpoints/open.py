@@ -46,6 +46,7 @@ from skilldeck._internal.postgres import (
 )
 from skilldeck.checkpoints.claims import (
     DEFAULT_LEASE_S,
+    Clock,
     InterruptClaims,
     MemoryClaims,
     PostgresClaims,
@@ -79,7 +80,7 @@ def strict_serde() -> JsonPlusSerializer:
 @dataclass
 class Persistence:
     """A checkpointer, a store, resume claims and the thread index opened together; ``close()``
-    releases their connections."""
+    releases their connections. The index reads its threads' run leases from the claims."""
 
     url: str
     saver: BaseCheckpointSaver[Any]
@@ -87,6 +88,9 @@ class Persistence:
     claims: InterruptClaims = field(default_factory=MemoryClaims)
     threads: ThreadIndex = field(default_factory=memory_index)
     _closers: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.threads.leases = self.claims.live
 
     def close(self) -> None:
         while self._closers:
@@ -130,6 +134,7 @@ def open_persistence(
     must_exist: bool = False,
     pool_size: int | None = None,
     claim_lease_s: float | None = DEFAULT_LEASE_S,
+    claim_clock: Clock = time.time,
 ) -> Persistence:
     """Open a checkpointer, a store and resume claims for ``url``; see the module docstring.
 
@@ -141,6 +146,7 @@ def open_persistence(
         pool_size: PostgreSQL connections at most (default ``SKILLDECK_POSTGRES_POOL_SIZE``).
         claim_lease_s: after how long a resume claim may be taken over (see
             :class:`~skilldeck.checkpoints.claims.InterruptClaims`).
+        claim_clock: the time source the claims and run leases go by (tests inject one).
 
     Raises:
         CheckpointError: the URL is not understood, or the database cannot be opened.
@@ -150,12 +156,18 @@ def open_persistence(
         saver = InMemorySaver(serde=strict_serde())
         index = memory_index()
         return Persistence(
-            url, saver, InMemoryStore(), MemoryClaims(claim_lease_s), index, [index.close]
+            url,
+            saver,
+            InMemoryStore(),
+            MemoryClaims(claim_lease_s, claim_clock),
+            index,
+            [index.close],
         )
     if url.startswith("sqlite:///"):
-        return _open_sqlite(url, _sqlite_path(url), timeout, must_exist, claim_lease_s)
+        path = _sqlite_path(url)
+        return _open_sqlite(url, path, timeout, must_exist, claim_lease_s, claim_clock)
     if is_postgres_url(url):
-        return _open_postgres(url, must_exist, timeout, pool_size, claim_lease_s)
+        return _open_postgres(url, must_exist, timeout, pool_size, claim_lease_s, claim_clock)
     raise CheckpointError(_unsupported(url))
 
 
@@ -206,7 +218,12 @@ def _setup(
 
 
 def _open_sqlite(
-    url: str, path: Path, timeout: float, must_exist: bool, claim_lease_s: float | None
+    url: str,
+    path: Path,
+    timeout: float,
+    must_exist: bool,
+    claim_lease_s: float | None,
+    claim_clock: Clock,
 ) -> Persistence:
     """The checkpointer, the store and the claims on one connection to ``path``.
 
@@ -223,7 +240,7 @@ def _open_sqlite(
     closers = [saver.conn.close]
     _setup(store.setup, saver.conn, path, timeout, closers)
     try:
-        claims = SqliteClaims(saver.conn, saver.lock, lease_s=claim_lease_s)
+        claims = SqliteClaims(saver.conn, saver.lock, lease_s=claim_lease_s, clock=claim_clock)
         index = SqliteThreadIndex(saver.conn, saver.lock, str(path))
     except CheckpointError:
         saver.conn.close()
@@ -293,7 +310,12 @@ def _prepare_postgres(url: str, timeout: float, must_exist: bool) -> bool:
 
 
 def _open_postgres(
-    url: str, must_exist: bool, timeout: float, pool_size: int | None, lease_s: float | None
+    url: str,
+    must_exist: bool,
+    timeout: float,
+    pool_size: int | None,
+    lease_s: float | None,
+    clock: Clock,
 ) -> Persistence:
     size = _pool_size(pool_size)
     new_index = _prepare_postgres(url, timeout, must_exist)
@@ -303,7 +325,7 @@ def _open_postgres(
     pool = open_pool(url, size=size, timeout=timeout, **_postgres_options())
     saver = PostgresSaver(pool, serde=strict_serde())
     store = PostgresStore(pool)
-    claims = PostgresClaims(pool, lease_s=lease_s)
+    claims = PostgresClaims(pool, lease_s=lease_s, clock=clock)
     index = PostgresThreadIndex(pool, redact(url))
     index.needs_backfill = new_index
     return Persistence(url, saver, store, claims, index, [pool.close, claims.close])

@@ -8,7 +8,9 @@ a fingerprint of its files, and the model override). So ``skilldeck threads`` an
 query with plain ``sqlite3`` (or psycopg), and thread ids can be abbreviated git-style.
 
 The deck writes a row when a run starts (status ``running``) and when it stops (the status the
-checkpoint then gives). A thread created by ``POST /threads`` and never run is ``new``.
+checkpoint then gives). A thread created by ``POST /threads`` and never run is ``new``. A
+``running`` row whose run lease no live run holds (its process died mid-run) reads as
+``resumable``: the index asks the claims (:attr:`ThreadIndex.leases`) as it reads.
 
 Matters belong to users: an operator creates a matter for an owner (or, under the ``claim``
 policy, the first user to name it owns it), and may grant it to others (``skilldeck matters``).
@@ -26,12 +28,13 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import json
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -192,8 +195,9 @@ def now_iso() -> str:
 class ThreadRecord:
     """One thread as the index knows it.
 
-    ``status`` is ``new`` (created, never run), ``running`` (a run is going on, or was cut
-    off), ``interrupted``, ``finished``, ``failed`` or ``no_skill``. ``skills`` maps each skill
+    ``status`` is ``new`` (created, never run), ``running`` (a run is going on),
+    ``resumable`` (a run was cut off and nothing runs it), ``interrupted``, ``finished``,
+    ``failed`` or ``no_skill``. ``skills`` maps each skill
     of the deck the thread last ran on to a fingerprint of its files, and ``sources`` lists
     their bundle folders; ``model`` is the model override of that run (``None``: the skills'
     own models). ``title`` is what a list shows of the thread: the first words of the input of
@@ -254,6 +258,9 @@ class ThreadIndex(ABC):
         #: Whether the table was created by this object on a database that may already hold
         #: threads: the deck then fills it from the checkpoints (once).
         self.needs_backfill = False
+        #: Which of some threads a live run holds (their run lease); ``None``: unknown, and
+        #: ``running`` rows read as they are stored.
+        self.leases: Callable[[Collection[str]], set[str]] | None = None
 
     # -- writes ---------------------------------------------------------------------------
     def create(
@@ -327,14 +334,16 @@ class ThreadIndex(ABC):
     def get(self, thread_id: str) -> ThreadRecord | None:
         """The thread's row, or ``None``."""
         rows = self._query(_GET, (thread_id,))
-        return ThreadRecord._from_row(rows[0]) if rows else None
+        return self._leased([ThreadRecord._from_row(rows[0])])[0] if rows else None
 
     def list(
         self, *, user_id: str | None = None, status: str | None = None, limit: int | None = None
     ) -> builtins.list[ThreadRecord]:
         """Threads, most recently run first; only ``user_id``'s or ``status``'s if given."""
+        # Stored rows say "running" for resumable threads too: read those, then sort them out.
+        leased = self.leases is not None and status in ("running", "resumable")
         where, params = [], []
-        for column, value in (("user_id", user_id), ("status", status)):
+        for column, value in (("user_id", user_id), ("status", "running" if leased else status)):
             if value is not None:
                 where.append(f"{column} = {{p}}")
                 params.append(value)
@@ -342,9 +351,25 @@ class ThreadIndex(ABC):
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY updated_at DESC, thread_id"
-        if limit is not None:
+        if limit is not None and not leased:
             sql += f" LIMIT {int(limit)}"
-        return [ThreadRecord._from_row(r) for r in self._query(sql, tuple(params))]
+        rows = self._leased([ThreadRecord._from_row(r) for r in self._query(sql, tuple(params))])
+        if leased:
+            rows = [r for r in rows if r.status == status][:limit]
+        return rows
+
+    def _leased(self, records: builtins.list[ThreadRecord]) -> builtins.list[ThreadRecord]:
+        """``records`` with each ``running`` one that no live run holds as ``resumable``."""
+        running = [r.thread_id for r in records if r.status == "running"]
+        if self.leases is None or not running:
+            return records
+        live = self.leases(running)
+        return [
+            replace(r, status="resumable")
+            if r.status == "running" and r.thread_id not in live
+            else r
+            for r in records
+        ]
 
     # -- matters --------------------------------------------------------------------------
     def may_use_matter(
@@ -665,8 +690,11 @@ class _ReadOnly(ThreadIndex):
     """An index read on one DB-API connection (``open_index``)."""
 
     def __init__(self, conn: Any, where: str, placeholder: str) -> None:
+        from skilldeck.checkpoints.claims import live_leases
+
         super().__init__(where)
         self._conn, self._p = conn, placeholder
+        self.leases = functools.partial(live_leases, conn)
 
     def _execute(self, sql: str, params: tuple[Any, ...]) -> None:
         raise CheckpointError(f"{self.where} is open for reading only")

@@ -38,6 +38,7 @@ from skilldeck.errors import (
     ModelConfigError,
     NoModelConfiguredError,
     NoPendingCardError,
+    NotResumableError,
     SkillDeckError,
     SkillNotLoadedError,
     StaleInterruptError,
@@ -174,6 +175,7 @@ class SkillDeck:
             if self._persistence is not None
             else memory_index(backfill=True)  # a given saver may already hold threads
         )
+        self.index.leases = self.claims.live  # which "running" threads a live run holds
         self.graph = builder.compile(checkpointer=saver, store=store)
         data_keys = {b.name: frozenset(b.data_keys) for b in self.bundles}
         fingerprints = {b.name: b.fingerprint for b in self.bundles}
@@ -518,6 +520,42 @@ class SkillDeck:
         request = self._answer(self._sync.snapshot(thread_id), thread_id, *args)
         return self._sync.events(request._replace(deltas=stream_deltas))
 
+    def continue_thread(
+        self,
+        thread_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+    ) -> RunResult:
+        """Go on with a ``resumable`` thread from its last checkpoint, with no new input and
+        no answers, until a card or the end: the way on for a thread whose run stopped before
+        its end (its process died mid-run) and that no live run holds.
+
+        The run goes on as the thread's own user and matter; the steps already checkpointed
+        (and a card's answers saved before the stop) are kept, none is done twice.
+
+        Raises:
+            ThreadNotFoundError: the thread was never run.
+            NotResumableError: the thread is not ``resumable`` (it waits for a card, ended, or
+                was never run); nothing changes.
+            ThreadBusyError: a live run holds the thread (see :meth:`run`).
+        """
+        request = self._continue(self._sync.snapshot(thread_id), thread_id, metadata, callbacks)
+        return self._sync.invoke(request)
+
+    def stream_continue(
+        self,
+        thread_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+        stream_deltas: bool = False,
+    ) -> Iterator[Event]:
+        """:meth:`continue_thread`, yielding typed events like :meth:`stream` (a thread that
+        cannot go on raises before any event)."""
+        request = self._continue(self._sync.snapshot(thread_id), thread_id, metadata, callbacks)
+        return self._sync.events(request._replace(deltas=stream_deltas))
+
     async def arun(
         self,
         input: Mapping[str, Any] | str | None = None,
@@ -585,6 +623,32 @@ class SkillDeck:
         """:meth:`stream_resume` on the async API (see :meth:`arun`)."""
         driver, args = await self._driver(), (answers, interrupt_id, metadata, callbacks)
         request = self._answer(await driver.snapshot(thread_id), thread_id, *args)
+        async for event in driver.events(request._replace(deltas=stream_deltas)):
+            yield event
+
+    async def acontinue_thread(
+        self,
+        thread_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+    ) -> RunResult:
+        """:meth:`continue_thread` on the async API (see :meth:`arun`)."""
+        driver = await self._driver()
+        snapshot = await driver.snapshot(thread_id)
+        return await driver.invoke(self._continue(snapshot, thread_id, metadata, callbacks))
+
+    async def astream_continue(
+        self,
+        thread_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        callbacks: Sequence[BaseCallbackHandler] | None = None,
+        stream_deltas: bool = False,
+    ) -> AsyncIterator[Event]:
+        """:meth:`stream_continue` on the async API (see :meth:`arun`)."""
+        driver = await self._driver()
+        request = self._continue(await driver.snapshot(thread_id), thread_id, metadata, callbacks)
         async for event in driver.events(request._replace(deltas=stream_deltas)):
             yield event
 
@@ -674,6 +738,25 @@ class SkillDeck:
         config = self._sync.config(thread_id, _identity(snapshot.values), metadata, callbacks)
         command: Command[Any] = Command(resume={pending.id: dict(answers)})
         return Request(command, config, snapshot, claim=(thread_id, pending.id))
+
+    def _continue(
+        self,
+        snapshot: StateSnapshot | None,
+        thread_id: str,
+        metadata: Mapping[str, Any] | None,
+        callbacks: Sequence[BaseCallbackHandler] | None,
+    ) -> Request:
+        """Check that the thread's last run stopped before its end; the request that goes on
+        from its last checkpoint (whether a live run still holds it, the lease says)."""
+        if snapshot is None:
+            raise ThreadNotFoundError(thread_id, where=self.index.where)
+        status = thread_status(snapshot)
+        if status != "running":
+            raise NotResumableError(thread_id, status)
+        self._check_skills(thread_id, snapshot)
+        self.check_models(snapshot.values.get("context"))
+        config = self._sync.config(thread_id, _identity(snapshot.values), metadata, callbacks)
+        return Request(None, config, snapshot)
 
     def _check_matter(self, context: str, matter_id: str | None) -> None:
         """A matter id is an id (:func:`~skilldeck._internal.ids.check_id`: one folder name);

@@ -29,6 +29,7 @@ __all__ = [
     "ModelConfigError",
     "NoModelConfiguredError",
     "NoPendingCardError",
+    "NotResumableError",
     "PromptTooLongError",
     "QuotaExceededError",
     "ScriptedModelError",
@@ -36,6 +37,7 @@ __all__ = [
     "SkillNotLoadedError",
     "StaleCassetteError",
     "StaleInterruptError",
+    "StaleRunError",
     "ThreadBusyError",
     "ThreadNotFoundError",
     "ToolError",
@@ -70,6 +72,8 @@ class ErrorCode(StrEnum):
     UNTRUSTED_SCRIPTS = "UNTRUSTED_SCRIPTS"
     QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
     RUN_LOG_FULL = "RUN_LOG_FULL"
+    STALE_RUN = "STALE_RUN"
+    NOT_RESUMABLE = "NOT_RESUMABLE"
 
 
 class SkillDeckError(Exception):
@@ -294,6 +298,39 @@ class ThreadBusyError(SkillDeckError):
         super().__init__(
             f"a run of thread {thread_id!r} is in progress; wait for its stream to end "
             "(or, if its process died, about 10 s), then fetch the thread"
+        )
+
+
+class StaleRunError(SkillDeckError):
+    """A run or resume waited to start (queued for a worker) past its lease, and meanwhile
+    another request took the thread over or moved it on: it gave up having run nothing."""
+
+    code = ErrorCode.STALE_RUN
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"the request on thread {thread_id!r} waited to start past its lease, and the "
+            "thread moved on meanwhile (another request ran it); nothing was run or written: "
+            "fetch the thread and decide again"
+        )
+
+
+class NotResumableError(SkillDeckError):
+    """Only a thread whose run stopped before its end (status ``resumable``) can be
+    continued."""
+
+    code = ErrorCode.NOT_RESUMABLE
+
+    def __init__(self, thread_id: str, status: str) -> None:
+        self.thread_id, self.status = thread_id, status
+        what = {
+            "interrupted": "answer its card (resume)",
+            "new": "start a run",
+        }.get(status, "start a new run")
+        super().__init__(
+            f"thread {thread_id!r} is {status!r}, not 'resumable': only a thread whose run "
+            f"stopped before its end can be continued; {what} instead"
         )
 
 

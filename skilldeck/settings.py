@@ -186,6 +186,48 @@ class Settings(BaseSettings):
         "tools; none by default, so no tool ever reads the working directory by accident.",
     )
 
+    runs_per_user: int = Field(
+        default=4,
+        ge=1,
+        description="Runs of one user that go on at once in one service process; the user's "
+        "further runs wait in a queue, and free workers take waiting runs of the users in turn.",
+    )
+    queued_runs_per_user: int = Field(
+        default=16,
+        ge=1,
+        description="Runs of one user that may wait for a worker (beyond those going on); one "
+        "more is refused with 429 TOO_MANY_RUNS and Retry-After, nothing started.",
+    )
+    threads_per_minute: int = Field(
+        default=60,
+        ge=1,
+        description="Threads one user may create per minute over HTTP (POST /threads, new "
+        "AG-UI threads); one more is refused with 429 TOO_MANY_THREADS and Retry-After.",
+    )
+    max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="Connections `skilldeck serve` keeps open at once (streams included); "
+        "requests beyond them are answered 503 at once. Keep it under the open-files limit.",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a client has to send a request's headers (from connecting, or "
+        "from its previous response); then `skilldeck serve` closes the connection.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a client has to send a request's body once its headers are in; "
+        "then the request is answered 408 REQUEST_TIMEOUT and the connection closed.",
+    )
+    keep_alive_s: int = Field(
+        default=5,
+        ge=1,
+        description="Seconds `skilldeck serve` keeps an idle connection open between requests.",
+    )
+
     messages_path: str = Field(
         default_factory=lambda: str(state_home().path / "messages.sqlite"),
         description="The message store: a SQLite file, or a postgresql:// URL.",

@@ -30,10 +30,14 @@ __all__ = [
     "ToolCallEvent",
 ]
 
-ThreadStatus = Literal["new", "running", "interrupted", "finished", "failed", "no_skill"]
-"""Where a thread stands: ``new`` (created over HTTP, never run), ``running`` (a run goes on, or
-was cut off: run it again to continue), ``interrupted`` (a card waits), ``finished``, ``failed``
-(``error`` says why) or ``no_skill`` (no skill could run: ``error.skills`` says why for each)."""
+ThreadStatus = Literal[
+    "new", "running", "resumable", "interrupted", "finished", "failed", "no_skill"
+]
+"""Where a thread stands: ``new`` (created over HTTP, never run), ``running`` (a run goes on),
+``resumable`` (its run stopped before its end and no live run holds it, e.g. its process died:
+``SkillDeck.continue_thread`` goes on from its last checkpoint), ``interrupted`` (a card
+waits), ``finished``, ``failed`` (``error`` says why) or ``no_skill`` (no skill could run:
+``error.skills`` says why for each)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +145,8 @@ class RunResult:
 
     ``status`` is ``interrupted`` (``card`` is set), ``finished``, ``failed`` (``error`` is set),
     ``no_skill`` (no skill could run; ``error`` lists each skill and why it was not a
-    candidate) or ``running`` (a run was cut off; run the thread again to continue it).
+    candidate), ``running`` (a run goes on) or ``resumable`` (a run stopped mid-way and nothing
+    runs it: ``continue_thread`` goes on from its last checkpoint).
     """
 
     status: ThreadStatus

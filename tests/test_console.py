@@ -16,7 +16,8 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,8 @@ class Console:
     url: str
     #: A second ``skilldeck serve --no-console`` on the same checkpoint database.
     other: str
+    #: Start another server on the same checkpoint database (the caller stops it).
+    serve: Callable[..., ServeProcess]
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +146,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     own_matter(f"sqlite:///{root / 'console.sqlite'}", "demo-matter", "alice")
     servers = [serve(), serve("--no-console")]
     try:
-        yield Console(*(server.wait().url for server in servers))
+        yield Console(*(server.wait().url for server in servers), serve)
     finally:
         for server in servers:
             server.stop()
@@ -446,6 +449,45 @@ def test_a_run_driven_by_another_process_is_watched_until_its_card(
         page.locator("form#card").wait_for()
         expect(page.locator("#thread-status")).to_have_text("interrupted")
         assert page.locator("#timeline .entry").count() > 0
+
+
+def test_a_thread_whose_server_died_mid_run_is_continued_from_the_console(
+    browser: Any, console: Console
+) -> None:
+    dying = console.serve("--no-console").wait()
+    try:
+        http = httpx.Client(base_url=dying.url, headers={"X-API-Key": ALICE}, timeout=60)
+        thread = http.post("/threads").json()["thread_id"]
+        body = {"input": {"documents": ["complaint.txt"]}, "context": "matter"}
+        path = f"/threads/{thread}/runs"
+        with http.stream("POST", path, json={**body, "matter_id": "demo-matter"}) as events:
+            next(events.iter_lines())
+            deadline = time.monotonic() + 20  # its first model turn is checkpointed; the
+            while len(http.get(f"/threads/{thread}/history").json()["checkpoints"]) < 3:
+                assert time.monotonic() < deadline  # second one takes LATENCY_S
+                time.sleep(0.05)
+            dying.kill()  # kill -9 of its pid, mid-run
+    finally:
+        dying.stop()
+
+    page = open_console(browser, console, [])
+    page.goto(f"{console.url}/#thread={thread}")
+    sign_in(page, ALICE)
+    # Running while the dead run's lease lasts (the 10 s grace of a dead process), then the
+    # console, watching, sees nothing runs it any more.
+    expect(page.locator("#thread-status")).to_have_text("resumable", timeout=40_000)
+    expect(page.locator("#threads li .status").first).to_have_text("resumable")
+    box = page.locator("#resume-box")
+    expect(box).to_be_visible()
+    box.get_by_role("button", name="Continue").click()
+    expect(box).to_be_hidden()
+    page.locator("form#card").wait_for(timeout=30_000)  # the run went on, to the demo's card
+    expect(page.locator("#thread-status")).to_have_text("interrupted")
+    assert thread_status(console, thread) == "interrupted"
+    rows = httpx.get(
+        f"{console.url}/threads/{thread}/history", headers={"X-API-Key": ALICE}
+    ).json()["checkpoints"]
+    assert [row["source"] for row in rows].count("input") == 1  # went on, did not start over
 
 
 def test_the_console_is_served_with_a_same_origin_policy(

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import DEMO_FILES, DEMO_SCRIPT, output, own_matter, write_bundle
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, own_matter, write_bundle
 from endpoint import Answer, serve, settings_for, text
 from fastapi.testclient import TestClient
 from langchain_core.tools import StructuredTool
@@ -28,12 +28,14 @@ from typer.testing import CliRunner
 import skilldeck.errors
 from skilldeck import InvalidAnswersError, Settings, SkillDeck, SkillDeckError
 from skilldeck._internal.redact import PublicReason, safe_reason
+from skilldeck.checkpoints.claims import RUN_LEASE
 from skilldeck.cli import app as cli
 from skilldeck.errors import BundleError, MatterRequiredError, ModelConfigError, ToolError
 from skilldeck.nodes.route_model import RouteModelError
 from skilldeck.scripted import load_script
 from skilldeck.server import create_app, hash_key
 from skilldeck.server.runlog import SKILLDECK_EVENTS, RunLog, RunLogs
+from skilldeck.server.fairness import RunQueue
 from skilldeck.skills import builtin_skills_dir, load_skills
 from skilldeck.tools import ToolRegistry, default_registry
 from skilldeck.tools.cards import save_card
@@ -488,6 +490,183 @@ def test_claims_stay_bounded_over_a_thousand_flows(skills_dir: Path, tmp_path: P
                     assert rows.fetchone()[0] == 0
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM skilldeck_interrupt_claims").fetchone()[0] == 0
+
+
+# -- issue 32, finding 3: a revoked grant stops a pending card ------------------------------------
+DEMO_RUN = {
+    "input": {"documents": ["complaint.txt"]},
+    "context": "matter",
+    "matter_id": "demo-matter",
+}
+
+
+def test_a_revoked_grant_stops_a_pending_card_on_every_route_that_goes_on(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    deck = SkillDeck(
+        checkpointer=url,
+        settings=Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES)),
+    )
+    deck.index.add_matter("demo-matter", "alice")
+    deck.index.grant("demo-matter", "bob")
+    try:
+        with TestClient(create_app(deck, api_keys=HASHES)) as client:
+            thread, paused = _run(client, "bob", DEMO_RUN)
+            card = [
+                json.loads(line[6:]) for line in paused.text.splitlines() if line[:6] == "data: "
+            ]
+            interrupt = card[-1]["interrupt_id"]
+            revoked = CliRunner().invoke(
+                cli, ["matters", "revoke", "demo-matter", "--user", "bob", "--checkpoint", url]
+            )
+            assert revoked.exit_code == 0, revoked.output
+            before = client.get(f"/threads/{thread}/history", headers=auth("bob")).json()
+            answers = {"answers": DEMO_ANSWERS, "interrupt_id": interrupt}
+            resolved = {"interruptId": interrupt, "status": "resolved", "payload": DEMO_ANSWERS}
+            agui = {
+                "threadId": thread, "runId": "r1", "messages": [], "tools": [], "context": [],
+                "state": {}, "forwardedProps": {}, "resume": [resolved],
+            }  # fmt: skip
+            for path, body in (
+                (f"/threads/{thread}/resume", answers),
+                ("/agui", agui),
+                (f"/threads/{thread}/continue", {}),
+            ):
+                refused = client.post(path, headers=auth("bob"), json=body)
+                assert refused.status_code == 404, (path, refused.text)
+                assert refused.json()["error"]["code"] == "MATTER_NOT_FOUND"
+            after = client.get(f"/threads/{thread}/history", headers=auth("bob")).json()
+            assert after == before  # no tool ran in the matter, nothing was written
+            view = client.get(f"/threads/{thread}", headers=auth("bob")).json()
+            assert view["status"] == "interrupted" and view["card"]["interrupt_id"] == interrupt
+            # Granted again, the same card is answered as if nothing had happened.
+            deck.index.grant("demo-matter", "bob")
+            done = client.post(f"/threads/{thread}/resume", headers=auth("bob"), json=answers)
+            assert '"event": "done"' in done.text
+    finally:
+        deck.close()
+
+
+# -- issue 32, finding 4: one user cannot occupy every worker -------------------------------------
+def test_a_user_over_the_thread_rate_gets_429_and_nothing_is_created(tmp_path: Path) -> None:
+    deck = SkillDeck(
+        checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}",
+        settings=Settings(model=f"scripted:{DEMO_SCRIPT}", threads_per_minute=3),
+    )
+    try:
+        with TestClient(create_app(deck, api_keys=HASHES)) as client:
+            for _ in range(3):
+                assert client.post("/threads", headers=auth("bob")).status_code == 201
+            refused = client.post("/threads", headers=auth("bob"))
+            assert refused.status_code == 429
+            assert refused.json()["error"]["code"] == "TOO_MANY_THREADS"
+            assert 1 <= int(refused.headers["retry-after"]) <= 60
+            assert "SKILLDECK_THREADS_PER_MINUTE" in refused.json()["error"]["message"]
+            agui = {"threadId": "bobs-new", "runId": "r", "messages": [], "tools": [],
+                    "context": [], "state": {}, "forwardedProps": {"input": {"x": 1}}}  # fmt: skip
+            assert client.post("/agui", headers=auth("bob"), json=agui).status_code == 429
+            assert len(deck.threads(user_id="bob")) == 3 and deck.index.get("bobs-new") is None
+            assert client.post("/threads", headers=auth("alice")).status_code == 201  # per user
+    finally:
+        deck.close()
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[tuple[SkillDeck, Path]]:
+    """A deck with a ``gate`` skill that waits while the file ``closed`` exists (context
+    ``gate``) and a ``quick`` one that finishes at once (context ``quick``)."""
+    closed = tmp_path / "closed"
+    skills = tmp_path / "skills"
+    write_bundle(
+        skills,
+        "gate",
+        meta={"triggers": {"contexts": ["gate"]}},
+        scripts={
+            "preprocess": "import os, time\n"
+            "def preprocess(state):\n"
+            f"    while os.path.exists({str(closed)!r}):\n"
+            "        time.sleep(0.05)\n"
+        },
+    )
+    write_bundle(skills, "quick", meta={"triggers": {"contexts": ["quick"]}})
+    script = tmp_path / "script.yaml"
+    script.write_text(json.dumps({"skills": {"gate": [output()], "quick": [output()]}}))
+    closed.touch()
+    settings = Settings(
+        model=f"scripted:{script}", runs_per_user=1, queued_runs_per_user=2, threads_per_minute=100
+    )
+    deck = SkillDeck(skills, checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings)
+    try:
+        yield deck, closed
+    finally:
+        closed.unlink(missing_ok=True)
+        deck.close()
+
+
+def test_one_users_backlog_neither_blocks_another_user_nor_grows_past_its_limit(
+    gated: tuple[SkillDeck, Path],
+) -> None:
+    deck, closed = gated
+    with TestClient(create_app(deck, api_keys=HASHES, workers=2)) as client:
+        queue = client.app.state.threads.queue  # type: ignore[attr-defined]
+        answers: dict[str, Any] = {}
+
+        def post(name: str, user: str, context: str) -> threading.Thread:
+            thread = client.post("/threads", headers=auth(user)).json()["thread_id"]
+            answers[name + ":thread"] = thread
+
+            def go() -> None:
+                answers[name] = client.post(
+                    f"/threads/{thread}/runs", headers=auth(user), json={"context": context}
+                )
+
+            worker = threading.Thread(target=go, daemon=True)
+            worker.start()
+            return worker
+
+        bobs = [post(f"bob{i}", "bob", "gate") for i in range(3)]  # one runs, two wait
+        deadline = time.monotonic() + 30
+        while queue.waiting("bob") < 2:
+            assert time.monotonic() < deadline, "bob's runs never queued"
+            time.sleep(0.02)
+        # Bob's queue is full: his next run is refused at once, nothing of it started.
+        extra = post("bob3", "bob", "gate")
+        extra.join(30)
+        assert not extra.is_alive()
+        refused = answers["bob3"]
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "TOO_MANY_RUNS"
+        assert refused.headers["retry-after"] == "5"
+        assert deck.index.get(answers["bob3:thread"]).status == "new"  # type: ignore[union-attr]
+        assert deck.claims.claim(answers["bob3:thread"], RUN_LEASE)  # no lease was taken
+        # Alice's run starts on the free worker and ends while bob's backlog still waits.
+        alice = post("alice", "alice", "quick")
+        alice.join(30)
+        assert not alice.is_alive(), "alice's run waited behind bob's backlog"
+        assert '"event": "done"' in answers["alice"].text
+        assert queue.waiting("bob") == 2
+        closed.unlink()
+        for worker in bobs:
+            worker.join(60)
+        assert all('"event": "done"' in answers[f"bob{i}"].text for i in range(3))
+
+
+def test_the_run_queue_serves_the_user_served_least_recently_first() -> None:
+    queue = RunQueue(workers=1, per_user=1, queued_per_user=10)
+    order: list[str] = []
+    gate = threading.Event()
+
+    def job(name: str) -> Callable[[], None]:
+        def run() -> None:
+            if name == "bob1":
+                gate.wait(10)
+            order.append(name)
+
+        return run
+
+    for name in ("bob1", "bob2", "bob3", "alice1", "carol1", "alice2"):
+        queue.reserve(name.rstrip("0123456789")).submit(job(name))
+    gate.set()
+    queue.shutdown()
+    assert order == ["bob1", "alice1", "carol1", "bob2", "alice2", "bob3"]
 
 
 # -- 8. card files ------------------------------------------------------------------------------

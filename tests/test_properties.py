@@ -224,10 +224,12 @@ KEYS = {"alice": "sdk_property_alice_key_0001"}
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    deck = SkillDeck(
-        checkpointer="memory://",
-        settings=Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES)),
+    # One thread per example: more than a user may create per minute by default (that limit
+    # has its own test in test_hardening.py).
+    settings = Settings(
+        model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES), threads_per_minute=100_000
     )
+    deck = SkillDeck(checkpointer="memory://", settings=settings)
     with TestClient(create_app(deck, api_keys={hash_key(KEYS["alice"]): "alice"})) as test_client:
         yield test_client
     deck.close()

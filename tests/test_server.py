@@ -181,6 +181,7 @@ def test_health_and_openapi_document_every_route(client: TestClient) -> None:
         "/threads/{thread_id}",
         "/threads/{thread_id}/runs",
         "/threads/{thread_id}/resume",
+        "/threads/{thread_id}/continue",
         "/threads/{thread_id}/history",
         "/threads/{thread_id}/stream",
         "/agui",

@@ -12,14 +12,16 @@ under load.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +47,19 @@ from serving import ServeProcess, free_port
 import skilldeck._internal.postgres as pg_internal
 from skilldeck import Settings, SkillDeck
 from skilldeck.checkpoints import open_persistence
-from skilldeck.checkpoints.claims import owner_gone, process_owner
+from skilldeck.checkpoints.claims import RUN_LEASE, owner_gone, process_owner
 from skilldeck.checkpoints.inspect import thread_status
 from skilldeck.checkpoints.open import strict_serde
-from skilldeck.errors import CheckpointError, ErrorCode, NoPendingCardError, ThreadBusyError
+from skilldeck.checkpoints.threads import open_index
+from skilldeck.errors import (
+    CheckpointError,
+    ErrorCode,
+    NoPendingCardError,
+    NotResumableError,
+    StaleRunError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+)
 from skilldeck.server import create_app, hash_key
 
 pytestmark = pytest.mark.L2
@@ -74,12 +85,12 @@ def serve_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class Server(ServeProcess):
-    """One ``skilldeck serve`` process of ``serve_root`` on a free port."""
+    """One ``skilldeck serve`` process of ``serve_root`` on a free port (with ``options``)."""
 
-    def __init__(self, root: Path, checkpoint: str) -> None:
+    def __init__(self, root: Path, checkpoint: str, options: Sequence[str] = ()) -> None:
         port = free_port()
         env = {"SKILLDECK_FILES_ROOT": str(DEMO_FILES), "SKILLDECK_DURABILITY": "sync"}
-        command = serve_command(root, port, checkpoint)
+        command = [*serve_command(root, port, checkpoint), *options]
         super().__init__(command, port, root / f"server-{port}.log", env)
 
     def wait(self, timeout: float = 60) -> Server:
@@ -92,12 +103,13 @@ class Server(ServeProcess):
 
 @pytest.fixture
 def serve(serve_root: Path) -> Iterator[Callable[..., list[Server]]]:
-    """``serve(url, n=1)``: ``n`` servers on ``url``, started at once; stopped after the test."""
+    """``serve(url, n=1, options=())``: ``n`` servers on ``url``, started at once; stopped
+    after the test."""
     started: list[Server] = []
 
-    def start(url: str, n: int = 1) -> list[Server]:
+    def start(url: str, n: int = 1, options: Sequence[str] = ()) -> list[Server]:
         own_matter(url, "demo-matter", "carol")
-        servers = [Server(serve_root, url) for _ in range(n)]
+        servers = [Server(serve_root, url, options) for _ in range(n)]
         started.extend(servers)
         return [server.wait() for server in servers]
 
@@ -212,6 +224,53 @@ def test_kill_9_mid_run_then_the_same_run_request_continues_it(
         assert second.get(f"/threads/{thread}").json()["state"]["note"] == "kept"
 
 
+def _kill_mid_run(server: Server, thread: str) -> list[dict[str, Any]]:
+    """Start the slow run of ``thread`` on ``server`` and ``kill -9`` it (by pid) while the
+    slow step runs, after the first step is checkpointed; the checkpoints it left."""
+    path = f"/threads/{thread}/runs"
+    with server.client() as http, http.stream("POST", path, json=SLOW_RUN) as response:
+        next(response.iter_lines())
+        deadline = time.monotonic() + 10
+        while len(rows := http.get(f"/threads/{thread}/history").json()["checkpoints"]) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(30)
+    return list(rows)
+
+
+def test_kill_9_mid_run_then_restarted_the_thread_is_resumable_and_continue_finishes_it(
+    serve: Callable[..., list[Server]], tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'resumable.sqlite'}"
+    (first,) = serve(url)
+    with first.client() as http:
+        thread = http.post("/threads").json()["thread_id"]
+    before = _kill_mid_run(first, thread)
+    (second,) = serve(url)  # the restart: nothing of the first survives but the database
+    with second.client() as http:
+        # Once the dead run's lease is seen gone (its process is, for the 10 s grace), nothing
+        # runs the thread any more, and it says so.
+        deadline = time.monotonic() + 40
+        while (view := http.get(f"/threads/{thread}").json())["status"] != "resumable":
+            assert view["status"] == "running" and time.monotonic() < deadline, view
+            time.sleep(0.5)
+        rows = http.get("/threads", params={"status": "resumable"}).json()["threads"]
+        assert [r["thread_id"] for r in rows] == [thread]
+        assert http.get(f"/threads/{thread}/history").json()["checkpoints"] == before
+
+        name, card = sse(http.post(f"/threads/{thread}/continue").text)[-1]
+        assert name == "card", card
+        after = http.get(f"/threads/{thread}/history").json()["checkpoints"]
+        assert after[: len(before)] == before  # from the last checkpoint: no step done twice
+        assert [row["source"] for row in after].count("input") == 1
+        again = http.post(f"/threads/{thread}/continue")
+        assert again.status_code == 409 and again.json()["error"]["code"] == "NOT_RESUMABLE"
+        done = resume(http, thread, {"note": "kept"}, card["interrupt_id"])
+        assert sse(done.text)[-1][0] == "done"
+        assert http.get(f"/threads/{thread}").json()["state"]["note"] == "kept"
+
+
 def test_a_postgres_restart_between_run_and_resume_needs_no_manual_step(
     serve: Callable[..., list[Server]], private_postgres: Services
 ) -> None:
@@ -226,6 +285,74 @@ def test_a_postgres_restart_between_run_and_resume_needs_no_manual_step(
         assert http.get("/health").json()["status"] == "ok"
         thread, _ = run_to_card(http)  # and new threads work as before
         assert answered_cards(http, thread) == []
+
+
+# -- issue 32, finding 6: slow clients ---------------------------------------------------------
+GUARDS = ("--header-timeout", "2", "--body-timeout", "2", "--max-connections", "20")
+
+
+@pytest.fixture
+def guarded(serve: Callable[..., list[Server]], tmp_path: Path) -> Server:
+    """A server whose clients have 2 s for their headers and 2 s for their body, and that
+    keeps at most 20 connections."""
+    (server,) = serve(f"sqlite:///{tmp_path / 'guarded.sqlite'}", options=GUARDS)
+    return server
+
+
+def _slow(server: Server, head: bytes) -> socket.socket:
+    """A connection that sent ``head`` and then nothing more."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(head)
+    return sock
+
+
+def _reply(sock: socket.socket) -> tuple[bytes, float]:
+    """What the server sent until it closed the connection, and how long that took."""
+    t0, got = time.monotonic(), b""
+    with sock:
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got, time.monotonic() - t0
+
+
+def _post_head(length: int, key: str | None) -> bytes:
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    return (
+        f"POST /threads/t/runs HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json"
+        f"\r\nContent-Length: {length}\r\n\r\n{{"
+    ).encode()
+
+
+def test_a_slow_body_without_a_key_is_refused_before_it_is_read(guarded: Server) -> None:
+    for key in (None, "not-a-key"):
+        got, took = _reply(_slow(guarded, _post_head(100_000, key)))
+        assert got.startswith(b"HTTP/1.1 401") and b"UNAUTHORIZED" in got, got
+        assert took < 1.5  # at once: not after the body deadline
+
+
+def test_a_slow_body_with_a_key_gets_408_at_its_deadline(guarded: Server) -> None:
+    got, took = _reply(_slow(guarded, _post_head(100_000, KEY)))
+    assert got.startswith(b"HTTP/1.1 408") and b"REQUEST_TIMEOUT" in got, got
+    assert 1.5 < took < 8
+
+
+def test_slow_headers_are_cut_off_and_connections_are_limited(guarded: Server) -> None:
+    got, took = _reply(_slow(guarded, b"POST /threads HTTP/1.1\r\nHost: x\r\n"))
+    assert got == b"" and 1.5 < took < 8  # closed without a word at the header deadline
+    idle = [_slow(guarded, b"GET /health HTTP/1.1\r\n") for _ in range(20)]
+    try:
+        time.sleep(0.2)
+        full = httpx.get(f"{guarded.url}/health", timeout=5)
+        assert full.status_code == 503  # over the limit: refused at once, not queued
+        # The idle ones are cut off at their header deadline: the service is back by itself.
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{guarded.url}/health", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert all(sock.recv(1) == b"" for sock in idle)  # closed by the server
+    finally:
+        for sock in idle:
+            sock.close()
 
 
 # -- the engine's side of the recoveries ------------------------------------------------------
@@ -271,7 +398,7 @@ def test_the_same_run_request_continues_a_run_that_stopped_mid_way(tmp_path: Pat
         for _, _ in zip(range(4), events, strict=False):
             pass
         events.close()  # the run stops after its current step, as if its process died
-        assert deck.get_thread("t1").status == "running"
+        assert deck.get_thread("t1").status == "resumable"
         steps = len(deck.history("t1"))
 
         result = deck.run(DEMO_INPUT, thread_id="t1", **DEMO)
@@ -285,6 +412,75 @@ def test_the_same_run_request_continues_a_run_that_stopped_mid_way(tmp_path: Pat
         other = deck.run({"documents": []}, thread_id="t1", **DEMO)
         assert [row["source"] for row in deck.history("t1")].count("input") == 2
         assert other.state["input"] == {"documents": []}
+
+
+# -- issue 32, finding 13: a thread whose run died goes on without a card ------------------------
+def _stop_mid_run(deck: SkillDeck, thread_id: str) -> int:
+    """Run the demo a few steps and stop, as a process that dies mid-run; its steps so far."""
+    events = deck.stream(DEMO_INPUT, thread_id=thread_id, **DEMO)
+    for _, _ in zip(range(4), events, strict=False):
+        pass
+    events.close()
+    return len(deck.history(thread_id))
+
+
+def test_a_stopped_run_is_resumable_and_continue_goes_on_from_its_last_checkpoint(
+    database_url: str,
+) -> None:
+    with _demo_deck(database_url) as deck:
+        steps = _stop_mid_run(deck, "c1")
+        assert deck.get_thread("c1").status == "resumable"
+        assert [t.thread_id for t in deck.threads(status="resumable")] == ["c1"]
+        assert deck.threads(status="running") == []
+        assert deck.index.get("c1").status == "resumable"  # type: ignore[union-attr]
+        with open_index(database_url) as read_only:  # the CLI's fast path, without a deck
+            assert read_only is not None
+            assert [t.status for t in read_only.list(user_id="u")] == ["resumable"]
+
+        paused = deck.continue_thread("c1")
+        assert paused.status == "interrupted"
+        assert paused.state["calls"] == {"litigation-intake": 3}  # no model turn done twice
+        rows = deck.history("c1")
+        assert [row["source"] for row in rows].count("input") == 1 and len(rows) > steps
+        # Only a thread that stopped mid-way goes on this way; anything else changes nothing.
+        for thread, status in (("c1", "interrupted"), ("nowhere", None)):
+            before = deck.history("c1")
+            with pytest.raises((NotResumableError, ThreadNotFoundError)) as caught:
+                deck.continue_thread(thread)
+            if status is not None:
+                assert caught.value.code == ErrorCode.NOT_RESUMABLE
+                assert f"is {status!r}, not 'resumable'" in str(caught.value)
+            assert deck.history("c1") == before
+        assert deck.resume("c1", DEMO_ANSWERS).status == "finished"
+        with pytest.raises(NotResumableError, match="'finished'"):
+            deck.continue_thread("c1")
+
+
+def test_a_live_run_is_running_not_resumable_and_cannot_be_continued(tmp_path: Path) -> None:
+    with _demo_deck(f"sqlite:///{tmp_path / 'c.sqlite'}") as deck:
+        events = deck.stream(DEMO_INPUT, thread_id="c2", **DEMO)
+        next(events)  # the run holds the thread
+        assert deck.get_thread("c2").status == "running"
+        assert [t.thread_id for t in deck.threads(status="running")] == ["c2"]
+        with pytest.raises(ThreadBusyError):
+            deck.continue_thread("c2")
+        assert list(events)[-1].event == "card"
+
+
+def test_continue_has_an_async_twin(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    with _demo_deck(url) as deck:
+        _stop_mid_run(deck, "c3")
+        _stop_mid_run(deck, "c4")
+
+    async def main() -> tuple[list[str], str]:
+        async with _demo_deck(url) as deck:
+            streamed = [e.event async for e in deck.astream_continue("c3")]
+            invoked = await deck.acontinue_thread("c4")
+            return streamed, invoked.status
+
+    streamed, status = asyncio.run(main())
+    assert streamed[-1] == "card" and status == "interrupted"
 
 
 class DyingSaver(SqliteSaver):
@@ -315,7 +511,7 @@ def test_answers_saved_before_the_process_died_are_kept_by_the_same_run_request(
             deck.resume("t2", DEMO_ANSWERS)
         saver.dying = False
         stopped = deck.get_thread("t2")
-        assert stopped.status == "running" and stopped.card is None
+        assert stopped.status == "resumable" and stopped.card is None
         with pytest.raises(NoPendingCardError):
             deck.resume("t2", DEMO_ANSWERS)
 
@@ -501,6 +697,121 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
         rows = deck.history("busy")
         assert rows[: len(before)] == before
         assert [row["source"] for row in rows].count("input") == 1
+
+
+# -- issue 32, finding 5: a request accepted long before it runs -------------------------------
+class FakeClock:
+    """The time claims and leases go by, moved by the test: a lease runs out without a sleep."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+LEASE_S = 5.0
+OTHER_ANSWERS = {**DEMO_ANSWERS, "profile.defendant.name": "Other Answer Ltd."}
+
+
+@pytest.fixture
+def two_decks(tmp_path: Path) -> Iterator[tuple[SkillDeck, SkillDeck, FakeClock]]:
+    """Two decks (as two processes would) on one SQLite file, with a short lease on one clock."""
+    clock = FakeClock()
+    url = f"sqlite:///{tmp_path / 'shared.sqlite'}"
+    settings = Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES))
+    decks = [
+        SkillDeck(
+            checkpointer=open_persistence(url, claim_lease_s=LEASE_S, claim_clock=clock),
+            settings=settings,
+        )
+        for _ in range(2)
+    ]
+    try:
+        yield decks[0], decks[1], clock
+    finally:
+        for deck in decks:
+            deck.close()
+
+
+def test_a_resume_that_waited_past_its_lease_gives_up_when_another_answered(
+    two_decks: tuple[SkillDeck, SkillDeck, FakeClock],
+) -> None:
+    one, two, clock = two_decks
+    card = one.run(DEMO_INPUT, thread_id="t", **DEMO).card
+    assert card is not None
+    # Accepted (the card and the thread are claimed), but its worker is busy elsewhere.
+    waiting = one.stream_resume("t", DEMO_ANSWERS, interrupt_id=card["interrupt_id"])
+    clock.advance(LEASE_S + 1)
+    done = two.resume("t", OTHER_ANSWERS, interrupt_id=card["interrupt_id"])  # takes them over
+    assert done.status == "finished"
+    before = two.history("t")
+
+    with pytest.raises(StaleRunError) as caught:
+        next(waiting)
+    assert caught.value.code == ErrorCode.STALE_RUN
+    # Nothing of the stale resume: no second turn, no tool call again, its answers not applied
+    # and the other answers not dropped.
+    assert two.history("t") == before
+    thread = one.get_thread("t")
+    assert thread.status == "finished" and thread.state["calls"] == {"litigation-intake": 5}
+    assert thread.state["profile"]["defendant"]["name"] == "Other Answer Ltd."
+    assert [row["answers"] for row in two.history("t") if row["answers"]] == [OTHER_ANSWERS]
+    assert one.claims.claim("t", RUN_LEASE)  # and nothing of it holds the thread
+
+
+def test_a_run_that_waited_past_its_lease_leaves_another_processes_card_alone(
+    two_decks: tuple[SkillDeck, SkillDeck, FakeClock],
+) -> None:
+    one, two, clock = two_decks
+    waiting = one.stream(DEMO_INPUT, thread_id="u", **DEMO)
+    clock.advance(LEASE_S + 1)
+    paused = two.run(DEMO_INPUT, thread_id="u", **DEMO)
+    assert paused.status == "interrupted" and paused.card is not None
+    before = two.history("u")
+
+    with pytest.raises(StaleRunError):
+        next(waiting)
+    assert two.history("u") == before
+    # The fresh card is still the pending one: answering it is no STALE_INTERRUPT.
+    done = two.resume("u", DEMO_ANSWERS, interrupt_id=paused.card["interrupt_id"])
+    assert done.status == "finished" and done.state["calls"] == {"litigation-intake": 5}
+    assert [row["source"] for row in two.history("u")].count("input") == 1
+
+
+def test_a_request_that_waited_past_its_lease_runs_when_nobody_took_over(
+    two_decks: tuple[SkillDeck, SkillDeck, FakeClock],
+) -> None:
+    one, two, clock = two_decks
+    card = one.run(DEMO_INPUT, thread_id="v", **DEMO).card
+    assert card is not None
+    waiting = one.stream_resume("v", DEMO_ANSWERS, interrupt_id=card["interrupt_id"])
+    clock.advance(LEASE_S + 1)
+    events = list(waiting)
+    assert events[-1].event == "done" and two.get_thread("v").status == "finished"
+    assert [row["answers"] for row in two.history("v") if row["answers"]] == [DEMO_ANSWERS]
+
+
+def test_a_taken_over_claim_is_neither_renewed_nor_released_by_its_old_holder(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    one, two = (open_persistence(url, claim_lease_s=LEASE_S, claim_clock=clock) for _ in "12")
+    try:
+        assert one.claims.claim("t", RUN_LEASE, "old")
+        clock.advance(LEASE_S + 1)
+        assert two.claims.claim("t", RUN_LEASE, "new")  # the lease ran out: taken over
+        assert not one.claims.renew("t", RUN_LEASE, "old")
+        one.claims.release("t", RUN_LEASE, "old")  # leaves the new holder's claim alone
+        assert not one.claims.claim("t", RUN_LEASE, "other")
+        assert two.claims.renew("t", RUN_LEASE, "new")
+    finally:
+        one.close()
+        two.close()
 
 
 def test_after_a_restart_the_pool_drops_every_dead_connection_at_once(

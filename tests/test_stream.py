@@ -190,7 +190,7 @@ def test_stopping_a_resume_stream_keeps_its_steps_and_frees_the_card(demo_deck: 
     assert next(events).event == "step"  # the card step: the answers are checkpointed
     events.close()
     stopped = demo_deck.get_thread(thread)
-    assert stopped.status == "running"
+    assert stopped.status == "resumable"  # stopped mid-way, and nothing runs it any more
     assert stopped.state["profile"]["defendant"]["name"] == "Acme Logistics Ltd."
     assert demo_deck.claims.claim(thread, interrupt)  # released when the stream stopped
 
@@ -278,8 +278,11 @@ def test_a_run_renews_its_lease_and_stops_once_it_lost_it(tmp_path: Path) -> Non
             time.sleep(0.4)
             assert not other.claims.claim("t", RUN_LEASE)
         with sqlite3.connect(tmp_path / "lease.sqlite") as conn:  # taken over elsewhere
-            taken = ("elsewhere:/1/1", time.time())
-            conn.execute("UPDATE skilldeck_interrupt_claims SET owner = ?, claimed_at = ?", taken)
+            taken = ("elsewhere:/1/1", time.time(), "elsewhere")
+            conn.execute(
+                "UPDATE skilldeck_interrupt_claims SET owner = ?, claimed_at = ?, holder = ?",
+                taken,
+            )
         time.sleep(0.4)
         with pytest.raises(ThreadBusyError):
             list(events)

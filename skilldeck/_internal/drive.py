@@ -6,6 +6,12 @@ lives here as two mirror-image drivers. A resume's card is claimed before the gr
 claim is given back if the run fails or is abandoned, so the card can be answered again. Every
 request then takes the thread's run lease (:data:`~skilldeck.checkpoints.claims.RUN_LEASE`),
 held until the graph stops, so no two processes drive one thread at once.
+
+Claims are made in the request's own name (its holder token), from the moment it is accepted to
+its last checkpoint. A stream may start long after that (the service queues runs for a worker):
+when it does, the request confirms that it still holds its claims and that the thread is still
+where it was checked, or gives up with :class:`~skilldeck.errors.StaleRunError` having run
+nothing, so a request that waited past its lease never runs over another process's turn.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -28,7 +34,7 @@ from langgraph.types import StateSnapshot
 from skilldeck._internal.events import EventTranslator, terminal_event
 from skilldeck._internal.postgres import connection_errors
 from skilldeck._internal.redact import log_error
-from skilldeck.checkpoints.claims import RUN_LEASE, InterruptClaims
+from skilldeck.checkpoints.claims import RUN_LEASE, Clock, InterruptClaims, new_holder
 from skilldeck.checkpoints.inspect import pending_card, thread_status
 from skilldeck.checkpoints.threads import ThreadIndex, thread_title
 from skilldeck.errors import (
@@ -36,6 +42,7 @@ from skilldeck.errors import (
     CheckpointError,
     SkillDeckError,
     SkillNotLoadedError,
+    StaleRunError,
     ThreadBusyError,
     ThreadNotFoundError,
 )
@@ -59,6 +66,7 @@ class Request(NamedTuple):
     snapshot: StateSnapshot | None
     claim: Claim | None = None  # (thread_id, interrupt_id) of the card a resume answers
     deltas: bool = False  # stream the models' text as it is generated (delta events)
+    holder: str = ""  # the token the request's claims are made in (see Driver._take)
 
     @property
     def modes(self) -> list[str]:
@@ -82,6 +90,10 @@ class Request(NamedTuple):
         if self.claim is not None:
             takes.append((self.claim, AlreadyResumedError(*self.claim)))
         return [*takes, (self.lease, ThreadBusyError(self.thread_id))]
+
+    def held(self) -> Request:
+        """The request with a holder token of its own, for the claims it is about to make."""
+        return self._replace(holder=new_holder())
 
     def overtaken(self) -> SkillDeckError:
         """The error of a request whose thread moved on after it was checked: a resume's card
@@ -200,8 +212,12 @@ class Driver(_Base):
             return _ran(self.graph.get_state(self.config(thread_id)))
 
     def thread(self, thread_id: str) -> RunResult:
-        """The thread as it stands now; :class:`ThreadNotFoundError` if it was never run."""
-        return _found(thread_id, self.snapshot(thread_id), self.index.where)
+        """The thread as it stands now (``resumable`` when its run stopped mid-way and no live
+        run holds it); :class:`ThreadNotFoundError` if it was never run."""
+        result = _found(thread_id, self.snapshot(thread_id), self.index.where)
+        if result.status != "running":
+            return result
+        return _resumable(result, self.claims.live([thread_id]))
 
     def _latest(self, thread_id: str) -> CheckpointTuple | None:
         # The saved checkpoint alone: a snapshot would also rebuild every channel and task.
@@ -213,6 +229,7 @@ class Driver(_Base):
 
     def invoke(self, request: Request) -> RunResult:
         """Run to a card or the end; the thread afterwards."""
+        request = request.held()
         self._take(request)
         with self._holding(request) as lease:
             for _ in self._parts(request, lease):
@@ -221,13 +238,15 @@ class Driver(_Base):
 
     def events(self, request: Request) -> Iterator[Event]:
         """Claim the card and the thread now (a losing request raises before any event), then
-        stream."""
+        stream; the stream confirms its claims when it starts (see the module docstring)."""
+        request = request.held()
         self._take(request)
         return self._events(request)
 
     def _events(self, request: Request) -> Iterator[Event]:
         translator = self._translator(request)
         with self._holding(request) as lease:
+            self._confirm(request)
             for part in self._parts(request, lease):
                 yield from translator.feed(part)
             # Read before the lease goes, so the outcome is this run's and not a next one's.
@@ -246,7 +265,7 @@ class Driver(_Base):
                     **self._run_options(),
                 ):
                     if lease.due():
-                        lease.renewed(self.claims.renew(*request.lease))
+                        lease.renewed(self.claims.renew(*request.lease, request.holder))
                     yield part
             except Exception as exc:
                 if _foreseen(exc):
@@ -259,15 +278,15 @@ class Driver(_Base):
         with contextlib.ExitStack() as undo:
             for claim, lost in request.takes():
                 with checkpoint_errors():
-                    won = self.claims.claim(*claim)
+                    won = self.claims.claim(*claim, request.holder)
                     for pause in _pauses(claim):
                         if won:
                             break
                         time.sleep(pause)
-                        won = self.claims.claim(*claim)
+                        won = self.claims.claim(*claim, request.holder)
                 if not won:
                     raise lost
-                undo.callback(self.claims.release, *claim)
+                undo.callback(self.claims.release, *claim, request.holder)
             latest = self._latest(request.thread_id)
             if request.moved(latest):
                 raise request.overtaken()
@@ -275,19 +294,32 @@ class Driver(_Base):
             self._started(request)
             undo.pop_all()
 
+    def _confirm(self, request: Request) -> None:
+        """Before a stream that was accepted earlier runs: the request still holds what it
+        claimed (renewed now; taken again if its row went, e.g. swept) and the thread is still
+        at the checkpoint it was checked against; else :class:`StaleRunError`, nothing run."""
+        with checkpoint_errors():
+            for claim, _ in request.takes():
+                if not self.claims.renew(*claim, request.holder) and not self.claims.claim(
+                    *claim, request.holder
+                ):
+                    raise StaleRunError(request.thread_id)
+        if request.moved(self._latest(request.thread_id)):
+            raise StaleRunError(request.thread_id)
+
     @contextlib.contextmanager
     def _holding(self, request: Request) -> Iterator[_Lease]:
-        lease = _Lease(request, self.claims.lease_s)
+        lease = _Lease(self.claims, request.thread_id)
         try:
             yield lease
         finally:
             # The card's claim goes either way: a failed or abandoned resume (GeneratorExit
             # too) gives the card back; a resume that ran has checkpointed the answers, and a
-            # later one finds the card no longer pending. So claims never pile up.
+            # later one finds the card no longer pending. So claims never pile up. A claim
+            # that was taken over is the new holder's: giving back ours leaves it alone.
             if request.claim is not None:
-                self.claims.release(*request.claim)
-            if not lease.lost:
-                self.claims.release(*request.lease)
+                self.claims.release(*request.claim, request.holder)
+            self.claims.release(*request.lease, request.holder)
 
 
 class AsyncDriver(_Base):
@@ -299,8 +331,11 @@ class AsyncDriver(_Base):
             return _ran(await self.graph.aget_state(self.config(thread_id)))
 
     async def thread(self, thread_id: str) -> RunResult:
-        """The thread as it stands now; :class:`ThreadNotFoundError` if it was never run."""
-        return _found(thread_id, await self.snapshot(thread_id), self.index.where)
+        """The thread as it stands now (see :meth:`Driver.thread`)."""
+        result = _found(thread_id, await self.snapshot(thread_id), self.index.where)
+        if result.status != "running":
+            return result
+        return _resumable(result, await asyncio.to_thread(self.claims.live, [thread_id]))
 
     async def _latest(self, thread_id: str) -> CheckpointTuple | None:
         with checkpoint_errors():
@@ -311,6 +346,7 @@ class AsyncDriver(_Base):
 
     async def invoke(self, request: Request) -> RunResult:
         """Run to a card or the end; the thread afterwards."""
+        request = request.held()
         await self._take(request)
         async with self._holding(request) as lease:
             async for _ in self._parts(request, lease):
@@ -320,7 +356,8 @@ class AsyncDriver(_Base):
 
     async def events(self, request: Request) -> AsyncIterator[Event]:
         """Claim the card and the thread (a losing request raises before any event), then
-        stream."""
+        stream. The claims are made when the stream starts, so there is nothing to confirm."""
+        request = request.held()
         await self._take(request)
         translator = self._translator(request)
         async with self._holding(request) as lease:
@@ -341,7 +378,7 @@ class AsyncDriver(_Base):
                     **self._run_options(),
                 ):
                     if lease.due():
-                        lease.renewed(await self.claims.arenew(*request.lease))
+                        lease.renewed(await self.claims.arenew(*request.lease, request.holder))
                     yield part
             except Exception as exc:
                 if _foreseen(exc):
@@ -353,15 +390,15 @@ class AsyncDriver(_Base):
         async with contextlib.AsyncExitStack() as undo:
             for claim, lost in request.takes():
                 with checkpoint_errors():
-                    won = await self.claims.aclaim(*claim)
+                    won = await self.claims.aclaim(*claim, request.holder)
                     for pause in _pauses(claim):
                         if won:
                             break
                         await asyncio.sleep(pause)
-                        won = await self.claims.aclaim(*claim)
+                        won = await self.claims.aclaim(*claim, request.holder)
                 if not won:
                     raise lost
-                undo.push_async_callback(self.claims.arelease, *claim)
+                undo.push_async_callback(self.claims.arelease, *claim, request.holder)
             latest = await self._latest(request.thread_id)
             if request.moved(latest):
                 raise request.overtaken()
@@ -371,29 +408,28 @@ class AsyncDriver(_Base):
 
     @contextlib.asynccontextmanager
     async def _holding(self, request: Request) -> AsyncIterator[_Lease]:
-        lease = _Lease(request, self.claims.lease_s)
+        lease = _Lease(self.claims, request.thread_id)
         try:
             yield lease
         finally:  # see Driver._holding
             if request.claim is not None:
-                await self.claims.arelease(*request.claim)
-            if not lease.lost:
-                await self.claims.arelease(*request.lease)
+                await self.claims.arelease(*request.claim, request.holder)
+            await self.claims.arelease(*request.lease, request.holder)
 
 
 class _Lease:
-    """A request's hold on its thread's run lease: renewed every third of the lease, so a live
-    run keeps it however long it runs."""
+    """The pace of a request's renewals of its run lease: every third of the lease (on the
+    claims' clock), so a live run keeps it however long it runs."""
 
-    def __init__(self, request: Request, lease_s: float | None) -> None:
-        self.thread_id = request.thread_id
-        self.every = lease_s / 3 if lease_s is not None else None
-        self.last = time.monotonic()
-        self.lost = False
+    def __init__(self, claims: InterruptClaims, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self.clock: Clock = claims.clock
+        self.every = claims.lease_s / 3 if claims.lease_s is not None else None
+        self.last = self.clock()
 
     def due(self) -> bool:
         """Whether to renew now (then it counts as renewed)."""
-        now = time.monotonic()
+        now = self.clock()
         if self.every is None or now - self.last < self.every:
             return False
         self.last = now
@@ -402,9 +438,8 @@ class _Lease:
     def renewed(self, still_ours: bool) -> None:
         """Stop the run if the lease is no longer ours: another process took it over (it found
         this one's owner gone, or the lease expired between renewals) and runs the thread now.
-        The lease is then theirs: it is not given back."""
+        The lease is then theirs (giving ours back leaves it alone)."""
         if not still_ours:
-            self.lost = True
             raise ThreadBusyError(self.thread_id)
 
 
@@ -444,6 +479,12 @@ def _checkpoint_id(found: StateSnapshot | CheckpointTuple | None) -> str | None:
 def _ran(snapshot: StateSnapshot) -> StateSnapshot | None:
     # LangGraph answers an unknown thread with an empty snapshot rather than an error.
     return snapshot if snapshot.created_at is not None else None
+
+
+def _resumable(result: RunResult, live: set[str]) -> RunResult:
+    """A ``running`` thread that no live run holds stopped mid-way (its process died, or its
+    stream was abandoned): it is ``resumable``."""
+    return result if result.thread_id in live else replace(result, status="resumable")
 
 
 def _found(thread_id: str, snapshot: StateSnapshot | None, where: str) -> RunResult:

@@ -80,7 +80,7 @@ def _where_it_stands(deck: SkillDeck, thread: str | None, again: list[str]) -> s
     if result.status == "interrupted":
         how = ["skilldeck", "resume", result.thread_id, "--answers", "{...}", *again]
         return f"thread {result.thread_id} waits on its card; answer it: {shlex.join(how)}"
-    if result.status != "running":
+    if result.status not in ("running", "resumable"):  # resumable: stopped by this Ctrl-C
         return f"thread {result.thread_id} is {result.status}"
     state = result.state
     how = [

@@ -74,20 +74,73 @@ def serve(
     console: Annotated[
         bool, typer.Option(help="Serve the card console, a web app for people, at /.")
     ] = True,
+    runs_per_user: Annotated[
+        int | None,
+        typer.Option(help="Runs of one user at once (default: SKILLDECK_RUNS_PER_USER, 4).", min=1),
+    ] = None,
+    queued_runs_per_user: Annotated[
+        int | None,
+        typer.Option(
+            help="Runs of one user waiting for a worker; more get 429 (default: "
+            "SKILLDECK_QUEUED_RUNS_PER_USER, 16).",
+            min=1,
+        ),
+    ] = None,
+    threads_per_minute: Annotated[
+        int | None,
+        typer.Option(
+            help="Threads one user may create a minute; more get 429 (default: "
+            "SKILLDECK_THREADS_PER_MINUTE, 60).",
+            min=1,
+        ),
+    ] = None,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            help="Connections at once; requests beyond get 503 (default: "
+            "SKILLDECK_MAX_CONNECTIONS, 1000).",
+            min=1,
+        ),
+    ] = None,
+    header_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds to send a request's headers (default: SKILLDECK_HEADER_TIMEOUT_S, 10).",
+            min=0.001,
+        ),
+    ] = None,
+    body_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds to send a request's body; then 408 (default: "
+            "SKILLDECK_BODY_TIMEOUT_S, 30).",
+            min=0.001,
+        ),
+    ] = None,
+    keep_alive: Annotated[
+        int | None,
+        typer.Option(
+            help="Seconds an idle connection stays open (default: SKILLDECK_KEEP_ALIVE_S, 5).",
+            min=1,
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (FastAPI + uvicorn): threads, SSE runs and card answers, and the card
     console, a web app where people sign in with their key and answer cards, at /.
 
     Runs several of these against one PostgreSQL (SKILLDECK_CHECKPOINT_URL=postgresql://...)
     behind a load balancer to scale out; the OpenAPI schema is at /openapi.json. A user may run
-    only on matters they own or were granted (see `skilldeck matters --help`); docs/security.md
-    is the operator's page on who may reach what and the limits.
+    only on matters they own or were granted (see `skilldeck matters --help`). Each user's runs
+    wait in a queue of their own, served in turn; the per-user limits and the connection limits
+    hold per process. docs/security.md is the operator's page on who may reach what and the
+    limits.
     """
     try:
         import uvicorn
 
         from skilldeck.deck import SkillDeck
         from skilldeck.server.app import create_app
+        from skilldeck.server.limits import server_options
         from skilldeck.settings import Settings
     except ImportError as exc:
         from skilldeck.errors import MissingExtraError
@@ -95,7 +148,17 @@ def serve(
         fail(MissingExtraError(f"the service's {exc.name}", "service"))
     try:
         api_keys = ApiKeys.load(keys)
-        overrides: dict[str, Any] = {"model": model, "matter_policy": matter_policy}
+        overrides: dict[str, Any] = {
+            "model": model,
+            "matter_policy": matter_policy,
+            "runs_per_user": runs_per_user,
+            "queued_runs_per_user": queued_runs_per_user,
+            "threads_per_minute": threads_per_minute,
+            "max_connections": max_connections,
+            "header_timeout_s": header_timeout,
+            "body_timeout_s": body_timeout,
+            "keep_alive_s": keep_alive,
+        }
         if files_root is not None:
             overrides["files_root"] = str(files_root.resolve())
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
@@ -126,7 +189,7 @@ def serve(
         where = [f"console {base}"] if console else []
         where.append(base + ("docs" if docs else "openapi.json"))
         typer.echo(f"skilldeck: {len(api_keys)} API key(s); {'; '.join(where)}", err=True)
-        uvicorn.run(app, host=host, port=port, log_level="info")
+        uvicorn.run(app, host=host, port=port, log_level="info", **server_options(settings))
     finally:
         deck.close()
 

@@ -10,7 +10,13 @@ JSON body ``{"error": {"code", "message"}}``. A run is driven by a worker thread
 response: a client that disconnects stops receiving events, not the run, which goes on to its
 card or its end and checkpoints every step. Every event has an ``id``; a client that reconnects
 to ``GET /threads/{id}/stream`` with ``Last-Event-ID`` gets the events it missed, then the live
-ones (:mod:`skilldeck.server.runlog`).
+ones (:mod:`skilldeck.server.runlog`). Runs wait for a worker in a queue per user, served in
+turn, within per-user limits (:mod:`skilldeck.server.fairness`). A thread whose run died with
+its process reads ``resumable``; ``POST /threads/{id}/continue`` goes on with it.
+
+Every request that acts on a thread's run (resume, continue; AG-UI's resume) goes through
+:meth:`Threads.authorize`: the caller must own the thread and may still use its matter, checked
+at that moment, so revoking a grant stops a card that was already pending.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route annotations, which
@@ -19,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -39,6 +44,7 @@ from skilldeck.checkpoints.threads import ThreadRecord
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import (
     NoPendingCardError,
+    NotResumableError,
     SkillDeckError,
     ThreadBusyError,
     ThreadNotFoundError,
@@ -47,10 +53,12 @@ from skilldeck.server.agui import AguiInput, agui_events, agui_request, encode_a
 from skilldeck.server.auth import current_user
 from skilldeck.server.console import mount_console
 from skilldeck.server.errors import NotFound, install_error_handlers, responses
+from skilldeck.server.fairness import CreationRate, RunQueue
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit
 from skilldeck.server.runlog import SKILLDECK_EVENTS, Protocol, RunLog, RunLogs
 from skilldeck.server.schemas import (
+    ContinueRequest,
     CreatedThread,
     Health,
     History,
@@ -64,6 +72,7 @@ from skilldeck.server.schemas import (
     ThreadView,
 )
 from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse
+from skilldeck.settings import Settings
 from skilldeck.types import RunResult
 
 __all__ = ["create_app"]
@@ -129,12 +138,16 @@ class Threads:
         deck: the deck runs go to (the caller keeps it open while the app serves).
         matter_check: ``(user_id, matter_id) -> bool``: may the user run on the matter.
         workers: how many runs may go on at once in this process.
+        settings: the per-user limits (runs at once, runs waiting, threads per minute).
     """
 
-    def __init__(self, deck: SkillDeck, matter_check: MatterCheck, workers: int) -> None:
+    def __init__(
+        self, deck: SkillDeck, matter_check: MatterCheck, workers: int, settings: Settings
+    ) -> None:
         self.deck = deck
         self.matter_check = matter_check
-        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="skilldeck-run")
+        self.queue = RunQueue(workers, settings.runs_per_user, settings.queued_runs_per_user)
+        self.created = CreationRate(settings.threads_per_minute)
         # Threads with a run in progress here; another run or resume of one of them is a 409.
         self.active: set[str] = set()
         # Each thread's latest run, numbered, for the client that started it and any that
@@ -143,6 +156,7 @@ class Threads:
 
     # -- ownership (blocking: call in a worker thread) ------------------------------------
     def create(self, user_id: str) -> CreatedThread:
+        self.created.take(user_id)
         record = self._new(uuid4().hex, user_id)
         return CreatedThread(thread_id=record.thread_id, created_at=record.created_at)
 
@@ -178,9 +192,24 @@ class Threads:
             raise _unknown(thread_id)
         return record is not None
 
+    def authorize(self, thread_id: str, user_id: str) -> RunResult | None:
+        """The thread, if ``user_id`` may act on its run now: owns it and may still use its
+        matter. Every operation that goes on with a thread's run (resume, continue) asks this
+        at the moment it is requested, so a revoked grant stops even a pending card.
+
+        Raises:
+            NotFound: the thread is not the user's (``THREAD_NOT_FOUND``), or its matter no
+                longer is (``MATTER_NOT_FOUND``): the answers of unknown ones.
+        """
+        thread = self.owned(thread_id, user_id)
+        if thread is not None:
+            self.check_matter(user_id, thread.state.get("matter_id"))
+        return thread
+
     def adopt(self, thread_id: str, user_id: str) -> None:
         """Make ``thread_id``, nobody's a moment ago, a thread of ``user_id`` (within their
-        quota); if another user's request took it meanwhile, 404."""
+        thread rate and quota); if another user's request took it meanwhile, 404."""
+        self.created.take(user_id)
         self._new(thread_id, user_id)
         self.owned(thread_id, user_id)
 
@@ -197,28 +226,36 @@ class Threads:
     async def stream(
         self,
         thread_id: str,
+        user_id: str,
         start: Callable[[], Iterator[Any]],
         protocol: Protocol = SKILLDECK_EVENTS,
     ) -> Any:
-        """Check and start a run with ``start`` (raises before the stream), then stream its
-        events in ``protocol`` (skilldeck's events, or AG-UI's).
+        """Check and start a run of ``user_id`` with ``start`` (raises before the stream), then
+        stream its events in ``protocol`` (skilldeck's events, or AG-UI's).
 
-        The run is drained by a worker thread into the thread's run log, so it does not depend
-        on the response: a client that goes away only stops reading the log.
+        The run waits in the user's queue for a worker, which drains it into the thread's run
+        log, so it does not depend on the response: a client that goes away only stops reading
+        the log. A user whose queue is full is refused (429) before anything is claimed.
         """
         if thread_id in self.active:
             raise ThreadBusyError(thread_id)
-        run_log = self.logs.open(thread_id, protocol)
+        slot = self.queue.reserve(user_id)
+        try:
+            run_log = self.logs.open(thread_id, protocol)
+        except BaseException:
+            slot.cancel()
+            raise
         self.active.add(thread_id)
         try:
             events = await run_in_threadpool(start)
         except BaseException:
             self.active.discard(thread_id)
             self.logs.drop(run_log)
+            slot.cancel()
             raise
         self.logs.publish(run_log)
         loop = asyncio.get_running_loop()
-        self.executor.submit(self._drain, events, thread_id, loop, run_log)
+        slot.submit(lambda: self._drain(events, thread_id, loop, run_log))
         return EventStreamResponse(run_log.follow())
 
     def _drain(
@@ -248,8 +285,8 @@ class Threads:
             post(self.active.discard, thread_id)
 
     def shutdown(self) -> None:
-        """Wait for the runs in progress to reach their card or end."""
-        self.executor.shutdown(wait=True)
+        """Wait for the runs in progress (and those waiting) to reach their card or end."""
+        self.queue.shutdown()
 
 
 def _unknown(thread_id: str) -> NotFound:
@@ -288,7 +325,9 @@ def create_app(
             ``"claim"`` (one tenant), also a matter nobody owns yet, which becomes theirs
             (at most ``settings.max_matters_per_user``). A refused matter is answered like an
             unknown one (404).
-        workers: runs that may go on at once in this process.
+        workers: runs that may go on at once in this process (all users together; per user,
+            ``deck.settings`` limits them: ``runs_per_user``, ``queued_runs_per_user`` and
+            ``threads_per_minute``, see :mod:`skilldeck.server.fairness`).
         docs: serve ``/docs`` and ``/redoc``, whose pages load their scripts from a CDN (off by
             default: deployments are often offline); ``/openapi.json`` is always served.
         console: serve the card console, a web app for people, at ``/`` (its assets ship in
@@ -305,7 +344,7 @@ def create_app(
         def matter_check(user_id: str, matter_id: str) -> bool:
             return deck.index.may_use_matter(user_id, matter_id, claim=claim, limit=limit)
 
-    threads = Threads(deck, matter_check, workers)
+    threads = Threads(deck, matter_check, workers, deck.settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -321,7 +360,9 @@ def create_app(
         redoc_url="/redoc" if docs else None,
     )
     app.state.threads = threads
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=max_body_bytes, keys=keys, timeout_s=deck.settings.body_timeout_s
+    )
     install_error_handlers(app)
     User = Annotated[str, Depends(current_user(keys))]
     ThreadId = Annotated[str, PathParam(min_length=1, max_length=ID_MAX_LENGTH, pattern=ID_PATTERN)]
@@ -345,11 +386,12 @@ def create_app(
         "/threads",
         status_code=201,
         response_model=CreatedThread,
-        responses=responses(401, 403, 413),
+        responses=responses(401, 403, 408, 413, 429),
         tags=["threads"],
     )
     async def create_thread(user: User) -> CreatedThread:
-        """Create a thread owned by the caller; start it with ``POST /threads/{id}/runs``."""
+        """Create a thread owned by the caller; start it with ``POST /threads/{id}/runs``.
+        A user may create ``SKILLDECK_THREADS_PER_MINUTE`` threads a minute (then 429)."""
         return await run_in_threadpool(threads.create, user)
 
     @app.get("/threads", response_model=ThreadList, responses=responses(401), tags=["threads"])
@@ -387,7 +429,7 @@ def create_app(
             response_class=EventStreamResponse,
             responses={
                 **_SSE_RESPONSE,
-                **responses(401, 403, 404, 409, 413, 422, 503, stream=True),
+                **responses(401, 403, 404, 408, 409, 413, 422, 429, 503, stream=True),
             },
             tags=["threads"],
         )
@@ -408,6 +450,7 @@ def create_app(
         await run_in_threadpool(threads.check_matter, user, body.matter_id)
         return await threads.stream(
             thread_id,
+            user,
             lambda: deck.stream(
                 body.input,
                 context=body.context,
@@ -422,17 +465,33 @@ def create_app(
     @streamed("/threads/{thread_id}/resume")
     async def resume(thread_id: ThreadId, body: ResumeRequest, user: User) -> Any:
         """Answer the pending card and stream the run on. Of concurrent answers to one card
-        exactly one is applied; the others get 409."""
-        if await run_in_threadpool(threads.owned, thread_id, user) is None:
+        exactly one is applied; the others get 409. The caller must still be allowed the
+        thread's matter (else 404 ``MATTER_NOT_FOUND``, nothing changed)."""
+        if await run_in_threadpool(threads.authorize, thread_id, user) is None:
             raise NoPendingCardError(thread_id, "new")
         return await threads.stream(
             thread_id,
+            user,
             lambda: deck.stream_resume(
                 thread_id,
                 body.answers,
                 interrupt_id=body.interrupt_id,
                 stream_deltas=body.stream_deltas,
             ),
+        )
+
+    @streamed("/threads/{thread_id}/continue")
+    async def continue_thread(
+        thread_id: ThreadId, user: User, body: ContinueRequest | None = None
+    ) -> Any:
+        """Go on with a ``resumable`` thread (its run stopped mid-way, e.g. its server died)
+        from its last checkpoint, and stream the run like a resume. Any other thread is a 409
+        ``NOT_RESUMABLE``; a live run's is ``THREAD_BUSY``; nothing changes."""
+        if await run_in_threadpool(threads.authorize, thread_id, user) is None:
+            raise NotResumableError(thread_id, "new")
+        deltas = body is not None and body.stream_deltas
+        return await threads.stream(
+            thread_id, user, lambda: deck.stream_continue(thread_id, stream_deltas=deltas)
         )
 
     @app.get(
@@ -466,7 +525,7 @@ def create_app(
         response_class=EventStreamResponse,
         responses={
             **_AGUI_RESPONSE,
-            **responses(401, 403, 404, 409, 413, 422, 503, stream=True),
+            **responses(401, 403, 404, 408, 409, 413, 422, 429, 503, stream=True),
         },
         tags=["agui"],
     )
@@ -489,6 +548,8 @@ def create_app(
             if not known:
                 await run_in_threadpool(threads.adopt, thread_id, user)
                 adopted = True
+        elif kind == "resume":
+            await run_in_threadpool(threads.authorize, thread_id, user)
 
         def start() -> Iterator[Any]:
             if kind == "refuse":
@@ -514,7 +575,7 @@ def create_app(
             return agui_events(thread_id, body.run_id, events, state)
 
         try:
-            return await threads.stream(thread_id, start, AGUI_EVENTS)
+            return await threads.stream(thread_id, user, start, AGUI_EVENTS)
         except BaseException:
             if adopted:  # the run was refused: the thread it would have started is not kept
                 await run_in_threadpool(threads.abandon, thread_id)

@@ -22,7 +22,14 @@ from skilldeck.errors import ErrorCode, SkillDeckError
 from skilldeck.server.auth import Unauthorized
 from skilldeck.server.schemas import ErrorBody
 
-__all__ = ["NotFound", "error_response", "install_error_handlers", "responses", "status_of"]
+__all__ = [
+    "NotFound",
+    "TooManyRequests",
+    "error_response",
+    "install_error_handlers",
+    "responses",
+    "status_of",
+]
 
 log = logging.getLogger("skilldeck.server")
 
@@ -34,6 +41,8 @@ _STATUS = {
     ErrorCode.CARD_PENDING: 409,
     ErrorCode.THREAD_BUSY: 409,
     ErrorCode.SKILL_NOT_LOADED: 409,
+    ErrorCode.STALE_RUN: 409,
+    ErrorCode.NOT_RESUMABLE: 409,
     ErrorCode.INVALID_ANSWERS: 422,
     ErrorCode.INVALID_INPUT: 422,
     ErrorCode.MATTER_REQUIRED: 422,
@@ -52,8 +61,11 @@ _DESCRIPTIONS = {
     404: "Unknown thread, or a thread of another user (the same answer).",
     409: "No pending card, a stale interrupt_id, a card already being answered, a card "
     "waiting for answers, or a run of the thread in progress.",
+    408: "The request body did not arrive in time (SKILLDECK_BODY_TIMEOUT_S).",
     413: "The request body is too large.",
     422: "Invalid request body or card answers, or a run that needs a matter; nothing was changed.",
+    429: "A per-user limit was hit (TOO_MANY_RUNS, TOO_MANY_THREADS); nothing was changed: "
+    "retry after Retry-After seconds.",
     500: "An internal error; the server log has the details.",
     503: "The checkpoint database or the model is unavailable, the run logs are full "
     "(RUN_LOG_FULL; retry after Retry-After), or a skill's scripts are not trusted by the server.",
@@ -72,6 +84,14 @@ class NotFound(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code, self.message = code, message
+
+
+class TooManyRequests(Exception):
+    """A per-user limit was hit: answered 429 with ``Retry-After``, nothing changed."""
+
+    def __init__(self, code: str, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.code, self.message, self.retry_after_s = code, message, retry_after_s
 
 
 def status_of(exc: SkillDeckError) -> int:
@@ -131,6 +151,12 @@ async def _not_found(request: Request, exc: Exception) -> JSONResponse:
     return error_response(404, exc.code, exc.message)
 
 
+async def _too_many(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, TooManyRequests)
+    headers = {"Retry-After": str(exc.retry_after_s)}
+    return error_response(429, exc.code, exc.message, headers=headers)
+
+
 async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     problems = [
@@ -177,6 +203,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SkillDeckError, _engine_error)
     app.add_exception_handler(Unauthorized, _unauthorized)
     app.add_exception_handler(NotFound, _not_found)
+    app.add_exception_handler(TooManyRequests, _too_many)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
     for error in connection_errors():

@@ -1,51 +1,82 @@
-"""Request body limits, checked before the app reads a body: a body larger than the limit is
-answered 413; a JSON body that parses only by Python's leniency (``NaN``, ``Infinity``, lone
-UTF-16 surrogates) or nests deeper than the host accepts is answered 422, so nothing of it
-reaches a run (where it would fail late, or be stored as ``null`` or ``?``)."""
+"""Request body limits, checked before the app reads a body: a request that sends a body must
+carry a known API key first (else 401, its body never read); a body larger than the limit is
+answered 413, one that does not arrive within the deadline 408; a JSON body that parses only
+by Python's leniency (``NaN``, ``Infinity``, lone UTF-16 surrogates) or nests deeper than the
+host accepts is answered 422, so nothing of it reaches a run (where it would fail late, or be
+stored as ``null`` or ``?``).
+
+:func:`server_options` gives ``skilldeck serve``'s uvicorn its connection limit and timeouts:
+keep-alive, and a deadline on each request's headers (uvicorn has none of its own)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from skilldeck.server.auth import MISSING_KEY, UNKNOWN_KEY, header_key
+from skilldeck.server.keys import ApiKeys
 from skilldeck.skills.contract import OutputLimits
 
-__all__ = ["BodyLimit"]
+if TYPE_CHECKING:
+    from skilldeck.settings import Settings
+
+__all__ = ["BodyLimit", "header_deadline", "server_options"]
 
 
 class BodyLimit:
-    """ASGI middleware refusing bodies over ``max_bytes`` (by header, or while reading).
+    """ASGI middleware refusing bodies of unknown callers, over ``max_bytes`` (by header, or
+    while reading) or slower than ``timeout_s``.
 
     Bodies are small JSON objects, so the body is read here and handed on in one piece; later
-    ``receive`` calls (a client disconnecting from a stream) go through untouched.
+    ``receive`` calls (a client disconnecting from a stream) go through untouched. A client
+    without a key cannot hold a connection open by sending a body slowly: its key is checked
+    on the headers, before any of the body is read.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int = 32) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        keys: ApiKeys,
+        timeout_s: float = 30.0,
+        max_depth: int = 32,
+    ) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.max_bytes, self.keys, self.timeout_s = max_bytes, keys, timeout_s
         self.limits = OutputLimits(max_bytes=max_bytes, max_depth=max_depth)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared in (None, b"0") and b"transfer-encoding" not in headers:
+            await self.app(scope, receive, send)  # no body: nothing to read here
+            return
+        key = header_key(scope.get("headers") or [])
+        if self.keys.user_for(key) is None:
+            await self._answer(send, 401, "UNAUTHORIZED", UNKNOWN_KEY if key else MISSING_KEY)
+            return
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             await self._refuse(send)
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break  # the client went away before sending the body
-            body += message.get("body", b"")
-            if len(body) > self.max_bytes:
-                await self._refuse(send)
-                return
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                body = await self._read(receive)
+        except TimeoutError:
+            message = (
+                f"the request body did not arrive within {self.timeout_s:g} s "
+                "(SKILLDECK_BODY_TIMEOUT_S); send it at once"
+            )
+            await self._answer(send, 408, "REQUEST_TIMEOUT", message)
+            return
+        if body is None:
+            await self._refuse(send)
+            return
         problem = json_problem(bytes(body), self.limits) if body else None
         if problem is not None:
             await self._answer(send, 422, "INVALID_REQUEST", f"invalid request: {problem}")
@@ -57,6 +88,19 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
+    async def _read(self, receive: Receive) -> bytearray | None:
+        """The body; ``None`` once it is larger than the limit."""
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return body  # the client went away before sending the body
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                return None
+            if not message.get("more_body", False):
+                return body
+
     async def _refuse(self, send: Send) -> None:
         message = (
             f"the request body is larger than {self.max_bytes} bytes; send smaller input "
@@ -67,6 +111,10 @@ class BodyLimit:
     async def _answer(self, send: Send, status: int, code: str, message: str) -> None:
         body = json.dumps({"error": {"code": code, "message": message}}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        if status == 401:
+            headers.append((b"www-authenticate", b"Bearer"))
+        if status != 422:  # the body was not read (to its end): the connection cannot go on
+            headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -92,3 +140,60 @@ class _Refused(ValueError):
 
 def _no_constant(name: str) -> Any:
     raise _Refused(f"{name} is not JSON (numbers must be finite)")
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """The options of ``uvicorn.run`` that bound connections: at most
+    ``settings.max_connections`` at once (further requests get 503 at once), idle ones closed
+    after ``keep_alive_s``, and headers due within ``header_timeout_s``."""
+    return {
+        "limit_concurrency": settings.max_connections,
+        "timeout_keep_alive": settings.keep_alive_s,
+        "http": header_deadline(settings.header_timeout_s),
+    }
+
+
+def header_deadline(timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (httptools or h11, whichever it picks) with a deadline on
+    request headers: a connection that has not sent a whole request head ``timeout_s`` after
+    it opened, or after its previous response, is closed (a slow-headers client would
+    otherwise hold it forever)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    base: Any = AutoHTTPProtocol
+
+    class HeaderDeadline(base):  # type: ignore[misc]
+        """See :func:`header_deadline`. A request whose head is in makes a new ``cycle``
+        (uvicorn's request-response state), which is how the deadline knows it was met."""
+
+        _deadline: asyncio.TimerHandle | None = None
+        _waiting_after: Any = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._waiting_after = self.cycle
+            self._deadline = self.loop.call_later(timeout_s, self._expired)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if self.cycle is self._waiting_after and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderDeadline

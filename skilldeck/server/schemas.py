@@ -14,6 +14,7 @@ __all__ = [
     "Card",
     "CardOption",
     "CardQuestion",
+    "ContinueRequest",
     "CreatedThread",
     "ErrorBody",
     "ErrorDetail",
@@ -31,8 +32,11 @@ __all__ = [
     "ThreadView",
 ]
 
-#: ``new``: created with ``POST /threads`` and not run yet; the others as in the engine.
-ThreadState = Literal["new", "running", "interrupted", "finished", "failed", "no_skill"]
+#: ``new``: created with ``POST /threads`` and not run yet; ``resumable``: its run stopped
+#: mid-way and nothing runs it (``POST /threads/{id}/continue``); the others as in the engine.
+ThreadState = Literal[
+    "new", "running", "resumable", "interrupted", "finished", "failed", "no_skill"
+]
 
 #: A JSON value a run can store: 64-bit integers (what a checkpoint holds) and finite numbers.
 #: Integers are documented within ±2**62 and accepted from -2**63 to 2**64-1: a client that
@@ -143,6 +147,15 @@ class ResumeRequest(BaseModel):
         default=None,
         description="The card being answered; a stale id (another card is pending) is a 409.",
     )
+    stream_deltas: bool = Field(
+        default=False, description="Also stream the models' text as it is generated (delta)."
+    )
+
+
+class ContinueRequest(BaseModel):
+    """Go on with a ``resumable`` thread from its last checkpoint (no input, no answers)."""
+
+    model_config = ConfigDict(extra="forbid")
     stream_deltas: bool = Field(
         default=False, description="Also stream the models' text as it is generated (delta)."
     )

@@ -5,7 +5,7 @@
 
 const $ = (id) => document.getElementById(id);
 const TERMINAL = new Set(["card", "done", "error"]);
-const STATUSES = ["new", "running", "interrupted", "finished", "failed", "no_skill"];
+const STATUSES = ["new", "running", "resumable", "interrupted", "finished", "failed", "no_skill"];
 
 // The API key lives in this variable only: never in storage, a cookie or the URL.
 let apiKey = null;
@@ -209,6 +209,7 @@ function showThread(id) {
   $("thread-title").title = id;
   $("timeline").replaceChildren();
   $("card").hidden = true;
+  $("resume-box").hidden = true;
   say($("thread-note"), "");
   for (const item of $("threads").children) {
     item.classList.toggle("open", item.dataset.thread === id);
@@ -240,10 +241,9 @@ async function openThread(id) {
     if (error.name === "AbortError") return;
     if (error.code !== "NO_RUN_STREAM") return say($("detail-error"), error.message);
     // No run of this thread streamed in this process: its checkpoints tell its story, and a
-    // run that another process drives is watched until it moves on.
+    // run that another process drives is watched until it moves on (see settle).
     await showHistory(view);
-    const status = await settle(view);
-    if (status === "running") watch(view, status);
+    await settle(view);
     return;
   }
   await follow(view, response);
@@ -289,7 +289,9 @@ async function follow(view, response) {
 }
 
 // After a stream: where the thread stands now is what the service says, not what the stream
-// last said (another process may have moved it on since). Returns that status.
+// last said (another process may have moved it on since). A run still going on elsewhere is
+// watched until it moves on: to its card, its end, or "resumable" when its process died.
+// Returns that status.
 async function settle(view) {
   let thread;
   try {
@@ -301,12 +303,16 @@ async function settle(view) {
   setStatus(thread.status);
   if (thread.status === "interrupted" && thread.card) renderCard(view, thread.card);
   else $("card").hidden = true;
+  $("resume-box").hidden = thread.status !== "resumable";
+  say($("continue-error"), "");
   await loadThreads();
+  if (thread.status === "running" && !view.watching) watch(view, thread.status);
   return thread.status;
 }
 
 // Polls a thread whose run streams elsewhere; shows it afresh once its status changes.
 async function watch(view, status) {
+  view.watching = true;
   while (view === shown) {
     await sleep(2000);
     if (view !== shown) return;
@@ -585,6 +591,33 @@ function renderCard(view, card) {
   fields.find((f) => !f.error.hidden)?.control.node.focus?.();
 }
 
+// Goes on with a thread whose run stopped mid-way, from its last checkpoint.
+async function continueRun() {
+  const view = shown;
+  if (!view) return;
+  const button = $("continue");
+  button.disabled = true;
+  let response;
+  try {
+    response = await api(threadPath(view.id, "/continue"), {
+      method: "POST",
+      body: { stream_deltas: true },
+      signal: view.abort.signal,
+    });
+  } catch (error) {
+    button.disabled = false;
+    if (error.name === "AbortError") return;
+    say($("continue-error"), error.message);
+    if (error.status === 409) await settle(view); // it moved on meanwhile
+    return;
+  }
+  button.disabled = false;
+  $("resume-box").hidden = true;
+  setStatus("running");
+  addEntry("answer", "continued", "from the last checkpoint");
+  await follow(view, response);
+}
+
 function showErrors(fields, general, errors) {
   const unplaced = [];
   for (const field of fields) say(field.error, "");
@@ -734,6 +767,7 @@ $("new-run").addEventListener("click", () => {
   else location.hash = "new";
 });
 $("run-form").addEventListener("submit", startRun);
+$("continue").addEventListener("click", continueRun);
 $("run-context").addEventListener("change", describeContext);
 window.addEventListener("hashchange", () => {
   if (shown && location.hash === `#thread=${encodeURIComponent(shown.id)}`) return;
