@@ -34,8 +34,8 @@ from skilldeck.errors import BundleError, MatterRequiredError, ModelConfigError,
 from skilldeck.nodes.route_model import RouteModelError
 from skilldeck.scripted import load_script
 from skilldeck.server import create_app, hash_key
-from skilldeck.server.runlog import SKILLDECK_EVENTS, RunLog, RunLogs
 from skilldeck.server.fairness import RunQueue
+from skilldeck.server.runlog import SKILLDECK_EVENTS, RunLog, RunLogs
 from skilldeck.skills import builtin_skills_dir, load_skills
 from skilldeck.tools import ToolRegistry, default_registry
 from skilldeck.tools.cards import save_card
