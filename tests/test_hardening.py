@@ -594,7 +594,9 @@ def gated(tmp_path: Path) -> Iterator[tuple[SkillDeck, Path]]:
     settings = Settings(
         model=f"scripted:{script}", runs_per_user=1, queued_runs_per_user=2, threads_per_minute=100
     )
-    deck = SkillDeck(skills, checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings)
+    deck = SkillDeck(
+        skills, checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}", settings=settings, trust=True
+    )
     try:
         yield deck, closed
     finally:
