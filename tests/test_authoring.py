@@ -56,6 +56,26 @@ def test_a_new_skill_runs_resumes_and_evaluates_at_once(tmp_path: Path) -> None:
     assert body(evaluated)["summary"]["pass_rate"] == 1.0
 
 
+def test_show_and_threads_read_a_new_skills_thread_without_its_skills(tmp_path: Path) -> None:
+    """The reading commands never need --skills: a thread of one's own skill shows every state
+    field the skill wrote (its data), as resume printed it."""
+    folder = Path(
+        body(cli(tmp_path, "new", "note-taker", "--dir", str(tmp_path), "--json"))["folder"]
+    )
+    run = body(cli(tmp_path, "run", "--skills", str(folder), "--context", "note-taker", "--json"))
+    answers = json.dumps({"profile.topic": "the budget"})
+    done = body(cli(tmp_path, "resume", run["thread_id"], "--answers", answers, "--json"))
+    summary = done["state"]["summary"]
+
+    shown = body(cli(tmp_path, "show", run["thread_id"], "--json"))
+    assert shown["state"] == done["state"]
+    human = cli(tmp_path, "show", run["thread_id"])
+    assert human.exit_code == 0, human.output
+    assert f'"summary": "{summary}"' in human.stdout
+    listed = body(cli(tmp_path, "threads", "--json"))
+    assert [(r["thread_id"], r["last_skill"]) for r in listed] == [(run["thread_id"], "note-taker")]
+
+
 @pytest.mark.parametrize(
     ("name", "reason"),
     [("Note_Taker", "lowercase letters"), ("note-", "hyphen"), ("a" * 65, "1-64")],
