@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from skilldeck.skills.conditions import Condition
-from skilldeck.skills.contract import Validator
+from skilldeck.skills.contract import OutputContract, Validator
 from skilldeck.skills.examples import Examples
 from skilldeck.skills.pins import AnyPin
 
@@ -126,6 +126,11 @@ class SkillBundle:
     def data_keys(self) -> tuple[str, ...]:
         """Top-level ``data`` fields; each becomes a state key."""
         return tuple((self.data_schema.get("properties") or {}).keys())
+
+    @property
+    def contract(self) -> OutputContract:
+        """The rules a final output of this skill is held to."""
+        return OutputContract(self.validator, self.output_schema, self.provides)
 
     @property
     def cases_path(self) -> Path | None:
