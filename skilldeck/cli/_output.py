@@ -15,7 +15,15 @@ from skilldeck.cli._shared import EXIT_FAILED, err, out
 if TYPE_CHECKING:
     from skilldeck.types import Card, RunResult
 
-__all__ = ["exit_for", "print_card", "print_result", "print_transcript", "steps_table", "summary"]
+__all__ = [
+    "exit_for",
+    "print_answer_hint",
+    "print_card",
+    "print_result",
+    "print_transcript",
+    "steps_table",
+    "summary",
+]
 
 # State keys that are the engine's bookkeeping, not a skill's result.
 _BOOKKEEPING = {
@@ -79,8 +87,11 @@ def _print_no_skill(error: dict[str, Any]) -> None:
         out.print(table)
 
 
-def print_result(result: RunResult, as_json: bool) -> None:
-    """Print a run's outcome: JSON, or the status, response and card/state/error."""
+def print_result(result: RunResult, as_json: bool, *, waiting: bool = True) -> None:
+    """Print a run's outcome: JSON, or the status, response and card/state/error.
+
+    ``waiting``: a card is left for someone to answer later, so say how (``False`` when the
+    command goes on to answer it itself)."""
     if as_json:
         print(json.dumps(summary(result), ensure_ascii=False, default=str))
         return
@@ -91,7 +102,8 @@ def print_result(result: RunResult, as_json: bool) -> None:
         out.print(Panel(str(result.state["response"]), title="response"))
     if result.card is not None:
         print_card(result.card)
-        out.print(f"answer with: skilldeck resume {result.thread_id} --answers '{{...}}'")
+        if waiting:
+            print_answer_hint(result)
     elif result.status == "no_skill" and result.error:
         _print_no_skill(result.error)
     elif result.error:
@@ -99,6 +111,11 @@ def print_result(result: RunResult, as_json: bool) -> None:
     else:
         shown = {k: v for k, v in result.state.items() if k not in _BOOKKEEPING}
         out.print_json(data=shown, default=str)
+
+
+def print_answer_hint(result: RunResult) -> None:
+    """The command that answers the card ``result`` waits on."""
+    out.print(f"answer with: skilldeck resume {result.thread_id} --answers '{{...}}'")
 
 
 def steps_table(rows: list[dict[str, Any]]) -> Table:

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from skilldeck.cli._output import (
     exit_for,
+    print_answer_hint,
     print_result,
     print_transcript,
     steps_table,
@@ -367,7 +368,7 @@ def demo(
         )
         steps.append(summary(result))
         if not as_json:
-            print_result(result, False)
+            print_result(result, False, waiting=False)  # the hint follows if no one answers
         while result.status == "interrupted" and result.card is not None:
             if answers is not None:
                 given = json_object(answers, "--answers")
@@ -390,5 +391,7 @@ def demo(
     else:
         if len(steps) > 1:  # the first result (a card) is printed already
             print_result(result, False)
+        elif result.card is not None:  # no one answered it here: it waits
+            print_answer_hint(result)
         out.print(f"inspect it: skilldeck show {result.thread_id}")
     exit_for(result)
