@@ -43,6 +43,17 @@ def test_the_quickstart_is_what_ci_runs() -> None:
         assert f"tests/markdown_blocks.py command {n}" in ci
 
 
+def test_the_embed_section_starts_with_your_own_skills() -> None:
+    """Embedding starts from the reader's own folder of skills, not the built-in demo."""
+    text = README.read_text("utf-8")
+    section = text.index("## Embed it in your app")
+    first = next(
+        b for b in blocks(README) if b.lang == "python" and b.line > text[:section].count("\n")
+    )
+    assert 'SkillDeck("my-skills/"' in first.code
+    assert "demo" not in first.code
+
+
 @pytest.mark.parametrize("example", PYTHON, ids=str)
 def test_python_block(
     example: CodeExample,
