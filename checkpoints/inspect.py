@@ -48,7 +48,6 @@ __all__ = [
     "steps",
     "thread_status",
     "transcript",
-    "with_stored_fields",
 ]
 
 # Graph nodes that are not skills; any other node a step ran is a skill's node.
@@ -77,7 +76,9 @@ def state_fields(channel_values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in channel_values.items() if not k.startswith(("branch:", "__"))}
 
 
-def with_stored_fields(snapshot: StateSnapshot, channel_values: Mapping[str, Any]) -> StateSnapshot:
+def _with_stored_fields(
+    snapshot: StateSnapshot, channel_values: Mapping[str, Any]
+) -> StateSnapshot:
     """``snapshot`` with every state field its checkpoint (``channel_values``) holds.
 
     A compiled graph reads only the fields of its own state schema, which is built from the
@@ -90,11 +91,11 @@ def with_stored_fields(snapshot: StateSnapshot, channel_values: Mapping[str, Any
 
 
 def read_snapshot(graph: Any, config: RunnableConfig) -> StateSnapshot:
-    """``graph.get_state(config)`` with every stored state field (:func:`with_stored_fields`)."""
+    """``graph.get_state(config)`` with every stored state field (:func:`_with_stored_fields`)."""
     snapshot: StateSnapshot = graph.get_state(config)
     if snapshot.created_at is None:  # LangGraph's answer for a thread or checkpoint it lacks
         return snapshot
-    return with_stored_fields(
+    return _with_stored_fields(
         snapshot, _channel_values(graph.checkpointer.get_tuple(snapshot.config))
     )
 
@@ -115,7 +116,7 @@ def read_history(graph: Any, config: RunnableConfig) -> list[StateSnapshot]:
     saved = {
         _checkpoint_id(t): t.checkpoint["channel_values"] for t in graph.checkpointer.list(config)
     }
-    return [with_stored_fields(s, saved.get(_checkpoint_id(s), {})) for s in snapshots]
+    return [_with_stored_fields(s, saved.get(_checkpoint_id(s), {})) for s in snapshots]
 
 
 def _channel_values(saved: CheckpointTuple | None) -> Mapping[str, Any]:
