@@ -127,7 +127,9 @@ def quickstart(reps: int, baseline: bool, cache: bool, work: Path) -> dict[str, 
     command = readme_command(1)
     commands = {"readme": command}
     if baseline:
-        commands["before: [dev]"] = command.replace("pip install -e .", 'pip install -e ".[dev]"')
+        commands["before, with the dev extra"] = command.replace(
+            "pip install -e .", 'pip install -e ".[dev]"'
+        )
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in commands}
     for rep in range(reps):
         for name, text in commands.items():  # interleaved: both see the same machine
