@@ -187,8 +187,8 @@ def fit_columns(
         # Too wide at its widest: each column gets its narrowest and a share of the room left,
         # as rich would otherwise squeeze a column past its longest word.
         extra = room - least_total
-        for column, (least, most) in zip(table.columns, ranges, strict=True):
-            column.width = least + extra * (most - least) // slack
+        for shown, (least, most) in zip(table.columns, ranges, strict=True):
+            shown.width = least + extra * (most - least) // slack
     return table, left_out
 
 
