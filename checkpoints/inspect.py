@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, get_args
 
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.types import Interrupt, StateSnapshot
 
 from skilldeck._internal.paths import get_path
@@ -29,6 +30,7 @@ from skilldeck.types import Card, RunResult, ThreadStatus
 if TYPE_CHECKING:
     import pandas as pd
     from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.runnables import RunnableConfig
 
     from skilldeck.deck import SkillDeck, SkillsSource
 
@@ -39,6 +41,9 @@ __all__ = [
     "index_threads",
     "list_threads",
     "pending_card",
+    "read_history",
+    "read_snapshot",
+    "state_fields",
     "step_rows",
     "steps",
     "thread_status",
@@ -63,6 +68,63 @@ def thread_status(snapshot: StateSnapshot) -> ThreadStatus:
     # step's task writes and its checkpoint (LangGraph lists only unwritten tasks in ``next``),
     # or a process that died right there. The run has not ended either way.
     return "running" if status in ("running", "interrupted") else "finished"
+
+
+def state_fields(channel_values: Mapping[str, Any]) -> dict[str, Any]:
+    """The state fields among a checkpoint's channel values, without LangGraph's own channels
+    (``branch:to:<node>`` triggers a node; ``__start__``, ``__pregel_*`` are the engine's)."""
+    return {k: v for k, v in channel_values.items() if not k.startswith(("branch:", "__"))}
+
+
+def _with_stored_fields(
+    snapshot: StateSnapshot, channel_values: Mapping[str, Any]
+) -> StateSnapshot:
+    """``snapshot`` with every state field its checkpoint (``channel_values``) holds.
+
+    A compiled graph reads only the fields of its own state schema, which is built from the
+    skills it loaded; a deck without a thread's skills would drop their data fields. Reading a
+    thread must not depend on which skills the reader loaded, so the fields the graph has no
+    channel for are added from the checkpoint as they were saved.
+    """
+    extra = {k: v for k, v in state_fields(channel_values).items() if k not in snapshot.values}
+    return snapshot._replace(values={**snapshot.values, **extra}) if extra else snapshot
+
+
+def read_snapshot(graph: Any, config: RunnableConfig) -> StateSnapshot:
+    """``graph.get_state(config)`` with every stored state field (:func:`_with_stored_fields`)."""
+    snapshot: StateSnapshot = graph.get_state(config)
+    if snapshot.created_at is None:  # LangGraph's answer for a thread or checkpoint it lacks
+        return snapshot
+    return _with_stored_fields(
+        snapshot, _channel_values(graph.checkpointer.get_tuple(snapshot.config))
+    )
+
+
+def read_history(graph: Any, config: RunnableConfig) -> list[StateSnapshot]:
+    """``graph.get_state_history(config)`` (newest first) with every stored state field.
+
+    A field, once written, stays in every later checkpoint: when the latest checkpoint holds
+    none the graph lacks, no earlier one does, and the checkpoints are not read again.
+    """
+    snapshots = list(graph.get_state_history(config))
+    if not snapshots:
+        return snapshots
+    latest = snapshots[0]
+    stored = state_fields(_channel_values(graph.checkpointer.get_tuple(latest.config)))
+    if stored.keys() <= latest.values.keys():
+        return snapshots
+    saved = {
+        _checkpoint_id(t): t.checkpoint["channel_values"] for t in graph.checkpointer.list(config)
+    }
+    return [_with_stored_fields(s, saved.get(_checkpoint_id(s), {})) for s in snapshots]
+
+
+def _channel_values(saved: CheckpointTuple | None) -> Mapping[str, Any]:
+    return {} if saved is None else saved.checkpoint["channel_values"]
+
+
+def _checkpoint_id(found: StateSnapshot | CheckpointTuple) -> str | None:
+    return found.config["configurable"].get("checkpoint_id")
 
 
 def index_threads(graph: Any, index: ThreadIndex) -> int:
@@ -314,7 +376,7 @@ def _values_at(deck: SkillDeck, thread_id: str, checkpoint_id: str | None) -> di
     configurable = {"thread_id": thread_id}
     if checkpoint_id is not None:
         configurable["checkpoint_id"] = checkpoint_id
-    snapshot = deck.graph.get_state({"configurable": configurable})
+    snapshot = read_snapshot(deck.graph, {"configurable": configurable})
     if snapshot.created_at is None:
         raise CheckpointError(
             f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; list them with "

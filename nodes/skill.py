@@ -49,9 +49,8 @@ from skilldeck.scripted import INVALID_KEY, TURN_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import (
     CARD_SCHEMA,
+    Errors,
     OutputLimits,
-    card_fields,
-    check_field_keys,
     compile_schema,
     format_errors,
     output_skeleton,
@@ -62,7 +61,6 @@ from skilldeck.tools.workspace import commit, rollback
 
 __all__ = ["SkillNode", "Visit", "parse_output"]
 
-Errors = list[dict[str, str]]
 log = logging.getLogger("skilldeck")
 _CARD_VALIDATOR = compile_schema(CARD_SCHEMA)
 _LIMITS = OutputLimits()
@@ -364,22 +362,12 @@ class SkillNode:
         state, calls = visit.state, visit.calls
         # Limits first: what is past them must not reach the validator, the merge or a
         # checkpoint (deep nesting, numbers msgpack cannot store).
-        errors = (
-            self.limits.problems(output)
-            or format_errors(self.bundle.validator, output)
-            or pin_errors(self.bundle.pins, output, state, _made(turn))
+        fields, errors = self.bundle.contract.problems(
+            output, self.limits, lambda: pin_errors(self.bundle.pins, output, state, _made(turn))
         )
         control: dict[str, Any] = (
             output["control"] if isinstance(output.get("control"), dict) else {}
         )
-        fields: dict[str, Any] = {}
-        if not errors and control.get("action") == "ask_user":
-            errors = check_field_keys(
-                control["questions"], self.bundle.provides, self.bundle.data_keys
-            )
-            if not errors:
-                where = "$.control.questions"
-                fields, errors = card_fields(self.bundle.output_schema, control["questions"], where)
         if errors:
             return self._reject(visit, turn, errors, control.get("retry_prompt"), source)
         if control["action"] == "retry":
@@ -443,12 +431,10 @@ class SkillNode:
             verdict["errors"] = [{"path": "validate.py", "message": str(r)} for r in reasons]
             return verdict
         if action == "ask_user":
-            problems = format_errors(_CARD_VALIDATOR, verdict) or check_field_keys(
-                verdict["questions"], self.bundle.provides, self.bundle.data_keys
-            )
+            problems = format_errors(_CARD_VALIDATOR, verdict)
             if not problems:
-                verdict["fields"], problems = card_fields(
-                    self.bundle.output_schema, verdict["questions"], "$.questions"
+                verdict["fields"], problems = self.bundle.contract.card(
+                    verdict["questions"], "$.questions"
                 )
             if problems:
                 detail = "; ".join(f"{p['path']}: {p['message']}" for p in problems)

@@ -9,9 +9,28 @@ submodule does not pay for LangGraph, LangChain and the tools until a command ne
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from skilldeck._internal.lazy import exports
+
+
+def _checkout_root() -> str | None:
+    """The repository's root when this is its checkout, not an installed copy: there graph/,
+    nodes/, skills/, tools/, checkpoints/ and evals/ sit beside this folder (pyproject's
+    package-dir installs them inside it)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    inside = os.path.isdir(os.path.join(here, "graph"))
+    return (
+        root if not inside and os.path.isfile(os.path.join(root, "graph", "__init__.py")) else None
+    )
+
+
+# ``python`` run in the checkout's root imports this folder before any installed copy; without
+# its subpackages that would be a broken package, so the root serves them as they are.
+if (_root := _checkout_root()) is not None:
+    __path__.append(_root)
 
 if TYPE_CHECKING:
     from skilldeck.deck import SkillDeck

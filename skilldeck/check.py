@@ -4,7 +4,7 @@ It loads each bundle as a deck would (:func:`~skilldeck.skills.loader.inspect_bu
 scripts of a bundle the deck does not trust are never imported, and a warning names them. It checks
 that the bundles form a deck (names, modes, tools: the graph builder's checks), and goes on to
 what a run or an eval would trip on later: the bundle's eval cases (``cases.yaml``) and its
-scripted cassette, whose ``output`` turns are checked against the skill's own contract.
+scripted cassette, whose ``output`` turns are held to the rules a run applies (the same code).
 ``skilldeck check DIR`` prints the report.
 """
 
@@ -97,7 +97,7 @@ def check_skills(
             seen[bundle.name] = folder
             bundles.append(bundle)
             problems.extend(_cases(bundle))
-            problems.extend(_cassette(bundle))
+            problems.extend(_cassette(bundle, settings))
     # Tool names only: the stores behind the memory, knowledge and matters tools are never opened.
     try:
         mcp = tools_for_skills(bundles, settings.mcp_config, settings.mcp_timeout_s)
@@ -130,12 +130,14 @@ def _cases(bundle: SkillBundle) -> list[Problem]:
     return []
 
 
-def _cassette(bundle: SkillBundle) -> list[Problem]:
+def _cassette(bundle: SkillBundle, settings: Settings) -> list[Problem]:
     """A bundle whose own model is a scripted cassette: the cassette must load, and each of
-    its ``output`` turns for this skill must pass the contract, unless marked invalid."""
+    its ``output`` turns for this skill, unless marked invalid, must pass every rule a run
+    holds it to (the same :class:`~skilldeck.skills.contract.OutputContract`, with the host's
+    limits; only the pins and ``scripts/validate.py`` need a run's state)."""
     from skilldeck.errors import ModelConfigError
     from skilldeck.scripted import load_script
-    from skilldeck.skills.contract import format_errors
+    from skilldeck.skills.contract import OutputLimits
 
     execution = bundle.execution
     if execution.provider != "scripted" or not execution.model:
@@ -146,6 +148,7 @@ def _cassette(bundle: SkillBundle) -> list[Problem]:
     except ModelConfigError as exc:
         return [Problem(str(file), "$", str(exc).removeprefix(f"{file}: "))]
     found = []
+    limits = OutputLimits(settings.max_output_bytes, settings.max_output_depth)
     lists = [("skills", script.skills.get(bundle.name, []))] + [
         (f"cases.{case}.skills", turns.get(bundle.name, [])) for case, turns in script.cases.items()
     ]
@@ -153,7 +156,8 @@ def _cassette(bundle: SkillBundle) -> list[Problem]:
         for i, turn in enumerate(turns):
             if "output" not in turn or turn.get("invalid"):
                 continue
-            for error in format_errors(bundle.validator, turn["output"]):
+            _, errors = bundle.contract.problems(turn["output"], limits)
+            for error in errors:
                 path = f"$.{where}.{bundle.name}[{i}].output{error['path'].removeprefix('$')}"
                 found.append(Problem(str(file), path, error["message"]))
     return found

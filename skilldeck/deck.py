@@ -874,15 +874,15 @@ class SkillDeck:
             return self.index.resolve(prefix)
 
     def get_thread(self, thread_id: str) -> RunResult:
-        """The current state of a thread, with its pending card if it is paused."""
+        """The current state of a thread, with its pending card if it is paused. The state holds
+        every field any skill wrote, whether this deck loaded that skill or not."""
         return self._sync.thread(thread_id)
 
     def history(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's checkpoints, oldest first: one row per super-step (the keys are listed
         in :func:`skilldeck.checkpoints.inspect.step_rows`)."""
         self._require(thread_id)
-        with checkpoint_errors():
-            return step_rows(self.graph.get_state_history(self._sync.config(thread_id)))
+        return step_rows(self._sync.history(thread_id))
 
     def threads(
         self, *, user_id: str | None = None, status: str | None = None, limit: int | None = None

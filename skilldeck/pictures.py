@@ -1,15 +1,18 @@
 """Pictures of a deck, drawn on this machine: the compiled graph and a thread's timeline.
 
 Nothing here uses the network (LangGraph's ``draw_mermaid_png`` calls a web service, so it is
-never used). The graph goes through Graphviz's ``dot`` program (Debian: ``apt-get install
-graphviz``) and the ``graphviz`` Python package; the timeline is a matplotlib figure drawn with
-the Agg backend, without pyplot's global state. Both Python packages come with the
-``notebooks`` extra (``pip install 'skilldeck[notebooks]'``).
+never used). In a notebook, :func:`graph_view` shows the graph as Mermaid text, which Jupyter
+draws itself: no program to install. Pictures of the graph in a file, or ``graph_view(deck,
+engine="dot")``, go through Graphviz's ``dot`` program (Debian: ``apt-get install graphviz``)
+and the ``graphviz`` Python package; the timeline is a matplotlib figure drawn with the Agg
+backend, without pyplot's global state. Both Python packages come with the ``notebooks`` extra
+(``pip install 'skilldeck[notebooks]'``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
 
     from skilldeck.deck import SkillDeck
 
-__all__ = ["graph_picture", "timeline"]
+__all__ = ["GraphView", "graph_picture", "graph_view", "timeline"]
 
 _FORMATS = ("png", "svg", "pdf")
 _ENGINE_LANE = "(engine)"
@@ -39,8 +42,45 @@ def _format(path: Path, format: str | None) -> str:
     return fmt
 
 
+@dataclass(frozen=True, slots=True, repr=False)
+class GraphView:
+    """A deck's graph as Jupyter shows it (a cell's last value, or ``display(view)``): the
+    Mermaid text in a Markdown ``mermaid`` block, which Jupyter draws, or a PNG drawn by
+    Graphviz when there is one. Elsewhere its ``repr`` is the Mermaid text."""
+
+    mermaid: str
+    png: bytes | None = None
+
+    def _repr_markdown_(self) -> str | None:
+        return None if self.png is not None else f"```mermaid\n{self.mermaid}\n```"
+
+    def _repr_png_(self) -> bytes | None:
+        return self.png
+
+    def __repr__(self) -> str:
+        return self.mermaid
+
+
+def graph_view(deck: SkillDeck, *, engine: Literal["mermaid", "dot"] = "mermaid") -> GraphView:
+    """The deck's compiled graph, for a notebook to show.
+
+    ``engine="mermaid"`` (the default) hands Jupyter the Mermaid text to draw (JupyterLab 4.1
+    and Notebook 7 render Mermaid in Markdown): nothing to install, nothing downloaded.
+    ``engine="dot"`` draws a PNG with Graphviz, as :func:`graph_picture` does.
+
+    Raises:
+        SkillDeckError: ``engine`` is neither.
+        MissingExtraError: ``engine="dot"`` without the ``graphviz`` package or the ``dot``
+            program.
+    """
+    if engine not in ("mermaid", "dot"):
+        raise SkillDeckError(f"graph_view engine must be 'mermaid' or 'dot', not {engine!r}")
+    return GraphView(deck.mermaid(), _dot_drawing(deck, "png") if engine == "dot" else None)
+
+
 def graph_picture(deck: SkillDeck, path: str | Path, *, format: str | None = None) -> Path:
-    """Draw the deck's compiled graph into ``path`` (PNG, SVG or PDF, from its suffix).
+    """Draw the deck's compiled graph into ``path`` (PNG, SVG or PDF, from its suffix) with
+    Graphviz.
 
     Skills are rounded boxes, the router a diamond, the card node a note; dashed edges are
     conditional (chosen at run time).
@@ -50,7 +90,14 @@ def graph_picture(deck: SkillDeck, path: str | Path, *, format: str | None = Non
         MissingExtraError: the ``graphviz`` package or the ``dot`` program is missing.
     """
     path = Path(path)
-    fmt = _format(path, format)
+    data = _dot_drawing(deck, _format(path, format))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def _dot_drawing(deck: SkillDeck, fmt: str) -> bytes:
+    """The graph drawn by Graphviz's ``dot`` in format ``fmt``."""
     try:
         import graphviz
     except ImportError:
@@ -68,14 +115,12 @@ def graph_picture(deck: SkillDeck, path: str | Path, *, format: str | None = Non
     for edge in drawn.edges:
         dot.edge(edge.source, edge.target, style="dashed" if edge.conditional else "solid")
     try:
-        data = dot.pipe(format=fmt)
+        data: bytes = dot.pipe(format=fmt)
     except graphviz.ExecutableNotFound:
         raise MissingExtraError(
             "Graphviz's dot program", hint="apt-get install graphviz (or brew install graphviz)"
         ) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return path
+    return data
 
 
 def _node_style(node: str, skills: set[str]) -> dict[str, str]:

@@ -4,7 +4,8 @@ A skill copied from the Agent Skills ecosystem must load unedited, so the rules 
 way the standard's client guide asks: a skill that breaks one loads with a warning that names
 the rule (``skilldeck check --strict`` fails on it); only what leaves nothing to run or route
 by (no description, front matter that is not YAML even after the guide's quoting fix) is an
-error. The rules themselves are the reference validator's (``skills-ref``), not a copy.
+error. The rules themselves are the reference validator's (``skills-ref``, the
+``agentskills`` extra), not a copy; without it, each skill gets one warning that says so.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from skills_ref.validator import validate_metadata
-
 from skilldeck._internal.documents import DocumentError, parse_yaml
 
-__all__ = ["allowed_tools", "parse_front_matter", "skill_name", "spec_warnings"]
+__all__ = ["UNCHECKED", "allowed_tools", "parse_front_matter", "skill_name", "spec_warnings"]
+
+#: The warning of a front matter that could not be held to the standard's rules.
+UNCHECKED = (
+    "not checked against the Agent Skills standard: its reference validator is not installed "
+    "(pip install 'skilldeck[agentskills]')"
+)
 
 # A plain value with ": " inside (``description: Use when: ...``) is not YAML, and yet common
 # in the wild; the client guide's fix is to quote it.
@@ -56,7 +61,12 @@ def _quoted(line: str) -> str:
 
 def spec_warnings(front: Mapping[str, Any], folder: Path) -> list[str]:
     """Every rule of the specification that ``front`` breaks, in the reference validator's
-    words (empty: the front matter follows the standard)."""
+    words (empty: the front matter follows the standard); without the validator, that the
+    rules went unchecked."""
+    try:
+        from skills_ref.validator import validate_metadata
+    except ImportError:
+        return [UNCHECKED]
     return list(validate_metadata(dict(front), folder))
 
 

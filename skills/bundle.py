@@ -9,7 +9,7 @@ from typing import Any
 
 from skilldeck.errors import UntrustedScriptsError
 from skilldeck.skills.conditions import Condition
-from skilldeck.skills.contract import Validator, format_errors
+from skilldeck.skills.contract import OutputContract, Validator, format_errors
 from skilldeck.skills.examples import Examples
 from skilldeck.skills.pins import AnyPin
 
@@ -177,6 +177,11 @@ class SkillBundle:
         if self.input_validator is None:
             return []
         return format_errors(self.input_validator, input, plain=True)
+
+    @property
+    def contract(self) -> OutputContract:
+        """The rules a final output of this skill is held to."""
+        return OutputContract(self.validator, self.output_schema, self.provides)
 
     @property
     def cases_path(self) -> Path | None:

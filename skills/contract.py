@@ -17,7 +17,7 @@ import copy
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,8 @@ __all__ = [
     "NUMBER_INPUTS",
     "QUESTION_SCHEMA",
     "REVIEW_TYPES",
+    "Errors",
+    "OutputContract",
     "OutputLimits",
     "Validator",
     "build_output_schema",
@@ -56,6 +58,8 @@ __all__ = [
 
 #: A compiled Draft 2020-12 validator (see :func:`compile_schema`).
 Validator = jsonschema_rs.Draft202012Validator
+#: Contract errors: ``[{"path": JSON path, "message": reason}]``.
+Errors = list[dict[str, str]]
 
 ACTIONS = ("continue", "retry", "ask_user", "finish")
 REVIEW_TYPES = ("clarify", "select", "confirm", "phase_done")
@@ -671,3 +675,54 @@ def check_field_keys(
                 }
             )
     return errors
+
+
+@dataclass(frozen=True, slots=True)
+class OutputContract:
+    """Every rule a skill's final output is held to, in the order a run applies them.
+
+    The run (``nodes/skill.py``), ``skilldeck check`` (a cassette's output turns) and the
+    loader (worked examples' final outputs) all call :meth:`problems`, so nothing a run would
+    refuse passes a check. Only the pins (``x-state``, ``x-calls``, ``x-result``) and
+    ``scripts/validate.py`` are left to the run: they judge an output against the run's state
+    and calls.
+    """
+
+    validator: Validator
+    #: The full output schema (:func:`build_output_schema`) ``validator`` was compiled from.
+    output_schema: Mapping[str, Any]
+    provides: tuple[str, ...]
+
+    @property
+    def data_keys(self) -> tuple[str, ...]:
+        """The skill's data fields (a card may ask for them)."""
+        return tuple(self.output_schema["properties"]["data"]["properties"])
+
+    def problems(
+        self,
+        output: Any,
+        limits: OutputLimits,
+        pinned: Callable[[], Errors] | None = None,
+    ) -> tuple[dict[str, dict[str, Any]], Errors]:
+        """The schema of each field a card asks for, and the errors of ``output``: past the
+        host's ``limits``, against the four-part schema (the data schema, ``provides``, the
+        control), then ``pinned()`` (the pins' errors, when the caller has a run), then a
+        card's field keys and input types. Empty errors: the output is accepted."""
+        errors = limits.problems(output) or format_errors(self.validator, output)
+        if not errors and pinned is not None:
+            errors = pinned()
+        if errors:
+            return {}, errors
+        control = output["control"]
+        if control["action"] != "ask_user":
+            return {}, []
+        return self.card(control["questions"], "$.control.questions")
+
+    def card(
+        self, questions: Sequence[Mapping[str, Any]], where: str
+    ) -> tuple[dict[str, dict[str, Any]], Errors]:
+        """A card's questions (already valid as questions): the fields they write must be the
+        skill's (:func:`check_field_keys`), and their input types must fit those fields
+        (:func:`card_fields`, errors at ``where``)."""
+        errors = check_field_keys(questions, self.provides, self.data_keys)
+        return ({}, errors) if errors else card_fields(self.output_schema, questions, where)

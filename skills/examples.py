@@ -9,7 +9,8 @@ instead of one fixed case that pulls every answer towards itself.
 
 The engine reads the file itself (it is never offered to the model as a file), and checks each
 line here: the input has the field the examples are matched on, the tool is one of the skill's,
-and a final output follows the skill's contract. A tool call's arguments are checked against
+and a final output passes every rule a run holds the skill's outputs to
+(:class:`~skilldeck.skills.contract.OutputContract`). A tool call's arguments are checked against
 the tool's schema when the deck has its tools (:func:`skilldeck.graph.builder.deck_problems`).
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 
 from skilldeck._internal.documents import DocumentError, parse_json
 from skilldeck._internal.paths import get_path
-from skilldeck.skills.contract import Validator, format_errors
+from skilldeck.skills.contract import OutputContract, OutputLimits
 from skilldeck.skills.problems import Problems
 
 __all__ = ["EXAMPLES_FILE", "Example", "Examples", "example_text", "parse_examples"]
@@ -83,11 +84,11 @@ def parse_examples(
     problems: Problems,
     *,
     meta: Mapping[str, Any],
-    validator: Validator | None,
+    contract: OutputContract | None,
 ) -> Examples | None:
     """The examples in ``text`` (the file's contents), or ``None`` with a problem for each bad
     line. ``meta``: the skill's metadata (its ``tools`` and ``examples`` settings);
-    ``validator``: the skill's compiled contract, for final outputs (``None`` skips them)."""
+    ``contract``: the rules a run holds the skill's final outputs to (``None`` skips them)."""
     settings = meta.get("examples") or {}
     match = str(settings.get("match", DEFAULT_MATCH))
     tools = set(meta.get("tools") or ())
@@ -103,7 +104,7 @@ def parse_examples(
         except DocumentError as exc:
             problems.error(file, where, exc.reason)
             continue
-        reason = _problem(value, tools, validator, match) or _against_choice(value, choice)
+        reason = _problem(value, tools, contract, match) or _against_choice(value, choice)
         if reason:
             problems.error(file, where, reason)
             continue
@@ -134,7 +135,7 @@ def _against_choice(value: Mapping[str, Any], choice: str) -> str | None:
 def _problem(
     value: Any,
     tools: set[str],
-    validator: Validator | None,
+    contract: OutputContract | None,
     match: str,
 ) -> str | None:
     """What is wrong with one example line, or ``None``."""
@@ -153,9 +154,10 @@ def _problem(
             return '"arguments" must be an object: the tool call\'s arguments'
         return None
     if isinstance(reply, dict) and set(reply) == {"final"}:
-        if validator is None:
+        if contract is None:
             return None
-        errors = format_errors(validator, reply["final"])
+        # Examples load before any deck's settings: the default limits (a host may set others).
+        _, errors = contract.problems(reply["final"], OutputLimits())
         if errors:
             first = errors[0]
             return f"the final output breaks the contract at {first['path']}: {first['message']}"

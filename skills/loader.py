@@ -52,6 +52,7 @@ from skilldeck.skills.bundle import (
 )
 from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
 from skilldeck.skills.contract import (
+    OutputContract,
     build_output_schema,
     compile_schema,
     control_actions,
@@ -483,7 +484,7 @@ def inspect_bundle(
     )
     requires_all = _conditions(problems, meta_file, "$.requires.all", requires.get("all", ()))
     requires_any = _conditions(problems, meta_file, "$.requires.any", requires.get("any", ()))
-    examples = _examples(reader, folder, meta, schema[2] if schema else None)
+    examples = _examples(reader, folder, meta, _contract(meta, schema) if schema else None)
     _example_inputs(problems, folder, examples, input_validator)
     if problems.errors or schema is None:
         return None, problems
@@ -529,8 +530,17 @@ def inspect_bundle(
     return bundle, problems
 
 
+def _contract(
+    meta: Mapping[str, Any], schema: tuple[dict[str, Any], dict[str, Any], Any, Any]
+) -> OutputContract:
+    """The rules the skill's final outputs are held to, before the bundle exists."""
+    output_schema, _, validator, _ = schema
+    provides = tuple((meta.get("outputs") or {}).get("provides", ()))
+    return OutputContract(validator, output_schema, provides)
+
+
 def _examples(
-    reader: _Reader, folder: Path, meta: Mapping[str, Any], validator: Any
+    reader: _Reader, folder: Path, meta: Mapping[str, Any], contract: OutputContract | None
 ) -> Examples | None:
     """The bundle's worked examples, or ``None`` (with problems if they are wrong)."""
     file = folder / EXAMPLES_FILE
@@ -554,7 +564,7 @@ def _examples(
     text = reader.text(file)
     if text is None:
         return None
-    return parse_examples(text, file, reader.problems, meta=meta, validator=validator)
+    return parse_examples(text, file, reader.problems, meta=meta, contract=contract)
 
 
 def _input_schema(reader: _Reader, folder: Path) -> tuple[dict[str, Any] | None, Any]:

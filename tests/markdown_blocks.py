@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["README", "Block", "blocks", "quickstart"]
+__all__ = ["README", "Block", "blocks", "langgraph_server", "quickstart"]
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -57,6 +57,13 @@ def quickstart(path: Path = README) -> list[str]:
     first = next(b for b in blocks(path) if b.lang == "bash")
     lines = [line.strip() for line in first.code.splitlines()]
     return [line for line in lines if line and not line.startswith("#")]
+
+
+def langgraph_server(path: Path = README) -> Block:
+    """The README's block that starts LangGraph's server (``langgraph dev``) from the
+    repository's root: ``tests/test_langgraph_server.py`` runs it, in a copy of the checkout."""
+    (found,) = [b for b in blocks(path) if b.lang == "bash" and "\nlanggraph dev" in b.code]
+    return found
 
 
 if __name__ == "__main__":

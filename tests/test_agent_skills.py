@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,21 @@ def test_a_rule_broken_is_a_warning_that_names_it(
     report = check_skills(skills_dir)
     assert report.ok() and not report.ok(strict=True)
     assert [w.rule for w in report.warnings] == ["agent-skills"] * len(report.warnings)
+
+
+def test_without_the_standards_validator_check_says_the_rules_went_unchecked(
+    skills_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The validator is the agentskills extra (the core install is the engine's): a skill
+    still loads without it, and check warns that its front matter was not held to the rules."""
+    from skilldeck.skills.agentskills import UNCHECKED
+
+    folder = agent_skill(skills_dir, "Bad_Name", "name: Bad_Name\ndescription: Merge PDFs.")
+    monkeypatch.setitem(sys.modules, "skills_ref.validator", None)
+    assert warnings_of(folder) == [UNCHECKED]
+    report = check_skills(skills_dir)
+    assert report.ok() and not report.ok(strict=True)
+    assert "pip install 'skilldeck[agentskills]'" in UNCHECKED
 
 
 def test_the_front_matter_name_names_a_plain_skill(skills_dir: Path) -> None:

@@ -56,6 +56,26 @@ def test_a_new_skill_runs_resumes_and_evaluates_at_once(tmp_path: Path) -> None:
     assert body(evaluated)["summary"]["pass_rate"] == 1.0
 
 
+def test_show_and_threads_read_a_new_skills_thread_without_its_skills(tmp_path: Path) -> None:
+    """The reading commands never need --skills: a thread of one's own skill shows every state
+    field the skill wrote (its data), as resume printed it."""
+    folder = Path(
+        body(cli(tmp_path, "new", "note-taker", "--dir", str(tmp_path), "--json"))["folder"]
+    )
+    run = body(cli(tmp_path, "run", "--skills", str(folder), "--context", "note-taker", "--json"))
+    answers = json.dumps({"profile.topic": "the budget"})
+    done = body(cli(tmp_path, "resume", run["thread_id"], "--answers", answers, "--json"))
+    summary = done["state"]["summary"]
+
+    shown = body(cli(tmp_path, "show", run["thread_id"], "--json"))
+    assert shown["state"] == done["state"]
+    human = cli(tmp_path, "show", run["thread_id"])
+    assert human.exit_code == 0, human.output
+    assert f'"summary": "{summary}"' in human.stdout
+    listed = body(cli(tmp_path, "threads", "--json"))
+    assert [(r["thread_id"], r["last_skill"]) for r in listed] == [(run["thread_id"], "note-taker")]
+
+
 @pytest.mark.parametrize(
     ("name", "reason"),
     [("Note_Taker", "lowercase letters"), ("note-", "hyphen"), ("a" * 65, "1-64")],
@@ -142,6 +162,81 @@ def test_check_finds_what_a_run_or_an_eval_would_trip_on(tmp_path: Path) -> None
     assert any("cases.yaml" in p and "graders must be a non-empty list" in p for p in shown)
     assert not any("alpha[1]" in p for p in shown)  # marked invalid: meant to be rejected
     assert not report.ok()
+
+
+def _card(*questions: dict[str, Any]) -> dict[str, Any]:
+    return output(action="ask_user", review_type="clarify", questions=list(questions))
+
+
+def _ask(field_key: str, input_type: str = "text") -> dict[str, Any]:
+    return {"question": "?", "field_key": field_key, "input_type": input_type, "required": True}
+
+
+_OPTIONS = {"options": [{"label": "a", "value": "a"}]}
+
+
+@pytest.mark.parametrize(
+    ("turn", "settings"),
+    [
+        pytest.param(_card(_ask("profile.elsewhere")), {}, id="field_key-not-provided"),
+        pytest.param(_card(_ask("nothing_declared")), {}, id="field_key-not-a-data-field"),
+        pytest.param(_card(_ask("summary"), _ask("summary")), {}, id="duplicate-field_key"),
+        pytest.param(_card(_ask("summary", "boolean")), {}, id="input_type-cannot-fit"),
+        pytest.param(output(data={"summary": 3}), {}, id="data-schema"),
+        pytest.param(
+            _card({**_ask("profile.topic", "select"), **_OPTIONS}),
+            {"max_output_depth": 4},
+            id="host-limits",
+        ),
+    ],
+)
+def test_check_holds_a_cassette_to_the_rules_a_run_applies(
+    tmp_path: Path, turn: dict[str, Any], settings: dict[str, Any]
+) -> None:
+    """A turn ``check`` passes never fails a run as a contract violation: both call the same
+    contract, and check reports the run's own error, at the turn's path in the cassette."""
+    from skilldeck import Settings, SkillDeck
+
+    folder = Path(
+        body(cli(tmp_path, "new", "note-taker", "--dir", str(tmp_path), "--json"))["folder"]
+    )
+    cassette = folder / "evals" / "scripted.yaml"
+    script = yaml.safe_load(cassette.read_text("utf-8"))
+    script["skills"]["note-taker"][0] = turn
+    cassette.write_text(yaml.safe_dump(script), "utf-8")
+    host = Settings(**settings)
+
+    with SkillDeck(folder, checkpointer="memory://", settings=host) as deck:
+        failed = deck.run(context="note-taker")
+    assert failed.status == "failed"
+    assert failed.error is not None and failed.error["code"] == "CONTRACT_VIOLATION"
+    assert "skills.note-taker[0] is not a valid output" in failed.error["message"]
+    ran = [(e["path"], e["message"]) for e in failed.error["errors"]]
+
+    report = check_skills(folder, settings=host)
+    prefix = "$.skills.note-taker[0].output"
+    checked = [
+        ("$" + p.json_path.removeprefix(prefix), p.message)
+        for p in report.errors
+        if p.file == str(cassette) and p.json_path.startswith(prefix)
+    ]
+    assert checked == ran
+    assert not report.ok()
+
+
+def test_a_worked_example_is_held_to_the_rules_a_run_applies(tmp_path: Path) -> None:
+    folder = Path(
+        body(cli(tmp_path, "new", "note-taker", "--dir", str(tmp_path), "--json"))["folder"]
+    )
+    final = _card(_ask("profile.elsewhere"))["output"]
+    line = {"input": {"request": "note the budget"}, "reply": {"final": final}}
+    (folder / "assets" / "examples.jsonl").write_text(json.dumps(line) + "\n", "utf-8")
+    problems = [str(p) for p in check_skills(folder).errors]
+    assert problems == [
+        f"{folder / 'assets' / 'examples.jsonl'}: $[line 1]: the final output breaks the "
+        "contract at $.control.questions[0].field_key: 'profile.elsewhere' is not under "
+        "outputs.provides"
+    ]
 
 
 def test_a_bundle_error_names_every_problem(tmp_path: Path) -> None:

@@ -91,6 +91,9 @@ def test_demo_human_output_labels_the_scripted_model(cli: Cli) -> None:
     assert "scripted" in result.output
     assert "finished" in result.output
     assert "Acme Logistics Ltd." in result.output
+    # It answered the card itself: nothing is left to resume.
+    assert "answer with" not in result.output
+    assert "resume with answers" in result.output
 
 
 def test_demo_without_answers_and_without_a_tty_waits_and_resume_answers(cli: Cli) -> None:

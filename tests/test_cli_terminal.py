@@ -56,6 +56,67 @@ def test_threads_prints_whole_ids_at_80_columns(tmp_path: Path) -> None:
     assert f"state: {tmp_path}" in result.stderr
 
 
+def _table(text: str, title: str) -> list[str]:
+    """The lines of the box-drawn table titled ``title``, top border to bottom border."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(title)) + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("└"))
+    return lines[start : end + 1]
+
+
+def test_show_and_threads_fit_80_columns_and_say_what_they_left_out(tmp_path: Path) -> None:
+    """At 80 columns no header is cut and no word broken: columns go, in the order each
+    command's help states, and stderr says which."""
+    from skilldeck.cli import runs
+    from skilldeck.cli._output import STEP_COLUMNS, STEPS_DROPPED_FIRST
+
+    thread, _ = demo_runs(tmp_path, ["a-user-with-a-rather-long-name", "bob"])
+    narrow = {"SKILLDECK_HOME": str(tmp_path), "COLUMNS": "80"}
+    done = invoke(narrow, "resume", thread, "--answers", json.dumps(DEMO_ANSWERS))
+    assert done.exit_code == 0, done.output
+
+    listed = invoke(narrow, "threads")
+    assert listed.exit_code == 0, listed.output
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["thread_id", "status", "skill"]
+    assert all(line.split()[2] == "litigation-intake" for line in rows)
+    assert "80 columns: left out updated, user" in " ".join(listed.stderr.split())
+    wide = invoke({**narrow, "COLUMNS": "200"}, "threads")
+    assert wide.stdout.splitlines()[0].split() == [
+        "thread_id",
+        "status",
+        "skill",
+        "user",
+        "updated",
+    ]
+    assert "left out" not in wide.stderr
+
+    shown = invoke(narrow, "show", thread)
+    assert shown.exit_code == 0, shown.output
+    steps = _table(shown.stdout, "steps")
+    assert all(len(line) <= 80 for line in steps)
+    kept = [c for c in STEP_COLUMNS if c not in STEPS_DROPPED_FIRST]
+    assert steps[1].replace("┃", " ").split() == kept
+    assert "…" not in "\n".join(steps)
+    assert "litigation-intake" in steps[5]
+    said = " ".join(shown.stderr.split())
+    assert f"80 columns: left out {', '.join(STEPS_DROPPED_FIRST)}" in said
+    # The order is the one each command's help states.
+    assert ", ".join(STEPS_DROPPED_FIRST) in " ".join((runs.show.__doc__ or "").split())
+    assert "the updated column goes first" in " ".join((runs.threads.__doc__ or "").split())
+    everything = invoke({**narrow, "COLUMNS": "250"}, "show", thread)
+    assert _table(everything.stdout, "steps")[1].replace("┃", " ").split() == list(STEP_COLUMNS)
+
+
+def test_a_card_never_cuts_its_field_keys_at_80_columns(tmp_path: Path) -> None:
+    (thread,) = demo_runs(tmp_path, ["ann"])
+    shown = invoke({"SKILLDECK_HOME": str(tmp_path), "COLUMNS": "80"}, "show", thread)
+    card = _table(shown.stdout, "card from litigation-intake")
+    assert all(len(line) <= 80 for line in card)
+    keys = [line.split("│")[1].strip() for line in card if line.startswith("│")]
+    assert [k for k in keys if k] == list(DEMO_ANSWERS)
+
+
 def test_show_and_resume_take_a_unique_prefix(tmp_path: Path) -> None:
     (thread,) = demo_runs(tmp_path, ["ann"])
     env = {"SKILLDECK_HOME": str(tmp_path)}

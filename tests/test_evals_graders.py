@@ -396,6 +396,31 @@ def test_pkm_no_overwrite_needs_every_seed_marker(tmp_path: Path) -> None:
     assert grade("pkm_no_overwrite", None, make_outcome(tmp_path / "c")).score == 1.0
 
 
+def test_pkm_no_overwrite_with_a_seed_marker_keeps_every_occurrence(tmp_path: Path) -> None:
+    """Memex's suites name the marker text: each of its occurrences in the fixture must
+    survive, merged into another note or not."""
+    config = {"seed_marker": "SEED"}
+    kitchen = "# Kitchen\n- tiles SEED\n- sink SEED\n"
+    fixture = {**STARTER, "PKM/Projects/Kitchen.md": kitchen, "PKM/Areas/Garden.md": "SEED\n"}
+    merged = {"PKM/Projects/Kitchen.md": None, "PKM/Areas/Home.md": kitchen + "- new\n"}
+    ok = make_outcome(tmp_path / "a", fixture=fixture, files=merged)
+    result = grade("pkm_no_overwrite", config, ok)
+    assert (result.passed, result.rationale) == (True, "all 3 occurrences of 'SEED' survive")
+    # The note still has the marker, once: an occurrence was destroyed.
+    cut = make_outcome(tmp_path / "b", fixture=fixture, files={"PKM/Projects/Kitchen.md": "SEED"})
+    result = grade("pkm_no_overwrite", config, cut)
+    assert (result.score, result.passed) == (0.0, False)
+    assert result.rationale == (
+        "lost 1 of 3 occurrences of seed marker 'SEED' (fewer than before in "
+        "PKM/Projects/Kitchen.md)"
+    )
+    # The fixture's <!-- seed:... --> markers are not what this config checks.
+    assert (
+        grade("pkm_no_overwrite", config, make_outcome(tmp_path / "c", fixture=STARTER)).score
+        == 1.0
+    )
+
+
 def test_pkm_judge_graders_are_not_scored_without_a_judge(tmp_path: Path) -> None:
     outcome = make_outcome(
         tmp_path,
@@ -449,6 +474,13 @@ def test_pkm_judge_graders_with_a_scripted_judge(tmp_path: Path) -> None:
         ("pkm_routed_correctly", {}, "give expected_files and/or expected_buckets"),
         ("pkm_completion", {"expect": "maybe"}, "must be one of any, saved, skipped"),
         ("pkm_insight_quality", {"threshold": 2}, "must be between 0.0 and 1.0"),
+        ("pkm_no_overwrite", {"seed_marker": 3}, "config.seed_marker: must be a non-empty string"),
+        ("pkm_no_overwrite", {"seed_marker": ""}, "config.seed_marker: must be a non-empty string"),
+        (
+            "pkm_no_overwrite",
+            {"marker": "x"},
+            "unknown config key(s) marker; it reads: seed_marker",
+        ),
         ("llm_judge", {}, "config.rubric: is required"),
         ("card_completion", ["x"], "config must be a mapping"),
     ],

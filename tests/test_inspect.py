@@ -187,6 +187,43 @@ def test_bad_thread_or_checkpoint_is_a_clear_error(deck: SkillDeck) -> None:
     assert len(list_threads(deck)) == 2
 
 
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_reading_a_thread_needs_none_of_its_skills(
+    store: str, skills_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A deck that did not load the thread's skill reads every field that skill wrote: in the
+    state, in the history's card answers and in a diff."""
+    url = (
+        f"sqlite:///{tmp_path / 'runs.sqlite'}"
+        if store == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    write_bundle(skills_dir, "asker", data={"note": {"type": "string"}, "tags": {"type": "array"}})
+    ask = output(
+        action="ask_user",
+        review_type="clarify",
+        questions=[{"question": "?", "field_key": "note", "input_type": "text", "required": True}],
+    )
+    script = tmp_path / "turns.yaml"
+    done = output(data={"tags": ["a", "b"]})
+    script.write_text(yaml.safe_dump({"skills": {"asker": [ask, done]}}), "utf-8")
+    settings = Settings(model=f"scripted:{script}")
+    with SkillDeck(skills_dir, checkpointer=url, settings=settings) as own:
+        thread = own.run(context="ctx").thread_id
+        assert own.resume(thread, {"note": "hi"}).status == "finished"
+        expected = own.get_thread(thread).state
+    with SkillDeck(checkpointer=url, settings=settings) as builtin:  # no asker here
+        state = builtin.get_thread(thread).state
+        assert (state["note"], state["tags"]) == ("hi", ["a", "b"])
+        assert state == expected
+        rows = steps(builtin, thread)
+        assert [r["answers"] for r in rows if r["answers"]] == [{"note": "hi"}]
+        paused = next(r["checkpoint_id"] for r in rows if r["card"])
+        changes = {c["path"]: c for c in diff(builtin, thread, paused)}
+        assert changes["note"]["new"] == "hi"
+        assert changes["tags.1"] == {"path": "tags.1", "change": "added", "old": None, "new": "b"}
+
+
 def _rewritten_script(tmp_path: Path) -> Path:
     """The demo's turns with another closing response: what a different model would say."""
     turns: dict[str, Any] = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))

@@ -1,7 +1,8 @@
-"""LangGraph's own server serves the deck: ``langgraph dev`` with the shipped ``langgraph.json``,
-in a new virtualenv that has skilldeck's core (no extras) and ``langgraph-cli[inmem]``, runs
-the demo to its card (an interrupt) and resumes it with LangGraph's own SDK, under the identity
-and ownership rules of ``skilldeck serve`` (API keys, thread owners, matter grants).
+"""LangGraph's own server serves the deck: the README's block, run in a copy of the repository,
+starts ``langgraph dev`` with the shipped ``langgraph.json`` in a new virtualenv that has
+skilldeck's core (no extras, installed from the copy, not editable) and ``langgraph-cli[inmem]``;
+the demo runs to its card (an interrupt) and is resumed with LangGraph's own SDK, under the
+identity and ownership rules of ``skilldeck serve`` (API keys, thread owners, matter grants).
 
 The server needs its own environment: ``langgraph-api`` pins versions the dev tools do not
 share (``jsonschema-rs`` below 0.45). So this test also proves that the core installs and
@@ -10,85 +11,92 @@ runs without the vectors extra.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import markdown_blocks
 import pytest
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT
+from conftest import DEMO_ANSWERS
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 from serving import free_port
 
-from skilldeck.server.keys import hash_key
 
 pytestmark = pytest.mark.L2
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = {"alice": "sdk_alice-key-for-the-langgraph-server", "bob": "sdk_bob-key-for-the-server"}
-MATTERS = {"demo-matter": "alice", "bob-matter": "bob"}
+#: A second user, added after the README's setup (which makes alice and her matter).
+SECOND_USER = ("skilldeck keys new --user bob --file keys.json > bob.key\n"
+               "skilldeck matters add bob-matter --owner bob")  # fmt: skip
+KEYS: dict[str, str] = {}  # each user's key, read from the files the setup wrote
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    work = tmp_path_factory.mktemp("langgraph")
-    source = work / "source"  # the tracked files: pip builds in the tree it is given
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the repository's tracked files: pip builds in the tree it is given."""
+    source = tmp_path_factory.mktemp("langgraph") / "source"
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True)
     for name in filter(None, tracked.stdout.split("\0")):
         if (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
-    venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    install = [venv / "bin" / "pip", "install", "-q", "langgraph-cli[inmem]>=0.4,<0.5", source]
-    done = subprocess.run(install, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    return source
+
+
+@pytest.fixture(scope="module")
+def server(checkout: Path) -> Iterator[str]:
+    """The README's block, run in the copy's root as a reader runs it (its virtualenv, a
+    non-editable install, its settings); ``langgraph dev`` gets a free port and no browser."""
+    *setup, start = markdown_blocks.langgraph_server().code.strip().splitlines()
+    assert start.startswith("langgraph dev")
     port = free_port()
+    script = "\n".join(
+        [*setup, SECOND_USER, f"exec {start} --port {port} --no-browser --no-reload"]
+    )
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SKILLDECK_")},
-        "SKILLDECK_MODEL": f"scripted:{DEMO_SCRIPT}",
-        "SKILLDECK_FILES_ROOT": str(DEMO_FILES),
-        "SKILLDECK_HOME": str(work / "home"),
-        "SKILLDECK_API_KEYS": json.dumps({hash_key(k): user for user, k in KEYS.items()}),
-        "SKILLDECK_MATTER_POLICY": "granted",
+        "SKILLDECK_HOME": str(checkout.parent / "home"),
     }
-    for matter, owner in MATTERS.items():  # as an operator makes them, in the same database
-        made = [venv / "bin" / "skilldeck", "matters", "add", matter, "--owner", owner]
-        assert subprocess.run(made, env=env, capture_output=True).returncode == 0
-    command = [
-        *(venv / "bin" / "langgraph", "dev", "--port", str(port), "--no-browser", "--no-reload"),
-        *("--allow-blocking", "--config", source / "langgraph.json"),
-    ]
-    log = (work / "server.log").open("w")
-    # From the copy: the dev server reads the graph's path, and keeps its state (.langgraph_api/),
-    # relative to its working directory.
-    proc = subprocess.Popen(command, cwd=source, env=env, stdout=log, stderr=subprocess.STDOUT)
+    log = (checkout.parent / "server.log").open("w")
+    # The dev server keeps its state (.langgraph_api/) in its working directory: the copy.
+    proc = subprocess.Popen(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=checkout,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # the server and anything it starts stop with its group
+    )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 900  # the install comes first
         while True:
-            assert proc.poll() is None, (work / "server.log").read_text()[-3000:]
+            assert proc.poll() is None, (checkout.parent / "server.log").read_text()[-3000:]
             try:
                 if httpx.get(f"{url}/ok", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
-            assert time.monotonic() < deadline, (work / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (checkout.parent / "server.log").read_text()[-3000:]
             time.sleep(0.5)
+        KEYS.update({u: (checkout / f"{u}.key").read_text().strip() for u in ("alice", "bob")})
         yield url
     finally:
-        proc.terminate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(30)
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             log.close()
 
 
@@ -181,3 +189,19 @@ def test_a_run_is_its_callers_whatever_user_id_it_names(server: str) -> None:
     assert (values.get("user_id"), values.get("matter_id")) == ("bob", "bob-matter")
     (run,) = bob.runs.list(own)
     assert run["kwargs"]["config"]["configurable"]["user_id"] == "bob"
+
+
+def test_python_in_the_checkouts_root_imports_a_whole_package(server: str, checkout: Path) -> None:
+    """``python`` in the root of a checkout installed with ``pip install .`` imports the
+    checkout's skilldeck/ folder first (the working directory leads sys.path): the folder must
+    be a whole package, whose subpackages live beside it."""
+    code = (
+        "import skilldeck, skilldeck.graph\n"
+        "from skilldeck import SkillDeck, demo\n"
+        "with SkillDeck(checkpointer='memory://') as deck:\n"
+        "    print(sorted(b.name for b in deck.bundles), demo.FILES.is_dir())\n"
+    )
+    python = checkout / ".venv-langgraph" / "bin" / "python"
+    done = subprocess.run([python, "-c", code], cwd=checkout, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "'litigation-intake'" in done.stdout and done.stdout.strip().endswith("True")

@@ -151,7 +151,9 @@ def test_pkm_rules_route_append_in_style_and_skip(tmp_path: Path) -> None:
     root = tmp_path / "pkm-suite"
     notes = root / "_kb" / "PKM" / "Areas" / "Health"
     notes.mkdir(parents=True)
-    (notes / "Running.md").write_text("# Running\n<!-- seed:run -->\n\n- 2026-06-30 — 8 km.\n")
+    (notes / "Running.md").write_text(
+        "# Running\n<!-- seed:run -->\n\n- 2026-06-30 — 8 km. [kept]\n- 2026-07-01 — 5 km. [kept]\n"
+    )
     (root / "_kb" / "PKM" / "Projects").mkdir()
     (root / "suite.json").write_text("{}")
     where = {"expected_buckets": ["Areas/Health/"], "expected_files": ["Areas/Health/Running.md"]}
@@ -160,6 +162,8 @@ def test_pkm_rules_route_append_in_style_and_skip(tmp_path: Path) -> None:
         {"name": "pkm_routed_correctly", "config": where},
         {"name": "pkm_read_before_write"},
         {"name": "pkm_no_overwrite"},
+        # Memex's suites name their marker text (seed 003: the grader "uses a seed marker").
+        {"name": "pkm_no_overwrite", "config": {"seed_marker": "[kept]"}},
         {"name": "pkm_insight_quality"},
     ]
     run = {"content": "Running log: 12 km along the canal", "base_fixture": "_kb"}
@@ -173,6 +177,8 @@ def test_pkm_rules_route_append_in_style_and_skip(tmp_path: Path) -> None:
     assert trials["run_log"]["passed"], said
     grades = {g["name"]: g for g in trials["run_log"]["grades"]}
     assert grades["pkm_insight_quality"]["score"] is None  # a judge grader without a judge
+    kept = [g["rationale"] for g in trials["run_log"]["grades"] if g["name"] == "pkm_no_overwrite"]
+    assert kept == ["all 1 seed markers survive", "all 2 occurrences of '[kept]' survive"]
     text = (tmp_path / "o" / "workspaces").glob("*/PKM/Areas/Health/Running.md")
     appended = next(iter(text)).read_text().splitlines()[-1]
     assert appended.startswith("- 20") and "12 km along the canal" in appended

@@ -18,18 +18,18 @@ from typing import Any
 
 import nbformat
 import pytest
-from servers import DOT_INSTALL, program
 
 pytestmark = pytest.mark.L2
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 NAMES = ("quickstart", "inspect_runs", "eval_report")
 
-# A line each notebook's last cell prints, and how many pictures it must display.
+# A line each notebook's last cell prints, how many pictures (PNG) and Mermaid drawings (in
+# Markdown, which Jupyter draws) it must display.
 EXPECTED = {
-    "quickstart": (r"quickstart: thread \w+ finished", 0),
-    "inspect_runs": (r"inspect_runs: 3 threads, fork finished", 2),
-    "eval_report": (r"eval_report: 3 buckets, good 0\.\d+, worse 0\.\d+", 1),
+    "quickstart": (r"quickstart: thread \w+ finished", 0, 0),
+    "inspect_runs": (r"inspect_runs: 3 threads, fork finished", 1, 1),
+    "eval_report": (r"eval_report: 3 buckets, good 0\.\d+, worse 0\.\d+", 1, 0),
 }
 
 
@@ -70,12 +70,15 @@ def test_leftovers_finds_outputs() -> None:
 
 def _run(name: str, tmp_path: Path) -> Any:
     """Execute a copy of the notebook outside the checkout with ``jupyter nbconvert --execute``
-    (what a user of ``skilldeck[notebooks]`` runs), its temporary files in a folder of ours."""
+    (what a user of ``skilldeck[notebooks]`` runs), its temporary files in a folder of ours,
+    with no system program on its PATH (no Graphviz ``dot``)."""
     work, scratch = tmp_path / "work", tmp_path / "tmp"
     work.mkdir()
     scratch.mkdir()
     shutil.copy(NOTEBOOKS / f"{name}.ipynb", work)
-    env = {**os.environ, "TMPDIR": str(scratch)}
+    # Only this virtualenv's programs: a fresh machine has no Graphviz (nor anything else).
+    env = {**os.environ, "TMPDIR": str(scratch), "PATH": str(Path(sys.executable).parent)}
+    assert shutil.which("dot", path=env["PATH"]) is None
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "jupyter"), "nbconvert", "--to", "notebook",
          "--execute", "--ExecutePreprocessor.timeout=180", "--output", "out.ipynb",
@@ -90,13 +93,19 @@ def _run(name: str, tmp_path: Path) -> Any:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs(name: str, tmp_path: Path) -> None:
-    if name == "inspect_runs":  # it draws the graph
-        program("dot", DOT_INSTALL)
     nb = _run(name, tmp_path)
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    line, pictures = EXPECTED[name]
+    line, pictures, drawings = EXPECTED[name]
     assert re.search(line, text), text[-2000:]
     shown = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(shown) == pictures
+    mermaid = [
+        o["data"]["text/markdown"]
+        for o in outputs
+        if o.get("data", {}).get("text/markdown", "").startswith("```mermaid\n")
+    ]
+    assert len(mermaid) == drawings
+    for drawing in mermaid:  # the whole graph: every built-in skill's node and the router
+        assert all(f"\t{n}(" in drawing for n in ("router", "litigation-intake", "card")), drawing

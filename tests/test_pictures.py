@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from skilldeck import SkillDeck, SkillDeckError, ThreadNotFoundError
 from skilldeck.cli import app
 from skilldeck.errors import MissingExtraError
-from skilldeck.pictures import graph_picture, timeline
+from skilldeck.pictures import graph_picture, graph_view, timeline
 
 pytestmark = pytest.mark.L2
 
@@ -77,6 +77,28 @@ def test_graph_and_timeline_render_without_network(
     ]
     timeline(demo_deck, thread, tmp_path / "steps.png", x="step")
     assert_picture(tmp_path / "steps.png")
+    assert offline == []
+
+
+def test_graph_view_needs_no_program_and_keeps_dot_as_an_option(
+    demo_deck: SkillDeck, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: list[Any]
+) -> None:
+    """A notebook shows the graph as Mermaid in Markdown, which Jupyter draws: no Graphviz,
+    no network. ``engine="dot"`` draws a PNG where Graphviz is installed."""
+    with monkeypatch.context() as without_programs:
+        without_programs.setenv("PATH", str(tmp_path / "empty"))
+        view = graph_view(demo_deck)
+        with pytest.raises(MissingExtraError, match="apt-get install graphviz"):
+            graph_view(demo_deck, engine="dot")
+    assert view._repr_markdown_() == f"```mermaid\n{demo_deck.mermaid()}\n```"
+    assert view._repr_png_() is None and repr(view) == demo_deck.mermaid()
+    program("dot", DOT_INSTALL)
+    picture = graph_view(demo_deck, engine="dot")
+    png = picture._repr_png_()
+    assert png is not None and png.startswith(PNG_SIGNATURE)
+    assert picture._repr_markdown_() is None  # Jupyter shows the picture
+    with pytest.raises(SkillDeckError, match="engine must be 'mermaid' or 'dot'"):
+        graph_view(demo_deck, engine="svg")  # type: ignore[arg-type]
     assert offline == []
 
 

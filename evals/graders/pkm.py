@@ -171,22 +171,58 @@ class PkmReadBeforeWrite(Grader):
 class PkmNoOverwrite(Grader):
     """Every ``<!-- seed:... -->`` marker of the fixture is still in the workspace (in any
     file: merging notes is allowed, destroying content is not). All or nothing: one destroyed
-    note is a destructive edit however many others survive."""
+    note is a destructive edit however many others survive.
+
+    ``seed_marker`` (Memex's suites) names the marker text instead: every occurrence of it in
+    the fixture must survive, so the workspace holds it at least as often as the fixture did.
+    """
+
+    seed_marker: str | None = None
+
+    @classmethod
+    def from_config(cls, config: ConfigReader) -> Self:
+        return cls(config.optional_string("seed_marker"))
 
     def evaluate(self, ctx: GradeContext) -> GradeResult:
+        if self.seed_marker is not None:
+            return self._occurrences(ctx, self.seed_marker)
         outcome = ctx.outcome
         markers = sorted(
             {m for p in outcome.fixture for m in SEED_MARKER.findall(outcome.fixture_text(p) or "")}
         )
         if not markers:
             return GradeResult.of(1.0, "the fixture has no seed markers")
-        now = "\n".join(t for p in _workspace_files(ctx) if (t := outcome.read(p)) is not None)
+        now = "\n".join(_workspace_texts(ctx))
         lost = [m for m in markers if m not in now]
         if lost:
             return GradeResult.check(
                 False, f"lost {len(lost)} of {len(markers)} seed markers: {lost}"
             )
         return GradeResult.check(True, f"all {len(markers)} seed markers survive")
+
+    @staticmethod
+    def _occurrences(ctx: GradeContext, marker: str) -> GradeResult:
+        outcome = ctx.outcome
+        before = {p: (outcome.fixture_text(p) or "").count(marker) for p in outcome.fixture}
+        before = {p: n for p, n in before.items() if n}
+        total = sum(before.values())
+        if not total:
+            return GradeResult.of(1.0, f"the fixture has no seed marker {marker!r}")
+        now = sum(text.count(marker) for text in _workspace_texts(ctx))
+        if now >= total:
+            return GradeResult.check(True, f"all {total} occurrences of {marker!r} survive")
+        # Merged notes carry theirs elsewhere: the files that hold fewer say where to look.
+        fewer = sorted(p for p, n in before.items() if (outcome.read(p) or "").count(marker) < n)
+        return GradeResult.check(
+            False,
+            f"lost {total - now} of {total} occurrences of seed marker {marker!r} "
+            f"(fewer than before in {', '.join(fewer)})",
+        )
+
+
+def _workspace_texts(ctx: GradeContext) -> list[str]:
+    outcome = ctx.outcome
+    return [t for p in _workspace_files(ctx) if (t := outcome.read(p)) is not None]
 
 
 def _workspace_files(ctx: GradeContext) -> list[str]:

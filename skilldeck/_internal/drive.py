@@ -35,7 +35,13 @@ from skilldeck._internal.events import EventTranslator, terminal_event
 from skilldeck._internal.postgres import connection_errors
 from skilldeck._internal.redact import log_error
 from skilldeck.checkpoints.claims import RUN_LEASE, Clock, InterruptClaims, new_holder
-from skilldeck.checkpoints.inspect import pending_card, thread_status
+from skilldeck.checkpoints.inspect import (
+    pending_card,
+    read_history,
+    read_snapshot,
+    state_fields,
+    thread_status,
+)
 from skilldeck.checkpoints.threads import ThreadIndex, thread_title
 from skilldeck.errors import (
     AlreadyResumedError,
@@ -156,13 +162,8 @@ class _Base:
         here would checkpoint the state without them."""
         if latest is None:
             return
-        stored = latest.checkpoint["channel_values"]
-        # branch:to:<node> channels trigger nodes; they are LangGraph's, not state fields.
-        foreign = sorted(
-            k
-            for k in stored
-            if k not in self.graph.channels and not k.startswith(("branch:", "__"))
-        )
+        stored = state_fields(latest.checkpoint["channel_values"])
+        foreign = sorted(k for k in stored if k not in self.graph.channels)
         if foreign:
             record = self.index.get(thread_id)
             sources = record.sources if record is not None else ()
@@ -212,12 +213,20 @@ class Driver(_Base):
             return _ran(self.graph.get_state(self.config(thread_id)))
 
     def thread(self, thread_id: str) -> RunResult:
-        """The thread as it stands now (``resumable`` when its run stopped mid-way and no live
-        run holds it); :class:`ThreadNotFoundError` if it was never run."""
-        result = _found(thread_id, self.snapshot(thread_id), self.index.where)
+        """The thread as it stands now, with every state field any skill wrote (loaded here or
+        not); ``resumable`` when its run stopped mid-way and no live run holds it.
+        :class:`ThreadNotFoundError` if it was never run."""
+        with checkpoint_errors():
+            snapshot = _ran(read_snapshot(self.graph, self.config(thread_id)))
+        result = _found(thread_id, snapshot, self.index.where)
         if result.status != "running":
             return result
         return _resumable(result, self.claims.live([thread_id]))
+
+    def history(self, thread_id: str) -> list[StateSnapshot]:
+        """The thread's snapshots, newest first, each with every state field it holds."""
+        with checkpoint_errors():
+            return read_history(self.graph, self.config(thread_id))
 
     def _latest(self, thread_id: str) -> CheckpointTuple | None:
         # The saved checkpoint alone: a snapshot would also rebuild every channel and task.

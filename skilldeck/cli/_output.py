@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.cells import cell_len
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 
@@ -16,11 +19,16 @@ if TYPE_CHECKING:
     from skilldeck.types import Card, CardQuestion, RunResult
 
 __all__ = [
+    "STEPS_DROPPED_FIRST",
+    "STEP_COLUMNS",
     "bounds_hint",
     "exit_for",
+    "fit_columns",
+    "print_answer_hint",
     "print_card",
     "print_result",
     "print_transcript",
+    "say_left_out",
     "steps_table",
     "summary",
 ]
@@ -75,13 +83,24 @@ def bounds_hint(question: CardQuestion) -> str:
 
 
 def print_card(card: Card) -> None:
-    table = Table(title=f"card from {card['skill']} ({card['review_type']})", show_lines=True)
-    for column in ("field_key", "question", "type", "options"):
-        table.add_column(column)
-    for q in card["questions"]:
-        options = ", ".join(str(o["value"]) for o in q.get("options", [])) or bounds_hint(q)
-        kind = q["input_type"] + ("" if q["required"] else " (optional)")
-        table.add_row(q["field_key"], q["question"], kind, options)
+    rows = [
+        {
+            "field_key": q["field_key"],
+            "question": q["question"],
+            "type": q["input_type"] + ("" if q["required"] else " (optional)"),
+            "options": ", ".join(str(o["value"]) for o in q.get("options", [])) or bounds_hint(q),
+        }
+        for q in card["questions"]
+    ]
+    # A field key is what the answers name: it is never cut.
+    table, _ = fit_columns(
+        rows,
+        ("field_key", "question", "type", "options"),
+        (),
+        whole=("field_key",),
+        title=f"card from {card['skill']} ({card['review_type']})",
+        show_lines=True,
+    )
     out.print(table)
     for e in card.get("errors", []):
         err.print(f"[red]{e['field_key']}: {e['message']}[/]", highlight=False)
@@ -97,8 +116,11 @@ def _print_no_skill(error: dict[str, Any]) -> None:
         out.print(table)
 
 
-def print_result(result: RunResult, as_json: bool) -> None:
-    """Print a run's outcome: JSON, or the status, response and card/state/error."""
+def print_result(result: RunResult, as_json: bool, *, waiting: bool = True) -> None:
+    """Print a run's outcome: JSON, or the status, response and card/state/error.
+
+    ``waiting``: a card is left for someone to answer later, so say how (``False`` when the
+    command goes on to answer it itself)."""
     if as_json:
         print(json.dumps(summary(result), ensure_ascii=False, default=str))
         return
@@ -109,7 +131,8 @@ def print_result(result: RunResult, as_json: bool) -> None:
         out.print(Panel(str(result.state["response"]), title="response"))
     if result.card is not None:
         print_card(result.card)
-        out.print(f"answer with: skilldeck resume {result.thread_id} --answers '{{...}}'")
+        if waiting:
+            print_answer_hint(result)
     elif result.status == "no_skill" and result.error:
         _print_no_skill(result.error)
     elif result.error:
@@ -119,31 +142,102 @@ def print_result(result: RunResult, as_json: bool) -> None:
         out.print_json(data=shown, default=str)
 
 
-def steps_table(rows: list[dict[str, Any]]) -> Table:
-    """A thread's steps (``SkillDeck.history`` rows) as a table."""
-    columns = ("step", "node", "skill", "attempt", "action", "tools", "model", "tokens", "ms")
-    table = Table(*columns, "status", "card", title="steps")
-    for row in rows:
-        action = row["action"] or ""
-        if row["validation_errors"]:
-            action += f" ({len(row['validation_errors'])} errors)"
-        tools = ", ".join(f"{c['name']} {c['status']}" for c in row["tool_calls"])
-        tokens = (row["tokens"] or {}).get("total_tokens")
-        card = "asked" if row["card"] else "answered" if row["answers"] else ""
-        table.add_row(
-            str(row["step"]),
-            row["node"] or "",
-            row["in_skill"] or "",
-            str(row["attempt"] or ""),
-            action,
-            tools,
-            _short_model(row["model"]),
-            "" if tokens is None else str(tokens),
-            "" if row["elapsed_ms"] is None else f"{row['elapsed_ms']:g}",
-            row["status"],
-            card,
+def print_answer_hint(result: RunResult) -> None:
+    """The command that answers the card ``result`` waits on."""
+    out.print(f"answer with: skilldeck resume {result.thread_id} --answers '{{...}}'")
+
+
+#: The columns of ``show``'s steps table, and the order a narrow terminal leaves them out in.
+STEP_COLUMNS = (
+    *("step", "node", "skill", "attempt", "action", "tools"),
+    *("model", "tokens", "ms", "status", "card"),
+)
+STEPS_DROPPED_FIRST = ("tokens", "ms", "model", "attempt", "node", "tools")
+
+
+def fit_columns(
+    rows: Sequence[Mapping[str, str]],
+    columns: Sequence[str],
+    dropped_first: Sequence[str],
+    *,
+    whole: Collection[str] = (),
+    **options: Any,
+) -> tuple[Table, tuple[str, ...]]:
+    """``rows`` as a table (``options`` as for rich's ``Table``) of as many ``columns`` as the
+    terminal shows without cutting a header or breaking a word: the columns of
+    ``dropped_first`` are left out, in that order, until the rest fit. Cells wrap between
+    words, except in the ``whole`` columns (ids, dates), which stay on one line. The table,
+    and the columns left out."""
+
+    def widths(column: str) -> tuple[int, int]:
+        """The narrowest and the widest a column's content may be."""
+        cells = [column, *(row[column] for row in rows)]
+        widest = max(cell_len(line) for cell in cells for line in cell.splitlines() or [""])
+        if column in whole:
+            return widest, widest
+        return max(cell_len(word) for cell in cells for word in cell.split() or [""]), widest
+
+    unbounded = out.options.update(max_width=1_000_000)
+    for n in range(len(dropped_first) + 1):
+        left_out = tuple(dropped_first[:n])
+        kept = [c for c in columns if c not in left_out]
+        table = Table(**options)
+        for column in kept:
+            table.add_column(column, no_wrap=column in whole)
+        for row in rows:
+            table.add_row(*(row[c] for c in kept))
+        ranges = [widths(c) for c in kept]
+        # Borders and padding: what the table takes besides its columns' content.
+        room = out.width - (
+            Measurement.get(out, unbounded, table).maximum - sum(most for _, most in ranges)
         )
-    return table
+        if sum(least for least, _ in ranges) <= room:
+            break
+    least_total, slack = sum(r[0] for r in ranges), sum(r[1] - r[0] for r in ranges)
+    if least_total <= room < least_total + slack:
+        # Too wide at its widest: each column gets its narrowest and a share of the room left,
+        # as rich would otherwise squeeze a column past its longest word.
+        extra = room - least_total
+        for shown, (least, most) in zip(table.columns, ranges, strict=True):
+            shown.width = least + extra * (most - least) // slack
+    return table, left_out
+
+
+def say_left_out(left_out: Sequence[str]) -> None:
+    """The stderr note that a narrow terminal left columns out."""
+    if left_out:
+        err.print(
+            f"[dim]{out.width} columns: left out {', '.join(left_out)} (a wider terminal shows "
+            "them; --json has every field)[/]",
+            highlight=False,
+        )
+
+
+def steps_table(rows: list[dict[str, Any]]) -> tuple[Table, tuple[str, ...]]:
+    """A thread's steps (``SkillDeck.history`` rows) as a table that fits the terminal
+    (:data:`STEPS_DROPPED_FIRST` says what goes first), and the columns left out."""
+    cells = [_step_cells(row) for row in rows]
+    return fit_columns(cells, STEP_COLUMNS, STEPS_DROPPED_FIRST, title="steps")
+
+
+def _step_cells(row: Mapping[str, Any]) -> dict[str, str]:
+    action = row["action"] or ""
+    if row["validation_errors"]:
+        action += f" ({len(row['validation_errors'])} errors)"
+    tokens = (row["tokens"] or {}).get("total_tokens")
+    return {
+        "step": str(row["step"]),
+        "node": row["node"] or "",
+        "skill": row["in_skill"] or "",
+        "attempt": str(row["attempt"] or ""),
+        "action": action,
+        "tools": ", ".join(f"{c['name']} {c['status']}" for c in row["tool_calls"]),
+        "model": _short_model(row["model"]),
+        "tokens": "" if tokens is None else str(tokens),
+        "ms": "" if row["elapsed_ms"] is None else f"{row['elapsed_ms']:g}",
+        "status": row["status"],
+        "card": "asked" if row["card"] else "answered" if row["answers"] else "",
+    }
 
 
 def print_transcript(turns: list[dict[str, Any]]) -> None:

@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.prompt import Confirm, Prompt
-from rich.table import Table
 
 from skilldeck.cli._output import (
     bounds_hint,
     exit_for,
+    fit_columns,
+    print_answer_hint,
     print_result,
     print_transcript,
+    say_left_out,
     steps_table,
     summary,
 )
@@ -191,6 +193,12 @@ def _thread_record(thread: str, checkpoint: str | None) -> ThreadRecord | None:
         return None if index is None else index.get(index.resolve(thread))
 
 
+#: The columns of ``threads``, and the order a narrow terminal leaves them out in.
+THREAD_COLUMNS = ("thread_id", "status", "skill", "user", "updated")
+# The list is sorted by the updated time: its order still tells it when the column goes.
+THREADS_DROPPED_FIRST = ("updated", "user")
+
+
 def threads(
     user: Annotated[str | None, typer.Option(help="Only this user's threads.")] = None,
     status: Annotated[str | None, typer.Option(help="Only threads with this status.")] = None,
@@ -198,7 +206,11 @@ def threads(
     checkpoint: CheckpointOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List threads, most recently run first (read from the thread index: fast)."""
+    """List threads, most recently run first (read from the thread index: fast).
+
+    Thread ids are never cut. On a narrow terminal the updated column goes first (the list
+    is in that order), then the user one, until the table fits (stderr says which went;
+    --json has every field)."""
     from skilldeck.checkpoints.threads import open_index
 
     say_where(checkpoint, as_json)
@@ -221,22 +233,33 @@ def threads(
         summaries = [ThreadSummary.from_record(r).to_dict() for r in rows]
         print(json.dumps(summaries, ensure_ascii=False))
         return
-    # Ids are never cut: they are what `show` and `resume` take.
+    if not rows:
+        out.print("no threads yet: start one with skilldeck run or skilldeck demo")
+        return
     users = any(r.user_id for r in rows)
-    table = Table(box=None, pad_edge=False)
-    table.add_column(
-        "thread_id", no_wrap=True, min_width=max((len(r.thread_id) for r in rows), default=9)
+    cells = [
+        {
+            "thread_id": r.thread_id,
+            "status": r.status,
+            "skill": r.skill or "",
+            "user": r.user_id or "",
+            "updated": r.updated_at[:16].replace("T", " "),
+        }
+        for r in rows
+    ]
+
+    columns = THREAD_COLUMNS if users else tuple(c for c in THREAD_COLUMNS if c != "user")
+    # Ids and dates stay whole, on one line: ids are what `show` and `resume` take.
+    table, left_out = fit_columns(
+        cells,
+        columns,
+        THREADS_DROPPED_FIRST,
+        whole=("thread_id", "updated"),
+        box=None,
+        pad_edge=False,
     )
-    table.add_column("status", no_wrap=True)
-    table.add_column("skill", overflow="fold")
-    if users:
-        table.add_column("user", overflow="fold")
-    table.add_column("updated", no_wrap=True)
-    for r in rows:
-        cells = [r.thread_id, r.status, r.skill or ""]
-        cells += [r.user_id or ""] if users else []
-        table.add_row(*cells, r.updated_at[:16].replace("T", " "))
-    out.print(table if rows else "no threads yet: start one with skilldeck run or skilldeck demo")
+    out.print(table)
+    say_left_out(left_out)
 
 
 def _default_url() -> str:
@@ -261,7 +284,10 @@ def show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show a thread: its state, a table of its steps and its cards (--timeline: a plot,
-    --transcript: the conversations)."""
+    --transcript: the conversations).
+
+    On a narrow terminal the steps table leaves columns out, in this order, until it fits:
+    tokens, ms, model, attempt, node, tools (stderr says which went; --json has every field)."""
     from skilldeck.checkpoints.inspect import steps, transcript
 
     say_where(checkpoint, as_json)
@@ -282,7 +308,9 @@ def show(
             body["transcript"] = turns
         print(json.dumps(body, ensure_ascii=False, default=str))
         return
-    out.print(steps_table(rows))
+    table, left_out = steps_table(rows)
+    out.print(table)
+    say_left_out(left_out)
     if turns is not None:
         print_transcript(turns)
     print_result(result, False)
@@ -414,7 +442,7 @@ def demo(
         )
         steps.append(summary(result))
         if not as_json:
-            print_result(result, False)
+            print_result(result, False, waiting=False)  # the hint follows if no one answers
         while result.status == "interrupted" and result.card is not None:
             if answers is not None:
                 given = json_object(answers, "--answers")
@@ -437,5 +465,7 @@ def demo(
     else:
         if len(steps) > 1:  # the first result (a card) is printed already
             print_result(result, False)
+        elif result.card is not None:  # no one answered it here: it waits
+            print_answer_hint(result)
         out.print(f"inspect it: skilldeck show {result.thread_id}")
     exit_for(result)
