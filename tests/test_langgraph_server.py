@@ -28,7 +28,6 @@ from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 from serving import free_port
 
-
 pytestmark = pytest.mark.L2
 
 ROOT = Path(__file__).resolve().parents[1]
