@@ -97,6 +97,10 @@ class Console:
     serve: Callable[..., ServeProcess]
 
 
+#: A matter with a long id: the thread list shows it whole beside the skill.
+CERAMICS = "matter-of-the-broken-ceramics-shipment-2024"
+
+
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     """``skilldeck serve`` with its console: the demo skill on the demo's script, slowed down
@@ -143,7 +147,8 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         env = {"SKILLDECK_FILES_ROOT": str(DEMO_FILES)}
         return ServeProcess(command, port, root / f"server-{port}.log", env)
 
-    own_matter(f"sqlite:///{root / 'console.sqlite'}", "demo-matter", "alice")
+    for matter in ("demo-matter", CERAMICS):  # alice's matters (the service grants no other)
+        own_matter(f"sqlite:///{root / 'console.sqlite'}", matter, "alice")
     servers = [serve(), serve("--no-console")]
     try:
         yield Console(*(server.wait().url for server in servers), serve)
@@ -400,7 +405,7 @@ def test_the_new_run_form_shows_the_skills_input_and_the_list_names_each_thread(
     assert fields.is_hidden()
     topic = {"topic": "Quarterly review of the ceramics shipments and their insurance"}
     box.fill(json.dumps(topic))
-    page.get_by_label("Matter id").fill("matter-of-the-broken-ceramics-shipment-2024")
+    page.get_by_label("Matter id").fill(CERAMICS)
     page.get_by_role("button", name="Start").click()
     page.locator("form#card").wait_for()
     thread = page.url.split("#thread=")[1]
