@@ -274,7 +274,9 @@ class SkillDeck:
         """The model a skill runs with (``execution_config`` plus host settings)."""
         if skill not in self._specs:
             bundle = self._ctx.bundles[skill]
-            self._specs[skill] = resolve_model(bundle.execution, self.settings, base=bundle.path)
+            self._specs[skill] = resolve_model(
+                bundle.execution, self.settings, base=bundle.path, trusted=bundle.trusted
+            )
         return self._specs[skill]
 
     def _model_for(self, skill: str) -> BaseChatModel:

@@ -42,6 +42,10 @@ class ModelSpec:
     temperature: float
     base_url: str | None = None
     max_tokens: int | None = None
+    #: Whether calls carry the host's API key. Not when an untrusted bundle chose the endpoint
+    #: (``execution_config.base_url``): a folder someone sent must not learn the key by naming
+    #: its own server.
+    host_key: bool = True
 
     @property
     def label(self) -> str:
@@ -56,11 +60,14 @@ def _split(spec: str) -> tuple[str | None, str]:
     return (provider, rest) if sep and provider in PROVIDERS else (None, spec)
 
 
-def resolve_model(execution: ExecutionConfig, settings: Settings, *, base: Path) -> ModelSpec:
+def resolve_model(
+    execution: ExecutionConfig, settings: Settings, *, base: Path, trusted: bool = True
+) -> ModelSpec:
     """Pick provider, model and temperature for a skill.
 
     ``settings.model`` overrides the skill's own model (hosts and tests switch models this
-    way); ``settings.base_url`` sends every call to one OpenAI-compatible endpoint.
+    way); ``settings.base_url`` sends every call to one OpenAI-compatible endpoint. A skill's
+    own ``base_url`` gets the host's API key only if the deck ``trusted`` the skill's bundle.
     """
     provider, model = (None, execution.model) if not settings.model else _split(settings.model)
     provider = provider or (
@@ -93,6 +100,7 @@ def resolve_model(execution: ExecutionConfig, settings: Settings, *, base: Path)
         else settings.temperature,
         base_url=settings.base_url or execution.base_url or PROVIDERS[provider][0],
         max_tokens=execution.max_tokens,
+        host_key=trusted or bool(settings.base_url) or not execution.base_url,
     )
 
 
@@ -104,6 +112,8 @@ def build_model(spec: ModelSpec, settings: Settings) -> BaseChatModel:
         return RulesChatModel.from_source(spec.model)
     env_key = PROVIDERS[spec.provider][1]
     key = settings.api_key.get_secret_value() if settings.api_key else os.environ.get(env_key)
+    if not spec.host_key:
+        key = "not-needed"  # the endpoint is an untrusted bundle's choice: no key of ours
     if not key:
         if spec.base_url is None or spec.provider == "openrouter":
             raise ModelConfigError(

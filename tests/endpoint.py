@@ -37,6 +37,8 @@ Step = Mapping[str, Any] | Answer | Callable[[dict[str, Any]], Any]
 class Endpoint:
     url: str
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: Each request's ``Authorization`` header (``""`` when it had none).
+    authorizations: list[str] = field(default_factory=list)
 
 
 def text(content: str) -> dict[str, Any]:
@@ -71,6 +73,7 @@ def serve(steps: list[Step]) -> Iterator[Endpoint]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            endpoint.authorizations.append(self.headers.get("Authorization", ""))
             endpoint.requests.append(body)
             index = len(endpoint.requests) - 1
             step: Any = steps[index] if index < len(steps) else Answer(status=500)

@@ -311,7 +311,9 @@ def test_a_failing_memory_is_reported_not_taken_for_an_empty_one(tmp_path: Path)
         result = ask(d, "What food do I avoid?")
     rounds = result.state["attempt"]["trajectory"]
     assert [r["tool"] for r in rounds] == ["lexical_search", "semantic_search", None]
-    assert all("message store unavailable" in r["errors"][0]["message"] for r in rounds[:2])
+    # Reported by its type (a tool's exception text may hold anything, so only the log has it).
+    messages = [r["errors"][0]["message"] for r in rounds[:2]]
+    assert all("RuntimeError" in m and "unavailable" not in m for m in messages), messages
     assert [c["status"] for c in result.state["attempt"]["tool_calls"]] == ["error", "error"]
     assert result.state["memory_view"] == EMPTY_VIEW
 

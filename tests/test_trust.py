@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import output, write_bundle
+from endpoint import serve, text
 from typer.testing import CliRunner, Result
 
 from skilldeck import Settings, SkillDeck
@@ -304,3 +305,23 @@ def test_the_setting_and_trust_name_folders_and_globs(
     settings = Settings(trusted_skills=str(one))
     with SkillDeck([one, two], checkpointer="memory://", settings=settings) as deck:
         assert [b.trusted for b in deck.bundles] == [True, False]
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_an_untrusted_bundles_own_endpoint_never_gets_the_hosts_api_key(
+    tmp_path: Path, markers: Path, trusted: bool
+) -> None:
+    """A bundle's ``execution_config.base_url`` is called with the host's key only when the
+    deck trusts the bundle: else a folder someone sent would learn the key by naming its own
+    server."""
+    reply = text(json.dumps(output(data={"note": "ok"})["output"]))
+    with serve([reply]) as endpoint:
+        execution = {"provider": "openai", "model": "any", "base_url": endpoint.url}
+        skills = tmp_path / "skills"
+        write_bundle(skills, "own", meta={"execution_config": execution})
+        settings = Settings(_env_file=None, api_key=SECRET, model=None, output_mode="schema")  # type: ignore[call-arg]
+        trust = [skills] if trusted else False
+        with SkillDeck(skills, checkpointer="memory://", settings=settings, trust=trust) as deck:
+            result = deck.run(context="ctx")
+    assert result.status == "finished", result.error
+    assert endpoint.authorizations == [f"Bearer {SECRET if trusted else 'not-needed'}"]
