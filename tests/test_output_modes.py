@@ -59,9 +59,7 @@ def _intake_on(
     with serve(steps) as endpoint:
         config = _settings(base_url=endpoint.url, **settings)
         # A copy of the intake is the test's own bundle: its scripts run because it trusts it.
-        with SkillDeck(
-            [bundle], checkpointer="memory://", settings=config, trust=[bundle]
-        ) as deck:
+        with SkillDeck([bundle], checkpointer="memory://", settings=config, trust=[bundle]) as deck:
             yield endpoint, deck, _intake(deck)
 
 
