@@ -30,6 +30,7 @@ from skilldeck.nodes import (
     ToolsNode,
     entry,
 )
+from skilldeck.nodes.replies import OUTPUT_MODES
 from skilldeck.skills.bundle import READ_FILE_TOOL, SkillBundle
 from skilldeck.skills.contract import Validator, compile_schema, format_errors
 from skilldeck.skills.examples import EXAMPLES_FILE
@@ -96,6 +97,14 @@ def deck_problems(bundles: Sequence[SkillBundle], registry: ToolRegistry) -> lis
                 "$.execution_config.mode",
                 f"execution mode {bundle.execution.mode!r} is not available; "
                 f"available: {', '.join(MODES)}",
+            )
+        # "auto": the host picks one of them for the endpoint (skilldeck.models.output_mode).
+        chosen, modes = bundle.execution.output_mode, ("auto", *OUTPUT_MODES)
+        if chosen is not None and chosen not in modes:
+            problems.error(
+                meta,
+                "$.execution_config.output_mode",
+                f"output mode {chosen!r} is not available; available: {', '.join(modes)}",
             )
         if bundle.name in _RESERVED_NODES:
             problems.error(

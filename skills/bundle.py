@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,6 +11,7 @@ from skilldeck.errors import UntrustedScriptsError
 from skilldeck.skills.conditions import Condition
 from skilldeck.skills.contract import OutputContract, Validator, format_errors
 from skilldeck.skills.examples import Examples
+from skilldeck.skills.meta import MATTER_WRITE_TOOL, ExecutionConfig, SkillMeta
 from skilldeck.skills.pins import AnyPin
 
 __all__ = [
@@ -27,9 +28,6 @@ __all__ = [
 #: The built-in tool a skill reads its own files with (tier 3 of progressive disclosure): the
 #: deck provides it, and a skill with files to read gets it without listing it.
 READ_FILE_TOOL = "skill__read_file"
-#: The built-in tool that writes the run's matter record: only the fields a skill declares in
-#: ``outputs.matter`` (:attr:`SkillBundle.matter_fields`).
-MATTER_WRITE_TOOL = "matters__update"
 #: The bundle's Python that skilldeck imports, by name: it runs in the deck's process, so only
 #: in a bundle the deck trusts (see :mod:`skilldeck.skills.trust`).
 SCRIPTS = {
@@ -54,42 +52,6 @@ ValidateFn = Callable[
 
 
 @dataclass(frozen=True, slots=True)
-class ExecutionConfig:
-    """``execution_config`` of ``skill.meta.json``; ``None`` means "use the host default"."""
-
-    provider: str | None = None
-    model: str | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    base_url: str | None = None
-    max_tool_rounds: int | None = None
-    mode: str = "single"
-    output_mode: str | None = None
-    #: ``required``: until one of the attempt's tool calls has worked, the model may only call
-    #: tools (a skill whose job is a tool's effect, like saving a card, cannot skip it); a
-    #: tool's name: until one of its calls has worked, the model may only call that tool.
-    tool_choice: str = "auto"
-    #: The most calls that work of each named tool or tool group in one attempt (a tool at its
-    #: own or its group's limit is not offered). A failed call changed nothing and uses none.
-    tool_limits: Mapping[str, int] = field(default_factory=dict)
-    #: Named sets of tools that share one limit, e.g. every tool that writes a file.
-    tool_groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    #: Tools (or groups) offered only after a call of one of the named tools has worked in the
-    #: attempt, e.g. an edit only after a read.
-    tool_after: Mapping[str, Sequence[str]] = field(default_factory=dict)
-
-    def members(self, name: str) -> tuple[str, ...]:
-        """The tools ``name`` stands for in ``tool_limits`` and ``tool_after``: a group's
-        tools, or the tool itself."""
-        return tuple(self.tool_groups.get(name, (name,)))
-
-    @property
-    def first_tool(self) -> str | None:
-        """The tool an attempt starts with (``tool_choice`` names it), or ``None``."""
-        return None if self.tool_choice in ("auto", "required") else self.tool_choice
-
-
-@dataclass(frozen=True, slots=True)
 class Reference:
     """One file of ``references/`` inlined in the system prompt (``"references": "inline"``),
     possibly cut to fit the token budget."""
@@ -104,19 +66,13 @@ class Reference:
 class SkillBundle:
     """A skill bundle after load-time validation. Build it with :func:`load_skills`."""
 
-    name: str
-    description: str
+    #: ``skill.meta.json``, parsed (for a plain Agent Skill, what its front matter says).
+    meta: SkillMeta
     path: Path
     instructions: str
-    meta: Mapping[str, Any]
-    contexts: tuple[str, ...]
-    state_conditions: tuple[Condition, ...]
-    requires_all: tuple[Condition, ...]
-    requires_any: tuple[Condition, ...]
+    #: The tools the model may call: ``meta.tools``, and :data:`READ_FILE_TOOL` when the
+    #: skill has files to read (the deck adds the ``allowed-tools`` it has).
     tools: tuple[str, ...]
-    provides: tuple[str, ...]
-    priority: int
-    execution: ExecutionConfig
     output_schema: Mapping[str, Any]
     data_schema: Mapping[str, Any]
     references: tuple[Reference, ...]
@@ -137,9 +93,6 @@ class SkillBundle:
     pins: tuple[AnyPin, ...] = ()
     #: Worked examples (``assets/examples.jsonl``); a turn shows those nearest its input.
     examples: Examples | None = None
-    #: The fields of the run's matter record the skill may write with
-    #: :data:`MATTER_WRITE_TOOL` (``outputs.matter``: dot paths under ``matter``).
-    matter_fields: tuple[str, ...] = ()
     #: JSON Schema of the run input (``assets/input_schema.json``); ``None``: any object.
     input_schema: Mapping[str, Any] | None = None
     input_validator: Validator | None = field(default=None, compare=False, repr=False)
@@ -148,6 +101,49 @@ class SkillBundle:
     trusted: bool = False
     #: The names of :data:`SCRIPTS` the bundle has, imported or not.
     scripts: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def description(self) -> str:
+        return self.meta.description
+
+    @property
+    def contexts(self) -> tuple[str, ...]:
+        return self.meta.triggers.contexts
+
+    @property
+    def state_conditions(self) -> tuple[Condition, ...]:
+        return self.meta.triggers.state_conditions
+
+    @property
+    def requires_all(self) -> tuple[Condition, ...]:
+        return self.meta.requires.all
+
+    @property
+    def requires_any(self) -> tuple[Condition, ...]:
+        return self.meta.requires.any
+
+    @property
+    def provides(self) -> tuple[str, ...]:
+        return self.meta.outputs.provides
+
+    @property
+    def matter_fields(self) -> tuple[str, ...]:
+        """The fields of the run's matter record the skill may write with
+        :data:`MATTER_WRITE_TOOL` (``outputs.matter``: dot paths under ``matter``)."""
+        return self.meta.outputs.matter
+
+    @property
+    def priority(self) -> int:
+        return self.meta.priority
+
+    @property
+    def execution(self) -> ExecutionConfig:
+        """``execution_config``: how the skill runs."""
+        return self.meta.execution_config
 
     def untrusted_scripts(self, *names: str) -> tuple[str, ...]:
         """The files of the scripts ``names`` (default: all) that the bundle has and may not

@@ -24,16 +24,13 @@ from typing import Any
 from skilldeck._internal.documents import DocumentError, parse_json
 from skilldeck._internal.paths import get_path
 from skilldeck.skills.contract import OutputContract, OutputLimits
+from skilldeck.skills.meta import ExampleSettings, SkillMeta
 from skilldeck.skills.problems import Problems
 
 __all__ = ["EXAMPLES_FILE", "Example", "Examples", "example_text", "parse_examples"]
 
 #: Where a bundle keeps its examples, relative to the bundle folder.
 EXAMPLES_FILE = "assets/examples.jsonl"
-#: How many examples a turn shows when ``skill.meta.json`` does not say.
-DEFAULT_SHOWN = 2
-#: The state field examples are matched on when ``skill.meta.json`` does not say.
-DEFAULT_MATCH = "input"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +56,11 @@ class Examples:
     """A skill's examples and how a turn picks them."""
 
     items: tuple[Example, ...]
-    #: How many a turn shows: the nearest to the run's input.
-    shown: int = DEFAULT_SHOWN
+    #: How many a turn shows: the nearest to the run's input (``examples.shown``).
+    shown: int
     #: The dot path under the state whose text the examples are matched on (``input`` or a
-    #: field of it, e.g. ``input.content``).
-    match: str = DEFAULT_MATCH
+    #: field of it, e.g. ``input.content``; ``examples.match``).
+    match: str
 
 
 def example_text(value: Any) -> str:
@@ -83,16 +80,15 @@ def parse_examples(
     file: Path,
     problems: Problems,
     *,
-    meta: Mapping[str, Any],
+    meta: SkillMeta,
     contract: OutputContract | None,
 ) -> Examples | None:
     """The examples in ``text`` (the file's contents), or ``None`` with a problem for each bad
-    line. ``meta``: the skill's metadata (its ``tools`` and ``examples`` settings);
-    ``contract``: the rules a run holds the skill's final outputs to (``None`` skips them)."""
-    settings = meta.get("examples") or {}
-    match = str(settings.get("match", DEFAULT_MATCH))
-    tools = set(meta.get("tools") or ())
-    choice = str((meta.get("execution_config") or {}).get("tool_choice", "auto"))
+    line. ``meta``: the skill's metadata (its ``tools``, ``tool_choice`` and ``examples``
+    settings); ``contract``: the rules a run holds the skill's final outputs to (``None`` skips
+    them)."""
+    settings = meta.examples or ExampleSettings()
+    match, tools, choice = settings.match, set(meta.tools), meta.execution_config.tool_choice
     items: list[Example] = []
     before = len(problems.errors)
     for number, line in enumerate(text.splitlines(), start=1):
@@ -115,7 +111,7 @@ def parse_examples(
     if not items:
         problems.error(file, "$", "has no examples: add one JSON object per line, or delete it")
         return None
-    return Examples(tuple(items), int(settings.get("shown", DEFAULT_SHOWN)), match)
+    return Examples(tuple(items), settings.shown, match)
 
 
 def _against_choice(value: Mapping[str, Any], choice: str) -> str | None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import json
 import logging
 import os
 import re
@@ -43,14 +42,11 @@ from skilldeck.skills.agentskills import (
 from skilldeck.skills.bundle import (
     ENGINE_FILES,
     INPUT_SCHEMA_FILE,
-    MATTER_WRITE_TOOL,
     READ_FILE_TOOL,
     SCRIPTS,
-    ExecutionConfig,
     Reference,
     SkillBundle,
 )
-from skilldeck.skills.conditions import Condition, ConditionError, parse_condition
 from skilldeck.skills.contract import (
     OutputContract,
     build_output_schema,
@@ -60,6 +56,7 @@ from skilldeck.skills.contract import (
     response_schema,
 )
 from skilldeck.skills.examples import EXAMPLES_FILE, Examples, parse_examples
+from skilldeck.skills.meta import SkillMeta, Triggers
 from skilldeck.skills.pins import (
     CALLS_KEYWORD,
     RESULT_KEYWORD,
@@ -87,6 +84,7 @@ log = logging.getLogger("skilldeck")
 
 #: The largest file the loader reads (SKILL.md, metadata, schema, an inlined reference).
 MAX_FILE_BYTES = 1 << 20
+META_FILE = "skill.meta.json"
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 #: Each script's function, as an error message shows it.
@@ -108,15 +106,9 @@ def builtin_skills_dir() -> Path:
 
 
 @cache
-def _meta_schema() -> Draft202012Validator:
+def _metaschema() -> Draft202012Validator:
     """JSON Schema's own meta-schema: a bundle's schemas must be schemas."""
     return Draft202012Validator(Draft202012Validator.META_SCHEMA)
-
-
-@cache
-def _meta_validator() -> Draft202012Validator:
-    schema = json.loads((Path(__file__).parent / "meta.schema.json").read_text("utf-8"))
-    return Draft202012Validator(schema)
 
 
 class _Reader:
@@ -214,18 +206,6 @@ def _front_matter(reader: _Reader, file: Path) -> tuple[dict[str, Any] | None, s
     return front, text[match.end() :]
 
 
-def _conditions(
-    problems: Problems, file: Path, where: str, sources: Sequence[str]
-) -> tuple[Condition, ...]:
-    out = []
-    for i, source in enumerate(sources):
-        try:
-            out.append(parse_condition(source))
-        except ConditionError as exc:
-            problems.error(file, f"{where}[{i}]", str(exc))
-    return tuple(out)
-
-
 def load_script(bundle: SkillBundle, name: str) -> Callable[..., Any]:
     """Import the script ``name`` of a loaded bundle (a key of
     :data:`~skilldeck.skills.bundle.SCRIPTS`, e.g. ``eval_setup``) and return its function.
@@ -256,7 +236,7 @@ def _files(reader: _Reader, folder: Path, inline: bool) -> tuple[tuple[str, int]
         name = rel.as_posix()
         if (
             name in ENGINE_FILES
-            or name in (*_SKILL_FILES, "skill.meta.json", "cases.yaml")
+            or name in (*_SKILL_FILES, META_FILE, "cases.yaml")
             or rel.parts[0] in skip_dirs
             or any(p.startswith(".") or p == "__pycache__" for p in rel.parts)
         ):
@@ -287,113 +267,26 @@ def _references(reader: _Reader, folder: Path, budget: int) -> tuple[Reference, 
     return tuple(refs)
 
 
-def _tool_rules(problems: Problems, file: Path, meta: Mapping[str, Any]) -> None:
-    """``execution_config.tool_choice``, ``tool_groups``, ``tool_limits`` and ``tool_after``
-    name the skill's own tools (a limit or an order may name a group), in the mode where the
-    model calls them."""
-    execution = meta.get("execution_config") or {}
-    tools = list(meta.get("tools") or [])
-    choice = execution.get("tool_choice", "auto")
-    single = execution.get("mode", "single") == "single"
-    if choice != "auto":
-        if not single:
-            why = "in the planner and retrieval modes the runtime calls the tools"
-        elif not tools:
-            why = "the skill lists no tools to call"
-        elif choice != "required" and choice not in tools:
-            why = f"{choice!r} is not one of the skill's tools ({', '.join(tools)})"
-        else:
-            why = None
-        if why:
-            problems.error(
-                file,
-                "$.execution_config.tool_choice",
-                f"tool_choice {choice!r} cannot hold: {why}; drop it (default 'auto') or name "
-                "one of the skill's tools",
-            )
-    groups = execution.get("tool_groups") or {}
-    for group, members in groups.items():
-        where = f"$.execution_config.tool_groups.{group}"
-        if group in tools:
-            problems.error(file, where, f"{group!r} is a tool's name: name the group otherwise")
-        for member in members:
-            if member not in tools or not single:
-                problems.error(
-                    file,
-                    where,
-                    f"tool_groups puts {member!r} in {group!r}, which the model cannot call "
-                    "here: list it in tools (single mode only)",
-                )
-    for key in ("tool_limits", "tool_after"):
-        for name in execution.get(key) or {}:
-            if (name not in tools and name not in groups) or not single:
-                problems.error(
-                    file,
-                    f"$.execution_config.{key}.{name}",
-                    f"{key} names {name!r}, which the model cannot call here: list it in "
-                    "tools, or name a group of tool_groups (single mode only)",
-                )
-    for name, before in (execution.get("tool_after") or {}).items():
-        for tool in before:
-            if tool not in tools:
-                problems.error(
-                    file,
-                    f"$.execution_config.tool_after.{name}",
-                    f"tool_after offers {name!r} after {tool!r}, which is not one of the "
-                    "skill's tools: list it in tools",
-                )
-
-
-def _matter_rules(problems: Problems, file: Path, meta: Mapping[str, Any]) -> None:
-    """``outputs.matter`` and :data:`MATTER_WRITE_TOOL` come together: fields a skill declares
-    are written with that tool, and the tool writes only declared fields, from the model of a
-    single-mode skill (the runtime binds the calling skill there)."""
-    declared = (meta.get("outputs") or {}).get("matter") or []
-    tools = list(meta.get("tools") or [])
-    single = (meta.get("execution_config") or {}).get("mode", "single") == "single"
-    if declared and MATTER_WRITE_TOOL not in tools:
-        problems.error(
-            file,
-            "$.outputs.matter",
-            f"declares matter fields, but the skill cannot write them: add {MATTER_WRITE_TOOL!r} "
-            "to tools (or drop outputs.matter)",
-        )
-    elif declared and not single:
-        problems.error(
-            file,
-            "$.outputs.matter",
-            f"matter fields are written by the model's {MATTER_WRITE_TOOL} calls in single mode "
-            "only; in the planner and retrieval modes the runtime calls the tools",
-        )
-    if MATTER_WRITE_TOOL in tools and not declared:
-        problems.error(
-            file,
-            f"$.tools[{tools.index(MATTER_WRITE_TOOL)}]",
-            f"{MATTER_WRITE_TOOL} writes only the matter fields the skill declares, and it "
-            'declares none: list them in outputs.matter, e.g. "matter": ["matter.status"]',
-        )
-
-
 def _meta(
     reader: _Reader, folder: Path, skill_md: Path, front: Mapping[str, Any] | None
-) -> tuple[Path, dict[str, Any]] | None:
+) -> SkillMeta | None:
+    """``skill.meta.json``, parsed and held together (``None`` with its problems); without
+    it, what a plain Agent Skill's front matter says."""
     problems = reader.problems
-    file = folder / "skill.meta.json"
+    file = folder / META_FILE
     if file.is_file():
-        meta = reader.json(file)
+        before = len(problems.errors)
+        value = reader.json(file)  # None: unreadable (a problem), or the JSON null
+        meta = SkillMeta.parse(value, file, problems) if len(problems.errors) == before else None
         if meta is None:
             return None
-        before = len(problems.errors)
-        problems.schema_errors(file, _meta_validator().iter_errors(meta))
-        if len(problems.errors) > before or not isinstance(meta, dict):
-            return None
-        if meta["name"] != folder.name:
+        if meta.name != folder.name:
             problems.error(
-                file, "$.name", f"name {meta['name']!r} must equal the folder name {folder.name!r}"
+                file, "$.name", f"name {meta.name!r} must equal the folder name {folder.name!r}"
             )
-        _tool_rules(problems, file, meta)
-        _matter_rules(problems, file, meta)
-        return file, meta
+        for where, reason in meta.conflicts():
+            problems.error(file, where, reason)
+        return meta
     if front is None:
         problems.error(
             skill_md,
@@ -414,11 +307,10 @@ def _meta(
             "a plain Agent Skill needs a description: it is what a router chooses it by",
         )
         return None
-    return skill_md, {
-        "name": name,
-        "description": description.strip(),
-        "triggers": {"contexts": [name]},
-    }
+    # Not validated as a skill.meta.json: the name follows the Agent Skills rules (warned of).
+    return SkillMeta.model_construct(
+        name=name, description=description.strip(), triggers=Triggers(contexts=(name,))
+    )
 
 
 def _front_problems(
@@ -460,57 +352,34 @@ def inspect_bundle(
         return None, problems
     read = _front_matter(reader, skill_md)
     front, body = read if read is not None else (None, "")
-    found = _meta(reader, folder, skill_md, front)
+    meta = _meta(reader, folder, skill_md, front)
     allowed = _front_problems(problems, skill_md, folder, front) if front is not None else []
 
-    schema = _output_schema(reader, folder, found[1] if found else {})
+    schema = _output_schema(reader, folder, meta)
     input_schema, input_validator = _input_schema(reader, folder)
     has = tuple(name for name, file in SCRIPTS.items() if (folder / file).is_file())
     scripts = _scripts(problems, folder, has) if trusted else _untrusted(problems, folder, has)
-    if found is None:
+    if meta is None:
         return None, problems
-    meta_file, meta = found
-    inline = meta.get("references") == "inline"
+    inline = meta.references == "inline"
     references = (
         _references(reader, folder / "references", reference_token_budget) if inline else ()
     )
     files = _files(reader, folder, inline)
     # Only a skill-mode model calls tools; in the planner and retrieval modes the runtime runs
     # them, and a file the model cannot read is no reason to offer a tool.
-    reads = bool(files) and (meta.get("execution_config") or {}).get("mode", "single") == "single"
-    triggers, requires = meta.get("triggers") or {}, meta.get("requires") or {}
-    state_conditions = _conditions(
-        problems, meta_file, "$.triggers.state_conditions", triggers.get("state_conditions", ())
-    )
-    requires_all = _conditions(problems, meta_file, "$.requires.all", requires.get("all", ()))
-    requires_any = _conditions(problems, meta_file, "$.requires.any", requires.get("any", ()))
+    reads = bool(files) and meta.execution_config.single
     examples = _examples(reader, folder, meta, _contract(meta, schema) if schema else None)
     _example_inputs(problems, folder, examples, input_validator)
     if problems.errors or schema is None:
         return None, problems
     output_schema, data_schema, validator, pins = schema
     bundle = SkillBundle(
-        name=str(meta["name"]),
-        description=str(meta["description"]),
+        meta=meta,
         path=folder,
         instructions=body.strip(),
-        meta=meta,
-        contexts=tuple(triggers.get("contexts", ())),
-        state_conditions=state_conditions,
-        requires_all=requires_all,
-        requires_any=requires_any,
-        tools=tuple(dict.fromkeys((*meta.get("tools", ()), *((READ_FILE_TOOL,) if reads else ())))),
+        tools=tuple(dict.fromkeys((*meta.tools, *((READ_FILE_TOOL,) if reads else ())))),
         allowed_tools=tuple(allowed),
-        provides=tuple((meta.get("outputs") or {}).get("provides", ())),
-        matter_fields=tuple((meta.get("outputs") or {}).get("matter", ())),
-        priority=int(meta.get("priority", 0)),
-        execution=ExecutionConfig(
-            **{
-                k: v
-                for k, v in (meta.get("execution_config") or {}).items()
-                if k in ExecutionConfig.__slots__
-            }
-        ),
         output_schema=output_schema,
         data_schema=data_schema,
         references=references,
@@ -531,29 +400,28 @@ def inspect_bundle(
 
 
 def _contract(
-    meta: Mapping[str, Any], schema: tuple[dict[str, Any], dict[str, Any], Any, Any]
+    meta: SkillMeta, schema: tuple[dict[str, Any], dict[str, Any], Any, Any]
 ) -> OutputContract:
     """The rules the skill's final outputs are held to, before the bundle exists."""
     output_schema, _, validator, _ = schema
-    provides = tuple((meta.get("outputs") or {}).get("provides", ()))
-    return OutputContract(validator, output_schema, provides)
+    return OutputContract(validator, output_schema, meta.outputs.provides)
 
 
 def _examples(
-    reader: _Reader, folder: Path, meta: Mapping[str, Any], contract: OutputContract | None
+    reader: _Reader, folder: Path, meta: SkillMeta, contract: OutputContract | None
 ) -> Examples | None:
     """The bundle's worked examples, or ``None`` (with problems if they are wrong)."""
     file = folder / EXAMPLES_FILE
     if not file.is_file():
-        if "examples" in meta:
+        if meta.examples is not None:
             reader.problems.error(
-                folder / "skill.meta.json",
+                folder / META_FILE,
                 "$.examples",
                 f"says how to show examples, but the bundle has no {EXAMPLES_FILE}: add it "
                 "(one JSON object per line) or drop the setting",
             )
         return None
-    if (meta.get("execution_config") or {}).get("mode", "single") != "single":
+    if not meta.execution_config.single:
         reader.problems.error(
             file,
             "$",
@@ -579,7 +447,7 @@ def _input_schema(reader: _Reader, folder: Path) -> tuple[dict[str, Any] | None,
         problems.error(file, "$", 'the input schema must be a JSON object: {"type": "object", ...}')
         return None, None
     before = len(problems.errors)
-    problems.schema_errors(file, _meta_schema().iter_errors(source))
+    problems.schema_errors(file, _metaschema().iter_errors(source))
     if len(problems.errors) > before:
         return None, None
     given = source.get("type", "object")
@@ -613,10 +481,11 @@ def _example_inputs(
 
 
 def _output_schema(
-    reader: _Reader, folder: Path, meta: Mapping[str, Any]
+    reader: _Reader, folder: Path, meta: SkillMeta | None
 ) -> tuple[dict[str, Any], dict[str, Any], Any, tuple[AnyPin, ...]] | None:
     """The full output schema, the data schema, the compiled validator and the pins; ``None``
-    (with problems) if the bundle's schema is wrong."""
+    (with problems) if the bundle's schema is wrong. ``meta``: ``None`` if it is wrong itself
+    (the schema is checked all the same, as if the skill provided and called nothing)."""
     problems = reader.problems
     file = folder / "assets" / "output_schema.json"
     source: Any = reader.json(file) if file.is_file() else {}
@@ -626,7 +495,7 @@ def _output_schema(
         problems.error(file, "$", "the output schema must be a JSON object")
         return None
     before = len(problems.errors)
-    problems.schema_errors(file, _meta_schema().iter_errors(source))
+    problems.schema_errors(file, _metaschema().iter_errors(source))
     if len(problems.errors) > before:
         return None
     data_extra = ((source.get("properties") or {}).get("data") or {}).get("additionalProperties")
@@ -643,14 +512,13 @@ def _output_schema(
         except ValueError as exc:
             problems.error(file, f"$.properties.{key}", str(exc))
             return None
-    outputs = meta.get("outputs") or {}
-    output_schema, data_schema = build_output_schema(source, tuple(outputs.get("provides", ())))
+    provides, tools = (meta.outputs.provides, set(meta.tools)) if meta else ((), set())
+    output_schema, data_schema = build_output_schema(source, provides)
     try:
         pins = find_pins(output_schema)
     except ValueError as exc:
         problems.error(file, "$", str(exc))
         return None
-    tools = set(meta.get("tools") or ())
     for pin in pins:
         if isinstance(pin, Pin):
             continue
@@ -760,7 +628,7 @@ def skill_folders(root: Path) -> list[Path]:
     for child in sorted(root.iterdir()):
         if not child.is_dir() or child.name.startswith((".", "_")):
             continue
-        if any((child / f).is_file() for f in (*_SKILL_FILES, "skill.meta.json")):
+        if any((child / f).is_file() for f in (*_SKILL_FILES, META_FILE)):
             folders.append(child)
     return folders
 

@@ -4,15 +4,20 @@ its output examples pass that skill's contract, and its commands run."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from markdown_blocks import Block, blocks
+from pydantic import BaseModel
 from shell import run_block
 
 from skilldeck.check import check_skills
 from skilldeck.skills import load_bundle
 from skilldeck.skills.contract import check_field_keys, format_errors
+from skilldeck.skills.meta import SkillMeta
+from skilldeck.skills.meta_schema import with_reference
 
 pytestmark = pytest.mark.L2
 
@@ -60,13 +65,21 @@ def test_the_example_skill_checks_clean(tmp_path: Path) -> None:
         assert f"scripts/{script}.py" in warning.message
 
 
-def test_the_meta_table_lists_every_field_of_the_schema() -> None:
-    schema = json.loads((Path(__file__).resolve().parents[1] / "skills" / "meta.schema.json")
-                        .read_text("utf-8"))  # fmt: skip
+def _fields(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """Every field of ``model`` as the file spells it, an object's fields as dot paths."""
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        held = [t for t in get_args(info.annotation) or (info.annotation,) if isinstance(t, type)]
+        nested = [t for t in held if issubclass(t, BaseModel)]
+        yield from _fields(nested[0], f"{prefix}{key}.") if nested else [f"{prefix}{key}"]
+
+
+def test_the_meta_table_is_generated_from_the_model() -> None:
     text = DOC.read_text("utf-8")
-    fields: list[str] = []
-    for name, prop in schema["properties"].items():
-        fields += [f"{name}.{sub}" for sub in prop.get("properties") or {}] or [name]
+    # What `python -m skilldeck.skills.meta_schema --write` would write: the model's table.
+    assert with_reference(text) == text, "run: python -m skilldeck.skills.meta_schema --write"
+    fields = list(_fields(SkillMeta))
+    assert {"name", "triggers.contexts", "examples.match", "execution_config.mode"} <= set(fields)
     missing = [f for f in fields if f"| `{f}` |" not in text]
     assert not missing, f"docs/skills.md does not describe: {missing}"
 

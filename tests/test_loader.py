@@ -67,7 +67,9 @@ def test_builtin_litigation_intake_meta_is_the_seed_meta() -> None:
     bundle = bundles["litigation-intake"]
     added = {"references": "inline"}
     execution = {**SEED_META["execution_config"], "tool_choice": "file__parse"}
-    assert bundle.meta == {**SEED_META, **added, "execution_config": execution}
+    # The model holds what the file says, and nothing else (its defaults are not "set").
+    written = bundle.meta.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    assert written == {**SEED_META, **added, "execution_config": execution}
     assert bundle.execution.tool_choice == "file__parse"
     assert bundle.tools == tuple(SEED_META["tools"])
     assert bundle.provides == tuple(SEED_META["outputs"]["provides"])
@@ -252,6 +254,8 @@ MALFORMED: dict[str, tuple[Case, str, str, str]] = {
         "$",
         r"invalid JSON.*line 3, column 1",
     ),
+    # Was skipped without a word: the reader's "no value" and JSON's null were one.
+    "meta-null": (_meta_text("null"), "skill.meta.json", "$", "^must be an object, not null"),
     "meta-no-description": (
         _meta_text('{"name": "alpha"}'),
         "skill.meta.json",
