@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from skilldeck._internal.ids import id_problem
 from skilldeck.errors import ToolError
-from skilldeck.tools.registry import CHOICES
+from skilldeck.tools.registry import CHOICES, ToolHost, tool_family
 from skilldeck.tools.workspace import record_write
 
 __all__ = ["file_tools", "jailed_path", "matter_folder", "write_text_atomic"]
@@ -158,3 +158,8 @@ def file_tools(root: str | Path | None) -> list[BaseTool]:
             metadata={CHOICES: existing},
         ),
     ]
+
+
+@tool_family("file")
+def _file_family(host: ToolHost) -> list[BaseTool]:
+    return file_tools(host.files_root)
