@@ -183,8 +183,7 @@ class ModelCaller:
         if cached is not None and cached[0] is model:
             return cached[1]
         if use.startswith("json:"):
-            fmt = mode.step_format(use.split(":")[1], schema)
-            bound = model.bind(response_format=fmt)
+            bound = mode.bind_step(model, use.split(":")[1], schema)
         else:
             offer = Offer(
                 use=cast("Literal['tools', 'final', 'calls']", use),

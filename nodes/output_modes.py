@@ -20,7 +20,7 @@ read as calling it, but only a tool the skill may call.
 
 Each mode is one :class:`OutputMode` object, registered by name with ``@output_mode("name")``
 (a plugin adds its own the same way, see :mod:`skilldeck.plugins`): it binds the model for a
-reply (:meth:`~OutputMode.bind`) or a JSON step (:meth:`~OutputMode.step_format`), shows the
+reply (:meth:`~OutputMode.bind`) or a JSON step (:meth:`~OutputMode.bind_step`), shows the
 conversation as the model reads it (:meth:`~OutputMode.wire`), reads the reply
 (:meth:`~OutputMode.read`), and says what the system prompt tells the model of the output.
 """
@@ -131,9 +131,14 @@ class OutputMode:
         """``model`` bound for a reply that may hold what ``offer`` says."""
         raise NotImplementedError
 
+    def bind_step(self, model: Any, name: str, schema: Mapping[str, Any] | None) -> Any:
+        """``model`` bound for a JSON step called ``name`` (a plan, a rewrite, a view, a
+        routing answer) whose answer ``schema`` describes: with :meth:`step_format`."""
+        return model.bind(response_format=self.step_format(name, schema))
+
     def step_format(self, name: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The ``response_format`` of a JSON step called ``name`` (a plan, a rewrite, a view, a
-        routing answer) whose answer ``schema`` describes."""
+        """The ``response_format`` of a JSON step (JSON mode; ``schema`` mode holds it to
+        ``schema``)."""
         return {"type": "json_object"}
 
     def wire(self, conversation: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -248,8 +253,9 @@ class SchemaMode(OutputMode):
     def bind(self, model: Any, offer: Offer) -> Any:
         offered = {} if offer.use == "final" else offer.grammar_tools()
         output = pinned(offer.output_schema, offer.pins) if offer.pins else offer.output_schema
-        envelope = turn_schema(output, offered, final=offer.use != "calls")
-        return model.bind(response_format=self.step_format("reply", envelope))
+        return self.bind_step(
+            model, "reply", turn_schema(output, offered, final=offer.use != "calls")
+        )
 
     def step_format(self, name: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
         if schema is None:

@@ -90,8 +90,8 @@ class ModelRouter:
         schema = route_schema([b.name for b in bundles])
         meta = {SKILL_KEY: ROUTER_KEY, CALL_INDEX_KEY: index}
         try:
-            fmt = find_output_mode(self.mode()).step_format("route", schema)
-            bound: Any = self.model().bind(response_format=fmt, timeout=self.timeout_s)
+            mode = find_output_mode(self.mode())
+            bound: Any = mode.bind_step(self.model(), "route", schema).bind(timeout=self.timeout_s)
             reply = bound.invoke(route_prompt(bundles, request), config={"metadata": meta})
             answer = json.loads(str(reply.content))
             problems = [e.message for e in Draft202012Validator(schema).iter_errors(answer)]
