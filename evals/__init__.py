@@ -12,7 +12,7 @@ workspace per trial; see :func:`run_suite` and ``skilldeck eval --help``.
 from skilldeck.evals.calibration import Calibration, agreement, calibrate, load_labels
 from skilldeck.evals.cassette import CassetteRecorder, to_turn
 from skilldeck.evals.compare import BucketDelta, Comparison, compare_reports
-from skilldeck.evals.environment import environment, environment_state, saved_card
+from skilldeck.evals.environment import environment, environment_state
 from skilldeck.evals.graders import (
     ConfigReader,
     GradeContext,
@@ -72,7 +72,6 @@ __all__ = [
     "registered_graders",
     "run_suite",
     "run_trial",
-    "saved_card",
     "suite_for_skill",
     "task_from_dict",
     "to_turn",

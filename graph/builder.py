@@ -19,7 +19,6 @@ from skilldeck.errors import BundleError
 from skilldeck.graph.state import RESERVED_KEYS, build_state_schema
 from skilldeck.nodes import (
     CARD_NODE,
-    MODES,
     ROUTER_NODE,
     START_NODE,
     TOOLS_NODE,
@@ -29,15 +28,16 @@ from skilldeck.nodes import (
     StartNode,
     ToolsNode,
     entry,
+    execution_modes,
+    find_execution_mode,
 )
-from skilldeck.nodes.replies import OUTPUT_MODES
+from skilldeck.nodes.output_modes import output_modes
 from skilldeck.skills.bundle import READ_FILE_TOOL, SkillBundle
 from skilldeck.skills.contract import Validator, compile_schema, format_errors
 from skilldeck.skills.examples import EXAMPLES_FILE
 from skilldeck.skills.problems import Problems
 from skilldeck.tools.mcp import MCP_PREFIX, expand_mcp_names
-from skilldeck.tools.registry import ToolRegistry
-from skilldeck.tools.skill_files import skill_file_tool
+from skilldeck.tools.registry import ToolHost, ToolRegistry, family_tools
 from skilldeck.types import Problem
 
 __all__ = ["build_graph", "deck_problems", "deck_tools"]
@@ -53,14 +53,14 @@ def deck_tools(
     """The bundles as a deck runs them, and the deck's registry.
 
     The registry is a copy of ``registry`` (which may be shared) plus ``skill__read_file`` over
-    the bundles' files and the ``extra`` tools with their aliases (an MCP server's, aliased
+    the bundles' files (the ``skill`` tool family's, if ``registry`` lacks it) and the
+    ``extra`` tools with their aliases (an MCP server's, aliased
     ``mcp:<server>/<tool>``). Each bundle's ``mcp:`` names (wildcards too) become the names they
     match, and an Agent Skill's ``allowed-tools`` join its tools where the registry has them
     (the others are warnings of :func:`deck_problems`)."""
-    files = {b.name: (b.path, tuple(f for f, _ in b.files)) for b in bundles}
-    added: list[tuple[BaseTool, list[str]]] = [(t, [alias]) for t, alias in extra]
+    added: list[tuple[BaseTool, Sequence[str]]] = [(t, [alias]) for t, alias in extra]
     if registry.resolve(READ_FILE_TOOL) is None:
-        added.append((skill_file_tool(files), []))
+        added += family_tools(ToolHost(skills=tuple(bundles)), ["skill"])
     registry = registry.extended(added)
     mcp = {
         alias: name for alias, name in registry.aliases().items() if alias.startswith(MCP_PREFIX)
@@ -76,11 +76,13 @@ def deck_tools(
 
 def deck_problems(bundles: Sequence[SkillBundle], registry: ToolRegistry) -> list[Problem]:
     """What keeps ``bundles`` from forming one deck, beyond each bundle's own files: execution
-    modes, reserved names, data fields that collide with the engine's state keys, and tools the
-    registry does not have (errors); ``allowed-tools`` it does not have (warnings: a skill from
-    another agent names that agent's tools). Every one, so ``skilldeck check`` can show them
-    all."""
+    and output modes no plugin registered, reserved names, data fields that collide with the
+    engine's state keys, and tools the registry does not have (errors); ``allowed-tools`` it
+    does not have (warnings: a skill from another agent names that agent's tools). Every one,
+    so ``skilldeck check`` can show them all."""
     problems = Problems()
+    # "auto": the host picks one of the output modes for the endpoint (models.output_mode).
+    modes, outputs = execution_modes(), ("auto", *output_modes())
     for bundle in bundles:
         for tool in bundle.allowed_tools:
             if registry.resolve(tool) is None:
@@ -91,20 +93,20 @@ def deck_problems(bundles: Sequence[SkillBundle], registry: ToolRegistry) -> lis
                     "agent-skills",
                 )
         meta = bundle.path / "skill.meta.json"
-        if bundle.execution.mode not in MODES:
+        if bundle.execution.mode not in modes:
             problems.error(
                 meta,
                 "$.execution_config.mode",
                 f"execution mode {bundle.execution.mode!r} is not available; "
-                f"available: {', '.join(MODES)}",
+                f"available: {', '.join(modes)} (a plugin adds modes: see docs/plugins.md)",
             )
-        # "auto": the host picks one of them for the endpoint (skilldeck.models.output_mode).
-        chosen, modes = bundle.execution.output_mode, ("auto", *OUTPUT_MODES)
-        if chosen is not None and chosen not in modes:
+        wanted = bundle.execution.output_mode
+        if wanted is not None and wanted not in outputs:
             problems.error(
                 meta,
                 "$.execution_config.output_mode",
-                f"output mode {chosen!r} is not available; available: {', '.join(modes)}",
+                f"output mode {wanted!r} is not available; available: {', '.join(outputs)} "
+                "(a plugin adds output modes: see docs/plugins.md)",
             )
         if bundle.name in _RESERVED_NODES:
             problems.error(
@@ -178,7 +180,9 @@ def build_graph(
     graph.add_node(ROUTER_NODE, RouterNode(ctx), destinations=(*skills, END))
     for bundle in bundles:
         graph.add_node(
-            bundle.name, MODES[bundle.execution.mode](ctx, bundle), destinations=after_skill
+            bundle.name,
+            find_execution_mode(bundle.execution.mode)(ctx, bundle),
+            destinations=after_skill,
         )
     graph.add_node(TOOLS_NODE, ToolsNode(ctx), destinations=skills)
     graph.add_node(CARD_NODE, CardNode(), destinations=(*skills, CARD_NODE, ROUTER_NODE))

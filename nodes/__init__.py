@@ -1,9 +1,13 @@
-"""Graph nodes: the router, one skill runner per skill, tool execution and the ask_user card."""
+"""Graph nodes: the router, one skill runner per skill, tool execution and the ask_user card.
+
+The execution modes other than ``single`` (:mod:`skilldeck.nodes.planner`,
+:mod:`skilldeck.nodes.retrieval`) are not imported here: they register from skilldeck's
+built-in plugin (see :mod:`skilldeck.nodes.modes`).
+"""
 
 from skilldeck.nodes.card import CardNode, answers_schema, apply_answers, validate_answers
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, START_NODE, TOOLS_NODE, NodeContext
-from skilldeck.nodes.planner import PlannerSkillNode
-from skilldeck.nodes.retrieval import RetrievalSkillNode
+from skilldeck.nodes.modes import execution_mode, execution_modes, find_execution_mode
 from skilldeck.nodes.route_model import ModelRouter
 from skilldeck.nodes.router import (
     AUTO_CONTEXT,
@@ -18,25 +22,15 @@ from skilldeck.nodes.router import (
 from skilldeck.nodes.skill import SkillNode, parse_output
 from skilldeck.nodes.tools import ToolsNode
 
-#: The node class of each ``execution_config.mode``.
-MODES: dict[str, type[SkillNode]] = {
-    "single": SkillNode,
-    "retrieval": RetrievalSkillNode,
-    "planner": PlannerSkillNode,
-}
-
 __all__ = [
     "AUTO_CONTEXT",
     "CARD_NODE",
-    "MODES",
     "ROUTER_NODE",
     "START_NODE",
     "TOOLS_NODE",
     "CardNode",
     "ModelRouter",
     "NodeContext",
-    "PlannerSkillNode",
-    "RetrievalSkillNode",
     "RouterNode",
     "SkillNode",
     "StartNode",
@@ -46,6 +40,9 @@ __all__ = [
     "candidates",
     "decide",
     "entry",
+    "execution_mode",
+    "execution_modes",
+    "find_execution_mode",
     "parse_output",
     "route",
     "start_update",

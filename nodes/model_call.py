@@ -1,5 +1,5 @@
-"""One skill's calls of its model: bound for the output mode, shown the conversation the mode
-shows (see :mod:`skilldeck.nodes.replies`), limited in time and length.
+"""One skill's calls of its model: bound by its output mode, shown the conversation the mode
+shows (see :mod:`skilldeck.nodes.output_modes`), limited in time and length.
 
 A call that times out, is cut off at ``max_output_tokens``, or meets a transient endpoint error
 (connection, 5xx, rate limit) raises :class:`RetryableModelError`: the skill records it as a
@@ -21,16 +21,14 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from skilldeck.errors import PromptTooLongError
-from skilldeck.nodes.replies import SUBMIT_TOOL, to_wire
+from skilldeck.nodes.output_modes import Offer, OutputMode, find_output_mode
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
-from skilldeck.skills.contract import turn_schema
-from skilldeck.skills.pins import pinned
 
 if TYPE_CHECKING:  # the context imports the routing model, which imports this
     from skilldeck.nodes.context import NodeContext
@@ -43,7 +41,6 @@ __all__ = [
     "RetryableModelError",
     "cut_off_reply",
     "cut_off_text",
-    "response_format",
 ]
 
 #: Config key of a run's deadline (epoch seconds), set by the deck from ``run_timeout_s``.
@@ -102,6 +99,11 @@ class ModelCaller:
     def mode(self) -> str:
         """The output mode of the skill's calls (``auto`` resolved)."""
         return self.ctx.output_mode(self.name)
+
+    @property
+    def output(self) -> OutputMode:
+        """The object of :attr:`mode`: it binds the model and reads the replies."""
+        return find_output_mode(self.mode)
 
     def tool_schemas(
         self, names: Sequence[str] | None = None, *, grammar: bool = False
@@ -167,60 +169,39 @@ class ModelCaller:
         and never kept: its values are one run's, at one moment.
         """
         model: Any = self.ctx.model_for(self.name)
-        mode = self.mode
+        mode = self.output
         # Only the output's grammar holds pins (the calls-only reply has no output); only a
         # reply that may call a tool holds its arguments' current values.
         pinned_output = bool(pins) and use in ("tools", "final")
         live_tools = identity is not None and self._live() and use in ("tools", "calls")
-        own = mode == "schema" and (pinned_output or live_tools)
+        own = mode.holds_values and (pinned_output or live_tools)
         names = tuple(self.bundle.tools if tools is None else tools)
         key = use if names == self.bundle.tools else f"{use}:{','.join(names)}"
         if schema is not None:  # a JSON step's schema may change per call (cited evidence)
             key += ":" + hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()
-        cached = None if own else self._binds.get((mode, key))
+        cached = None if own else self._binds.get((mode.name, key))
         if cached is not None and cached[0] is model:
             return cached[1]
         if use.startswith("json:"):
-            bound = model.bind(response_format=response_format(mode, use.split(":")[1], schema))
-        elif mode == "tool":
-            specs: list[Any] = [self.ctx.registry.get(t) for t in names]
-            if use == "calls":  # no submit_output, and a call is required
-                first = self.bundle.execution.first_tool
-                choice = self.ctx.registry.get(first).name if first else "required"
-                bound = model.bind_tools(specs, tool_choice=choice)
-            else:
-                bound = model.bind_tools([*(specs if use == "tools" else []), self._submit_spec()])
-        elif mode == "json":  # a reply out of turn is refused after it (see the skill node)
-            bound = model.bind(response_format={"type": "json_object"})
+            bound = mode.bind_step(model, use.split(":")[1], schema)
         else:
-            offered = {}
-            if use != "final":
-                offered = (
+            offer = Offer(
+                use=cast("Literal['tools', 'final', 'calls']", use),
+                tools=names,
+                registry=self.ctx.registry,
+                output_schema=self.bundle.output_schema,
+                pins=pins if pinned_output else None,
+                first_tool=self.bundle.execution.first_tool,
+                grammar_tools=lambda: (
                     self._tools_now(names, identity, made)
                     if live_tools and identity
                     else self.tool_schemas(names, grammar=True)
-                )
-            output = (
-                pinned(self.bundle.output_schema, pins or {})
-                if pinned_output
-                else self.bundle.output_schema
+                ),
             )
-            envelope = turn_schema(output, offered, final=use != "calls")
-            bound = model.bind(response_format=response_format(mode, "reply", envelope))
+            bound = mode.bind(model, offer)
         if not own:
-            self._binds[(mode, key)] = (model, bound)
+            self._binds[(mode.name, key)] = (model, bound)
         return bound
-
-    def _submit_spec(self) -> dict[str, Any]:
-        """The function that carries the final output in ``tool`` mode."""
-        return {
-            "type": "function",
-            "function": {
-                "name": SUBMIT_TOOL,
-                "description": "Submit the final output of the skill (the four-part contract).",
-                "parameters": self.bundle.output_schema,
-            },
-        }
 
     def call(
         self,
@@ -275,7 +256,7 @@ class ModelCaller:
                 bound = bound.bind(timeout=left)
         # The call index lets the scripted provider replay the same turn after a resume.
         meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index, ATTEMPT_KEY: attempt}
-        wire = to_wire(conversation, self.mode)
+        wire = self.output.wire(conversation)
         window = self.ctx.settings.model_context_tokens
         if window is not None:
             wire = fit_context(wire, window - self.ctx.settings.max_output_tokens)
@@ -325,14 +306,6 @@ def cut_off_text(exc: BaseException) -> str:
     choices = getattr(completion, "choices", None) or []
     content = getattr(getattr(choices[0], "message", None), "content", None) if choices else None
     return content if isinstance(content, str) else ""
-
-
-def response_format(mode: str, name: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``response_format`` of a JSON step: ``schema`` strict in ``schema`` mode, JSON
-    mode otherwise."""
-    if mode != "schema" or schema is None:
-        return {"type": "json_object"}
-    return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
 
 
 def estimate_tokens(messages: Sequence[BaseMessage]) -> int:

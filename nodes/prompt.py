@@ -18,7 +18,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from skilldeck.nodes.replies import SUBMIT_TOOL
+from skilldeck.nodes.output_modes import SUBMIT_TOOL, find_output_mode
 from skilldeck.skills.bundle import MATTER_WRITE_TOOL, READ_FILE_TOOL, SkillBundle
 from skilldeck.skills.contract import REVIEW_TYPES
 from skilldeck.skills.examples import Example
@@ -47,17 +47,6 @@ Your final answer is one JSON object with exactly four keys. {how}
   such as profile.plaintiff.name), "input_type" (text | select | multi_select | boolean |
   file_ids), "required", and "options" [{{"label", "value"}}] for select types}}.
 Output that does not follow the contract is rejected; it is never repaired."""
-
-_ENVELOPE = (
-    'Each reply is one JSON object: {"tool": NAME, "arguments": {...}} calls a tool (its '
-    'result comes back to you), and {"final": OUTPUT} ends your turn with the output.'
-)
-_HOW = {
-    "schema": _ENVELOPE,
-    "json": _ENVELOPE.replace('{"final": OUTPUT}', "the output object itself")
-    + " No prose and no code fence.",
-    "tool": f'Return it by calling the "{SUBMIT_TOOL}" tool with the object as its arguments.',
-}
 
 
 def state_view(state: Mapping[str, Any], data_keys: Sequence[str]) -> dict[str, Any]:
@@ -111,14 +100,14 @@ def render_system(
 ) -> SystemMessage:
     """The system message of a skill in ``output_mode`` (``tools`` are described in the text
     where the mode has no native tools): the same for every turn, so runners render it once."""
-    how = _HOW[output_mode]
+    mode = find_output_mode(output_mode)
     parts = [f"# Skill: {bundle.name}\n{bundle.description}", bundle.instructions]
     if bundle.references:
         refs = "\n\n".join(f"### {r.name}\n{r.text.strip()}" for r in bundle.references)
         parts.append(f"## References\n{refs}")
     if bundle.files:
         parts.append(_files_section(bundle.files))
-    if tools and output_mode != "tool":
+    if tools and not mode.native_tools:
         parts.append(_tools_section(tools))
     if bundle.matter_fields:
         parts.append(
@@ -128,11 +117,11 @@ def render_system(
             "matter.status."
         )
     data = ""
-    if output_mode == "json":
+    if mode.schema_in_prompt:
         data = f" JSON Schema of the whole output: {_compact(bundle.output_schema)}"
     parts.append(
         _CONTRACT.format(
-            how=how,
+            how=mode.how,
             provides=", ".join(bundle.provides) or "none",
             data=data,
             review_types=" | ".join(REVIEW_TYPES),
@@ -166,16 +155,8 @@ def _example(example: Example, output_mode: str) -> str:
     an example's first characters, so ``schema`` mode shows the envelope its grammar holds,
     ``{"final": ...}`` included. In ``tool`` mode a call is described, not written as JSON,
     because a model that sees calls written as content starts writing its own calls that way."""
-    reply = example.reply
-    if output_mode == "schema":
-        said = _compact(reply)
-    elif example.tool is None:
-        said = f"final output {_compact(reply['final'])}"
-    elif output_mode == "tool":
-        said = f"call {example.tool} with {_compact(reply['arguments'])}"
-    else:
-        said = _compact(reply)
-    return f"- input {_compact(example.input)}\n  reply: {said}"
+    lead, value = find_output_mode(output_mode).example_reply(example.tool, example.reply)
+    return f"- input {_compact(example.input)}\n  reply: {lead}{_compact(value)}"
 
 
 def render_prompt(

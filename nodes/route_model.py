@@ -18,7 +18,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from skilldeck._internal.redact import PublicReason, log_error
 from skilldeck.errors import SkillDeckError
-from skilldeck.nodes.model_call import response_format
+from skilldeck.nodes.output_modes import find_output_mode
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 
@@ -90,8 +90,8 @@ class ModelRouter:
         schema = route_schema([b.name for b in bundles])
         meta = {SKILL_KEY: ROUTER_KEY, CALL_INDEX_KEY: index}
         try:
-            fmt = response_format(self.mode(), "route", schema)
-            bound: Any = self.model().bind(response_format=fmt, timeout=self.timeout_s)
+            mode = find_output_mode(self.mode())
+            bound: Any = mode.bind_step(self.model(), "route", schema).bind(timeout=self.timeout_s)
             reply = bound.invoke(route_prompt(bundles, request), config={"metadata": meta})
             answer = json.loads(str(reply.content))
             problems = [e.message for e in Draft202012Validator(schema).iter_errors(answer)]

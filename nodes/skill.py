@@ -41,8 +41,8 @@ from skilldeck.nodes.model_call import (
     cut_off_reply,
 )
 from skilldeck.nodes.offer import offered
+from skilldeck.nodes.output_modes import SUBMIT_TOOL
 from skilldeck.nodes.prompt import render_feedback, render_system, render_user
-from skilldeck.nodes.replies import SUBMIT_TOOL, read_reply
 from skilldeck.nodes.router import route
 from skilldeck.nodes.transcript import append_messages, read_messages
 from skilldeck.scripted import INVALID_KEY, TURN_KEY
@@ -222,7 +222,7 @@ class SkillNode:
         # A call of a tool that is listed but not offered now is still read as a call: the tools
         # node refuses it and says why, which an output error would not.
         allowed = () if final_only else self.bundle.tools
-        reply = read_reply(message, self.caller.mode, allowed, f"call_{self.name}_{index}")
+        reply = self.caller.output.read(message, allowed, f"call_{self.name}_{index}")
         message = reply.message
         # The turn's new messages go to the store in one transaction.
         new = [*opening, message]

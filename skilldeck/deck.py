@@ -49,12 +49,12 @@ from skilldeck.graph import build_graph, deck_tools
 from skilldeck.models import ModelSpec, build_model, output_mode, resolve_model
 from skilldeck.nodes import (
     AUTO_CONTEXT,
-    MODES,
     ROUTER_NODE,
     ModelRouter,
     NodeContext,
     answers_schema,
     decide,
+    find_execution_mode,
     start_update,
     validate_answers,
 )
@@ -394,7 +394,9 @@ class SkillDeck:
         Skills whose execution mode has a rule-based fallback may run without a model.
         """
         for bundle in self._reachable(context):
-            if MODES[bundle.execution.mode].rules_fallback and not self._has_model(bundle.name):
+            if find_execution_mode(bundle.execution.mode).rules_fallback and not self._has_model(
+                bundle.name
+            ):
                 continue
             self._model_for(bundle.name)
 

@@ -30,6 +30,7 @@ __all__ = [
     "NoModelConfiguredError",
     "NoPendingCardError",
     "NotResumableError",
+    "PluginError",
     "PromptTooLongError",
     "QuotaExceededError",
     "ScriptedModelError",
@@ -74,6 +75,7 @@ class ErrorCode(StrEnum):
     RUN_LOG_FULL = "RUN_LOG_FULL"
     STALE_RUN = "STALE_RUN"
     NOT_RESUMABLE = "NOT_RESUMABLE"
+    PLUGIN_ERROR = "PLUGIN_ERROR"
 
 
 class SkillDeckError(Exception):
@@ -402,6 +404,13 @@ class EvalConfigError(SkillDeckError):
     """An eval task, suite, grader config, cassette or report is malformed; nothing ran."""
 
     code = ErrorCode.INVALID_EVAL
+
+
+class PluginError(SkillDeckError):
+    """A plugin failed to load, or registered a name another plugin holds (see
+    :mod:`skilldeck.plugins`)."""
+
+    code = ErrorCode.PLUGIN_ERROR
 
 
 class MissingExtraError(SkillDeckError):

@@ -14,21 +14,24 @@ from pathlib import Path
 __all__ = ["run_block"]
 
 
-def _env(cwd: Path) -> dict[str, str]:
+def _env(cwd: Path, bin_dir: Path | None) -> dict[str, str]:
     # A reader's shell has no test settings: no model, endpoint or stores of ours leak in.
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKILLDECK_")}
     env["SKILLDECK_HOME"] = str(cwd / "home")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{bin_dir or Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["COLUMNS"] = "100"
     return env
 
 
-def run_block(code: str, cwd: Path, *, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` with ``bash -euo pipefail`` in ``cwd``; its result (check the returncode)."""
+def run_block(
+    code: str, cwd: Path, *, timeout: float = 600, bin_dir: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` with ``bash -euo pipefail`` in ``cwd``, ``bin_dir`` (a virtualenv's, say;
+    default: this Python's) first on the PATH; its result (check the returncode)."""
     proc = subprocess.Popen(
         ["bash", "-euo", "pipefail", "-c", code],
         cwd=cwd,
-        env=_env(cwd),
+        env=_env(cwd, bin_dir),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

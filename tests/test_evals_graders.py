@@ -11,7 +11,7 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from skilldeck import ScriptedChatModel
-from skilldeck.errors import EvalConfigError
+from skilldeck.errors import EvalConfigError, PluginError
 from skilldeck.evals import (
     ConfigReader,
     GradeContext,
@@ -526,7 +526,7 @@ def test_a_registered_grader_runs_and_a_crash_scores_zero(tmp_path: Path) -> Non
         (0.0, "grader crashed: KeyError: 'boom'"),
     ]
     assert (result.score, result.passed) == (0.25, False)
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(PluginError, match="grader 'must_contain' is already registered by "):
         grader("must_contain")(HalfOrCrash)
 
 

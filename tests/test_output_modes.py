@@ -26,7 +26,7 @@ from skilldeck.errors import ModelConfigError, PromptTooLongError
 from skilldeck.evals.cassette import CassetteRecorder
 from skilldeck.models import build_model, output_mode, resolve_model
 from skilldeck.nodes.model_call import estimate_tokens, fit_context
-from skilldeck.nodes.replies import read_reply, to_wire
+from skilldeck.nodes.output_modes import find_output_mode
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.scripted import CALL_INDEX_KEY, CASE_KEY, SKILL_KEY, load_script
 from skilldeck.skills import builtin_skills_dir, load_bundle
@@ -473,7 +473,7 @@ ALLOWED = ("file__parse", "file__get_info")
     ids=["plain", "fenced", "tagged", "string-arguments", "args-key"],
 )
 def test_calls_written_as_text_are_read(content: str) -> None:
-    reply = read_reply(AIMessage(content=content), "json", ALLOWED, "c")
+    reply = find_output_mode("json").read(AIMessage(content=content), ALLOWED, "c")
     assert reply.calls == [
         {"id": "c_0", "name": "file__parse", "args": {"file_id": "complaint.txt"}}
     ]
@@ -491,29 +491,30 @@ def test_calls_written_as_text_are_read(content: str) -> None:
     ],
 )
 def test_text_that_is_no_allowed_call_is_left_to_the_contract(content: str) -> None:
-    reply = read_reply(AIMessage(content=content), "json", ALLOWED, "c")
+    reply = find_output_mode("json").read(AIMessage(content=content), ALLOWED, "c")
     assert reply.calls == [] and reply.output is None and reply.errors == []
 
 
 def test_several_calls_and_the_final_envelope() -> None:
+    json_mode, schema, tool = (find_output_mode(m) for m in ("json", "schema", "tool"))
     two = json.dumps([PARSE, {"tool": "file__get_info", "arguments": {"file_id": "a"}}])
-    assert [c["name"] for c in read_reply(AIMessage(content=two), "json", ALLOWED, "c").calls] == [
+    assert [c["name"] for c in json_mode.read(AIMessage(content=two), ALLOWED, "c").calls] == [
         "file__parse",
         "file__get_info",
     ]
     reply = AIMessage(content=json.dumps({"final": INTAKE_FINAL}))
-    final = read_reply(reply, "schema", ALLOWED, "c")
+    final = schema.read(reply, ALLOWED, "c")
     assert final.output == INTAKE_FINAL
-    bad = read_reply(AIMessage(content='{"final": 3}'), "schema", ALLOWED, "c")
+    bad = schema.read(AIMessage(content='{"final": 3}'), ALLOWED, "c")
     assert bad.errors == [{"path": "$.final", "message": "must be an object"}]
     # In tool mode "final" is no envelope: the text goes to the contract as it is.
-    assert read_reply(AIMessage(content='{"final": 3}'), "tool", ALLOWED, "c").output is None
+    assert tool.read(AIMessage(content='{"final": 3}'), ALLOWED, "c").output is None
 
 
 def test_the_wire_shows_calls_as_envelopes_in_text_modes() -> None:
     called = AIMessage(content="", tool_calls=[{"id": "1", "name": "file__parse", "args": {}}])
-    assert to_wire([called], "tool") == [called]
-    (wire,) = to_wire([called], "schema")
+    assert find_output_mode("tool").wire([called]) == [called]
+    (wire,) = find_output_mode("schema").wire([called])
     assert json.loads(str(wire.content)) == {"tool": "file__parse", "arguments": {}}
 
 

@@ -253,7 +253,7 @@ def test_a_failed_write_leaves_the_file_whole_and_no_temp_file(
     def broken(*args: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("skilldeck.tools.files.os.replace", broken)
+    monkeypatch.setattr("skilldeck.tools.workspace.os.replace", broken)
     with pytest.raises(OSError, match="disk full"):
         tool("pkm__append", path=SLEEP, text="- more")
     assert snapshot(workspace) == before

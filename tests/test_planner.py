@@ -13,7 +13,7 @@ import yaml
 from conftest import MEMORY_TEXTS
 
 from skilldeck import RunResult, Settings, SkillDeck
-from skilldeck.nodes import MODES
+from skilldeck.nodes import find_execution_mode
 from skilldeck.nodes.planner import PlannerSkillNode, check_plan, check_view
 from skilldeck.nodes.planner.contract import plan_schema
 from skilldeck.nodes.transcript import read_messages
@@ -106,7 +106,7 @@ def transcript(deck: SkillDeck, result: RunResult) -> list[Any]:
 
 # -- the mode and the bundle -------------------------------------------------------------------
 def test_planner_is_a_registered_mode_with_a_rules_fallback() -> None:
-    assert MODES["planner"] is PlannerSkillNode
+    assert find_execution_mode("planner") is PlannerSkillNode
     assert PlannerSkillNode.rules_fallback
 
 

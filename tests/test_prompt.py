@@ -11,6 +11,7 @@ import pytest
 from conftest import output, write_bundle
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
+from skilldeck.errors import SkillDeckError
 from skilldeck.nodes.prompt import SUBMIT_TOOL, render_feedback, render_prompt, state_view
 from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills import SkillBundle, load_bundle
@@ -151,7 +152,7 @@ def test_output_mode_wording(bundle: SkillBundle) -> None:
     # Native tools in tool mode; described in the text where the mode has none.
     assert "- kb__search: Search the knowledge base. Arguments: q (string, optional)." in json_text
     assert "## Tools" in schema_text and "## Tools" not in tool_text
-    with pytest.raises(KeyError):
+    with pytest.raises(SkillDeckError, match="no output mode named 'xml'; available: schema"):
         render_prompt(bundle, STATE, DATA_KEYS, output_mode="xml")
 
 

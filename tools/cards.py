@@ -21,8 +21,9 @@ from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from skilldeck.errors import ToolError
-from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
-from skilldeck.tools.registry import GRAMMAR
+from skilldeck.tools.files import jailed_path, matter_folder
+from skilldeck.tools.registry import GRAMMAR, ToolHost, tool_family
+from skilldeck.tools.workspace import write_text_atomic
 
 __all__ = [
     "CARDS_DIR",
@@ -482,3 +483,8 @@ def card_tools(root: str | Path | None) -> list[BaseTool]:
             args_schema=_InsightArgs,
         ),
     ]
+
+
+@tool_family("card")
+def _card_family(host: ToolHost) -> list[BaseTool]:
+    return card_tools(host.files_root)

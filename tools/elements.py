@@ -12,7 +12,7 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from skilldeck.tools.registry import GRAMMAR
+from skilldeck.tools.registry import GRAMMAR, ToolHost, tool_family
 
 __all__ = ["MAX_WRITTEN_TEXT", "element_tools", "extract_elements"]
 
@@ -81,3 +81,8 @@ def element_tools() -> list[BaseTool]:
             metadata={GRAMMAR: _grammar()},
         )
     ]
+
+
+@tool_family("element")
+def _element_family(host: ToolHost) -> list[BaseTool]:
+    return element_tools()

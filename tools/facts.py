@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from skilldeck.errors import ToolError
 from skilldeck.tools.files import jailed_path, matter_folder
+from skilldeck.tools.registry import ToolHost, tool_family
 
 __all__ = ["FACTS_DIR", "fact_tools", "read_fact"]
 
@@ -94,3 +95,8 @@ def fact_tools(root: str | Path | None) -> list[BaseTool]:
             args_schema=_ReadArgs,
         )
     ]
+
+
+@tool_family("fact")
+def _fact_family(host: ToolHost) -> list[BaseTool]:
+    return fact_tools(host.files_root)

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import itertools
 import mimetypes
-import os
-import stat
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,37 +19,15 @@ from pydantic import BaseModel, Field
 
 from skilldeck._internal.ids import id_problem
 from skilldeck.errors import ToolError
-from skilldeck.tools.registry import CHOICES
-from skilldeck.tools.workspace import record_write
+from skilldeck.tools.registry import CHOICES, ToolHost, tool_family
 
-__all__ = ["file_tools", "jailed_path", "matter_folder", "write_text_atomic"]
+__all__ = ["file_tools", "jailed_path", "matter_folder"]
 
 MAX_PARSE_CHARS = 20_000
 #: The most files of a matter a listing walks.
 MAX_WALK = 1000
 #: The most file ids a ``schema`` mode grammar lists; a matter with more is not narrowed.
 MAX_CHOICES = 200
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` all at once: a crash leaves the old file or the new one.
-
-    The file keeps its mode; a new file gets 0644 (``mkstemp`` alone would make it 0600).
-    Inside a skill's turn the write is staged (:func:`~skilldeck.tools.workspace.record_write`).
-    """
-    record_write(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Same folder as the target, so the rename is atomic and never crosses file systems.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def jailed_path(root: Path, relative: str) -> Path:
@@ -158,3 +133,8 @@ def file_tools(root: str | Path | None) -> list[BaseTool]:
             metadata={CHOICES: existing},
         ),
     ]
+
+
+@tool_family("file")
+def _file_family(host: ToolHost) -> list[BaseTool]:
+    return file_tools(host.files_root)

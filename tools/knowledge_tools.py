@@ -19,6 +19,7 @@ from skilldeck.errors import ToolError
 from skilldeck.tools.files import matter_folder
 from skilldeck.tools.knowledge import KnowledgeBase
 from skilldeck.tools.local_files import local_file_search
+from skilldeck.tools.registry import ToolHost, tool_family
 
 __all__ = ["KNOWLEDGE_ALIASES", "knowledge_tools"]
 
@@ -106,3 +107,9 @@ def knowledge_tools(
             args_schema=LocalSearchArgs,
         ),
     ]
+
+
+@tool_family("knowledge", aliases=KNOWLEDGE_ALIASES)
+def _knowledge_family(host: ToolHost) -> list[BaseTool]:
+    kb = host.stores.get("knowledge")
+    return knowledge_tools(kb, host.files_root) if kb is not None else []

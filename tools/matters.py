@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from skilldeck._internal.paths import deep_merge
 from skilldeck.errors import ToolError
 from skilldeck.skills.bundle import MATTER_WRITE_TOOL
+from skilldeck.tools.registry import ToolHost, tool_family
 
 __all__ = ["MATTER_READ_TOOL", "MATTER_TOOLS", "MAX_RECORD_BYTES", "MatterRecords", "matter_tools"]
 
@@ -189,3 +190,9 @@ def matter_tools(records: Callable[[], MatterRecords], *, claim: bool = True) ->
             args_schema=_UpdateArgs,
         ),
     ]
+
+
+@tool_family("matters")
+def _matters_family(host: ToolHost) -> list[BaseTool]:
+    records = host.stores.get("matters")
+    return matter_tools(records, claim=host.claim_matters) if records is not None else []

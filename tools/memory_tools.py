@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from skilldeck.errors import ToolError
 from skilldeck.tools.memory import Memory
+from skilldeck.tools.registry import ToolHost, tool_family
 
 __all__ = ["MEMORY_ALIASES", "memory_tools"]
 
@@ -109,3 +110,9 @@ def memory_tools(memory: Callable[[], Memory]) -> list[BaseTool]:
         )
         for fn, schema, doc in specs
     ]
+
+
+@tool_family("memory", aliases=MEMORY_ALIASES)
+def _memory_family(host: ToolHost) -> list[BaseTool]:
+    memory = host.stores.get("memory")
+    return memory_tools(memory) if memory is not None else []

@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from skilldeck.errors import ToolError
 from skilldeck.tools.bm25 import BM25Index
-from skilldeck.tools.files import jailed_path, matter_folder, write_text_atomic
-from skilldeck.tools.registry import CHOICES
+from skilldeck.tools.files import jailed_path, matter_folder
+from skilldeck.tools.registry import CHOICES, ToolHost, tool_family
 from skilldeck.tools.text import Tokenizer
+from skilldeck.tools.workspace import write_text_atomic
 
 __all__ = ["MAX_ENTRY_CHARS", "PARA_FOLDERS", "PKM_DIR", "pkm_tools"]
 
@@ -324,3 +325,8 @@ def pkm_tools(root: str | Path | None) -> list[BaseTool]:
             metadata={CHOICES: nameable},
         ),
     ]
+
+
+@tool_family("pkm")
+def _pkm_family(host: ToolHost) -> list[BaseTool]:
+    return pkm_tools(host.files_root)

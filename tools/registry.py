@@ -16,21 +16,32 @@ A tool may also give its arguments a stricter schema for grammars only: its
 ``metadata["grammar"]`` (a JSON Schema) is what ``schema`` mode's grammar holds a call to, when
 the tool's rules are too long to send as its parameters in every prompt (``card__save`` ties a
 card's ``ui_config`` to its template). It must allow only arguments the tool accepts.
+
+Tools come in families: ``@tool_family("name")`` registers a function that makes a family's
+tools from the deck's :class:`ToolHost` (its files root, stores and skills), and
+:func:`family_tools` makes them. skilldeck's own families (``file``, ``element``, ``card``,
+``pkm``, ``fact``, ``memory``, ``knowledge``, ``matters``, ``skill``) register that way from its
+built-in plugin, as an installed plugin's do (see :mod:`skilldeck.plugins`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from skilldeck._internal.redact import log_error
+from skilldeck._internal.registry import Registry
 from skilldeck.errors import ErrorCode, SkillDeckError, ToolError
+
+if TYPE_CHECKING:
+    from skilldeck.skills.bundle import SkillBundle
 
 __all__ = [
     "CHOICES",
@@ -38,10 +49,15 @@ __all__ = [
     "IDENTITY_KEYS",
     "RUNTIME_KEYS",
     "SERVER_USER_KEY",
+    "ToolFamily",
+    "ToolHost",
     "ToolRegistry",
     "ToolResult",
+    "family_tools",
     "run_identity",
     "runtime_values",
+    "tool_families",
+    "tool_family",
 ]
 
 IDENTITY_KEYS = ("user_id", "matter_id", "thread_id")
@@ -241,3 +257,80 @@ class ToolRegistry:
 
 def _to_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+# -- tool families ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ToolHost:
+    """What a tool family makes its tools from.
+
+    ``stores`` are the deck's stores by name (``memory``, ``knowledge``, ``matters``), each a
+    function that opens the store on first call (or returns it): a family whose store the host
+    does not have makes no tools. ``skills`` are the deck's skills (the ``skill`` family reads
+    their files); ``claim_matters``: the deck's matter policy is ``claim`` (a matter nobody
+    owns becomes the run's user's).
+    """
+
+    files_root: Path | None = None
+    stores: Mapping[str, Callable[[], Any]] = field(default_factory=dict)
+    skills: Sequence[SkillBundle] = ()
+    claim_matters: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFamily:
+    """A registered family: ``make(host)`` makes its tools; ``aliases`` are each tool's other
+    names (``{tool name: (alias, ...)}``)."""
+
+    name: str
+    make: Callable[[ToolHost], Iterable[BaseTool]]
+    aliases: Mapping[str, tuple[str, ...]]
+
+
+MakeTools = TypeVar("MakeTools", bound=Callable[[ToolHost], Iterable[BaseTool]])
+_FAMILIES: Registry[ToolFamily] = Registry("tool family", '@tool_family("name")')
+
+
+def tool_family(
+    name: str, *, aliases: Mapping[str, str | Sequence[str]] | None = None
+) -> Callable[[MakeTools], MakeTools]:
+    """Register a function ``(host: ToolHost) -> tools`` as the tool family ``name``;
+    ``aliases`` gives tools other names (``{"memory__lexical_search": "lexical_search"}``).
+
+    Raises:
+        PluginError: another function holds ``name``.
+    """
+    named = {
+        tool: (alias,) if isinstance(alias, str) else tuple(alias)
+        for tool, alias in (aliases or {}).items()
+    }
+
+    def register(make: MakeTools) -> MakeTools:
+        _FAMILIES.add(name, ToolFamily(name, make, named), origin=make)
+        return make
+
+    return register
+
+
+def tool_families() -> list[str]:
+    """The registered families' names (the installed plugins' included), in the order they
+    registered."""
+    return _FAMILIES.names()
+
+
+def family_tools(
+    host: ToolHost, families: Iterable[str] | None = None
+) -> list[tuple[BaseTool, tuple[str, ...]]]:
+    """The tools of ``families`` (default: every registered one) made for ``host``, each with
+    its aliases: what :meth:`ToolRegistry.extended` takes.
+
+    Raises:
+        SkillDeckError: a family is not registered (``UNKNOWN_TOOL``).
+    """
+    chosen: list[ToolFamily] = []
+    for name in _FAMILIES.names() if families is None else families:
+        family = _FAMILIES.get(name)
+        if family is None:
+            raise SkillDeckError(_FAMILIES.unknown(name), code=ErrorCode.UNKNOWN_TOOL)
+        chosen.append(family)
+    return [(tool, f.aliases.get(tool.name, ())) for f in chosen for tool in f.make(host)]

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from skilldeck.errors import ToolError
 from skilldeck.skills.bundle import READ_FILE_TOOL
 from skilldeck.skills.loader import MAX_FILE_BYTES
+from skilldeck.tools.registry import ToolHost, tool_family
 
 __all__ = ["MAX_READ_CHARS", "skill_file_tool"]
 
@@ -78,3 +79,12 @@ def skill_file_tool(files: Mapping[str, tuple[Path, tuple[str, ...]]]) -> BaseTo
         ),
         args_schema=_ReadArgs,
     )
+
+
+@tool_family("skill")
+def _skill_family(host: ToolHost) -> list[BaseTool]:
+    """The deck's skills' own files (none without skills: the graph builder adds it, over
+    the skills it compiles, to a registry that lacks it)."""
+    if not host.skills:
+        return []
+    return [skill_file_tool({b.name: (b.path, tuple(f for f, _ in b.files)) for b in host.skills})]

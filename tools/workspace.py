@@ -1,7 +1,7 @@
 """Staged workspace writes: a skill's file changes stand only if its attempt's output is accepted.
 
 While the tools node runs a turn's calls, every file a tool writes (through
-:func:`~skilldeck.tools.files.write_text_atomic`) is first recorded in the turn's undo log, in
+:func:`write_text_atomic`) is first recorded in the turn's undo log, in
 the LangGraph store: the file's text before the attempt's first change to it, or that it did
 not exist (and which folders the write created). The skill node then either keeps the changes
 (:func:`commit`: the output was accepted) or restores every recorded file (:func:`rollback`:
@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
+import tempfile
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from langgraph.store.base import BaseStore
 
 from skilldeck._internal.store_keys import thread_namespace
 
-__all__ = ["commit", "record_write", "rollback", "staged", "written_by"]
+__all__ = ["commit", "record_write", "rollback", "staged", "write_text_atomic", "written_by"]
 
 _LIMIT = 10_000  # files one attempt may change (a bound for the store search)
 
@@ -75,6 +77,27 @@ def record_write(path: Path) -> None:
     log.store.put(log.namespace, key, value)
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` all at once: a crash leaves the old file or the new one.
+
+    The file keeps its mode; a new file gets 0644 (``mkstemp`` alone would make it 0600).
+    Inside a skill's turn the write is staged (:func:`record_write`).
+    """
+    record_write(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Same folder as the target, so the rename is atomic and never crosses file systems.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def written_by(store: BaseStore, thread_id: str, turn_id: str) -> dict[str, list[str]]:
     """The files each call of the current attempt changed, by call id."""
     out: dict[str, list[str]] = {}
@@ -92,8 +115,6 @@ def commit(store: BaseStore, thread_id: str, turn_id: str) -> None:
 
 def rollback(store: BaseStore, thread_id: str, turn_id: str) -> list[str]:
     """Restore every file the attempt changed; returns their paths. Idempotent."""
-    from skilldeck.tools.files import write_text_atomic
-
     namespace = _namespace(thread_id, turn_id)
     restored = []
     for item in store.search(namespace, limit=_LIMIT):

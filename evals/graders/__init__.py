@@ -1,11 +1,13 @@
-"""Graders: the registry and the built-in graders (generic, card-agent, pkm-agent, recall).
+"""Graders: the registry and the generic graders.
 
-The registry's API is :mod:`.base`'s, re-exported as its ``__all__`` lists it; importing the
-built-in grader modules registers their graders.
+The registry's API is :mod:`.base`'s, re-exported as its ``__all__`` lists it. The generic
+graders (:mod:`.generic`) are the harness's own; skill-specific ones (card-agent's, pkm-agent's,
+recall's) register from skilldeck's built-in plugin like any installed plugin's (see
+:mod:`skilldeck.plugins`).
 """
 
-from skilldeck.evals.graders import base, card, generic, pkm, recall
+from skilldeck.evals.graders import base, generic
 from skilldeck.evals.graders.base import *  # noqa: F403
 
-__all__ = ["card", "generic", "pkm", "recall"]
+__all__ = ["generic"]
 __all__ += base.__all__

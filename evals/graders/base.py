@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Self, TypeVar
 
+from skilldeck._internal.registry import Registry
 from skilldeck.errors import EvalConfigError
 from skilldeck.evals._paths import check_path
 
@@ -127,25 +128,28 @@ def judged(
 
 
 G = TypeVar("G", bound=type[Grader])
-_REGISTRY: dict[str, type[Grader]] = {}
+_REGISTRY: Registry[type[Grader]] = Registry("grader", '@grader("name")')
 
 
 def grader(name: str) -> Callable[[G], G]:
-    """Register a grader class under ``name`` (the name tasks use)."""
+    """Register a grader class under ``name`` (the name tasks use); a plugin's module does
+    it for the graders it adds (see :mod:`skilldeck.plugins`).
+
+    Raises:
+        PluginError: another class holds ``name``.
+    """
 
     def register(cls: G) -> G:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"grader {name!r} is already registered by {_REGISTRY[name]!r}")
+        _REGISTRY.add(name, cls)
         cls.name = name
-        _REGISTRY[name] = cls
         return cls
 
     return register
 
 
 def registered_graders() -> list[str]:
-    """Names of every registered grader."""
-    return sorted(_REGISTRY)
+    """Names of every registered grader (the installed plugins' included)."""
+    return sorted(_REGISTRY.names())
 
 
 def build_grader(name: str, config: Mapping[str, Any] | None) -> Grader:
@@ -154,7 +158,7 @@ def build_grader(name: str, config: Mapping[str, Any] | None) -> Grader:
     if cls is None:
         raise EvalConfigError(
             f"unknown grader {name!r}; registered graders: {', '.join(registered_graders())} "
-            "(add one with @grader(name))"
+            "(add one with @grader(name) in a plugin: see docs/plugins.md)"
         )
     reader = ConfigReader(name, config)
     built = cls.from_config(reader)

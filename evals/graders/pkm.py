@@ -1,5 +1,9 @@
-"""pkm-agent graders (seed 003): completion, routing, read-before-write, no overwrite, and two
-LLM-judge graders (insight quality, append coherence)."""
+"""pkm-agent's eval environment and graders (seed 003): completion, routing,
+read-before-write, no overwrite, and two LLM-judge graders (insight quality, append coherence).
+
+The environment is ``status``, ``action``, ``files_changed`` (relative to ``PKM/``) and
+``insight``. Registered by skilldeck's built-in plugin (:mod:`skilldeck.builtins`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from skilldeck.evals.environment import PARA_FOLDERS, PKM_ROOT, pkm_path, pkm_written, saved_card
+from skilldeck.evals.environment import environment
 from skilldeck.evals.graders.base import (
     ConfigReader,
     GradeContext,
@@ -17,18 +21,66 @@ from skilldeck.evals.graders.base import (
     grader,
     judged,
 )
+from skilldeck.evals.graders.card import fact_id_of, saved_card
+from skilldeck.evals.outcome import Outcome
+from skilldeck.tools.pkm import PARA_FOLDERS, PKM_DIR
 
 __all__ = [
     "APPEND_RUBRIC",
     "INSIGHT_RUBRIC",
+    "PARA_FOLDERS",
+    "PKM_ROOT",
     "PkmAppendCoherence",
     "PkmCompletion",
     "PkmInsightQuality",
     "PkmNoOverwrite",
     "PkmReadBeforeWrite",
     "PkmRoutedCorrectly",
+    "pkm_path",
+    "pkm_written",
 ]
 
+# -- environment ------------------------------------------------------------------------------
+#: Workspace paths of PKM notes start with this (the pkm tools' root folder).
+PKM_ROOT = f"{PKM_DIR}/"
+
+
+def pkm_path(path: str) -> str:
+    """A path relative to ``PKM/`` as the pkm tools take it (``./`` and ``PKM/`` dropped)."""
+    path = path.strip().replace("\\", "/").lstrip("/")
+    while path.startswith("./"):
+        path = path[2:]
+    return path.removeprefix(PKM_ROOT)
+
+
+def pkm_written(outcome: Outcome) -> list[str]:
+    """PKM files the trial added or changed, relative to ``PKM/``."""
+    return [
+        p.removeprefix(PKM_ROOT)
+        for p in outcome.changed("added", "changed")
+        if p.startswith(PKM_ROOT)
+    ]
+
+
+@environment("pkm-agent")
+def _pkm_environment(outcome: Outcome, task_input: Mapping[str, Any]) -> dict[str, Any]:
+    raw = outcome.state.get("pkm")
+    pkm: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    insight = pkm.get("insight")
+    if not insight:
+        insight = saved_card(outcome, fact_id_of(task_input)).get("insight")
+    changed = [p.removeprefix(PKM_ROOT) for p in outcome.changed() if p.startswith(PKM_ROOT)]
+    return {
+        "status": outcome.status,
+        "action": pkm.get("action"),
+        "files_changed": changed,
+        "insight": insight,
+        "files": list(pkm.get("files") or []),
+        "reason": pkm.get("reason"),
+    }
+
+
+# -- graders ----------------------------------------------------------------------------------
 SEED_MARKER = re.compile(r"<!--\s*seed:[^>]*?-->")
 EDIT_TOOLS = ("pkm__append", "pkm__write")
 INSIGHT_RUBRIC = """The SUBJECT is the insight written on a timeline card for the record in
@@ -267,8 +319,7 @@ class PkmInsightQuality(_Judged):
     def subject(self, ctx: GradeContext) -> tuple[str, str] | GradeResult:
         insight = _pkm(ctx).get("insight")
         if not insight:
-            fact_id = ctx.task.input.get("fact_id")
-            card = saved_card(ctx.outcome, fact_id if isinstance(fact_id, str) else None)
+            card = saved_card(ctx.outcome, fact_id_of(ctx.task.input))
             insight = card["insight"]
         if insight:
             return str(insight), _record(ctx)

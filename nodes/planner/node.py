@@ -29,6 +29,7 @@ from langgraph.types import Command
 
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.model_call import RetryableModelError
+from skilldeck.nodes.modes import execution_mode
 from skilldeck.nodes.planner.contract import (
     PLANNER_TOOLS,
     VIEW_KEYS,
@@ -95,6 +96,7 @@ def _read_json(message: AIMessage, what: str, limits: OutputLimits) -> tuple[Any
     return parse_output(message, limits)
 
 
+@execution_mode("planner")
 class PlannerSkillNode(SkillNode):
     """Runs a skill in planner mode; see the module docstring.
 

@@ -33,6 +33,7 @@ from langgraph.types import Command
 from skilldeck._internal.store_keys import thread_namespace
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.model_call import RetryableModelError
+from skilldeck.nodes.modes import execution_mode
 from skilldeck.nodes.retrieval.answer import check_answer, compose_answer, select_evidence
 from skilldeck.nodes.retrieval.evidence import Evidence, citations_in
 from skilldeck.nodes.retrieval.plan import LOCAL, RAG, TABLE, Plan, make_plan
@@ -154,6 +155,7 @@ def _tried(steps: Sequence[Mapping[str, Any]]) -> list[str]:
     return [_ALIASES.get(n, n) for n in dict.fromkeys(names)]
 
 
+@execution_mode("retrieval")
 class RetrievalSkillNode(SkillNode):
     """Runs a skill with ``execution_config.mode: retrieval``; see the module docstring."""
 
