@@ -27,6 +27,7 @@ __all__ = [
     "MatterRequiredError",
     "MissingExtraError",
     "ModelConfigError",
+    "ModelUnavailableError",
     "NoModelConfiguredError",
     "NoPendingCardError",
     "NotResumableError",
@@ -74,6 +75,7 @@ class ErrorCode(StrEnum):
     RUN_LOG_FULL = "RUN_LOG_FULL"
     STALE_RUN = "STALE_RUN"
     NOT_RESUMABLE = "NOT_RESUMABLE"
+    MODEL_UNAVAILABLE = "MODEL_UNAVAILABLE"
 
 
 class SkillDeckError(Exception):
@@ -413,3 +415,13 @@ class MissingExtraError(SkillDeckError):
         self.package = package
         how = hint or f"pip install 'skilldeck[{extra}]'"
         super().__init__(f"{package} is not installed: {how}")
+
+
+class ModelUnavailableError(SkillDeckError):
+    """A skill's model endpoint stayed unavailable (timeouts, refused connections, HTTP 429 or
+    5xx) through every transport retry. Nothing of the failed calls reached the transcript; the
+    thread stops ``resumable`` at its last checkpoint, and continuing it retries the turn.
+    The message names the failure's type and HTTP status only (a provider's error text goes to
+    the log, redacted)."""
+
+    code = ErrorCode.MODEL_UNAVAILABLE
