@@ -1,4 +1,10 @@
-"""One compiled graph per event loop, for a deck's async API.
+"""Event loops: the synchronous API's private loops, and one compiled graph per loop.
+
+The engine's driver is async. The synchronous API runs it on an event loop private to the
+calling thread (:func:`run_sync`, :func:`iterate_sync`), with :data:`INLINE` set: there, work
+that blocks (a sync node, a SQLite write, a claim) runs inline, since blocking that loop blocks
+only its caller, and costs no thread hop. On a loop the application owns, :data:`INLINE` is
+unset and blocking work goes to worker threads.
 
 Async checkpointers (``AsyncSqliteSaver``, ``AsyncPostgresSaver`` on an async pool) belong to
 the event loop they were opened in, so a deck used from several loops (``asyncio.run`` twice,
@@ -10,13 +16,133 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 from skilldeck.checkpoints.open import AsyncPersistence
 
-__all__ = ["LoopGraphs"]
+__all__ = ["INLINE", "LoopGraphs", "blocking", "iterate_sync", "run_sync"]
+
+T = TypeVar("T")
+
+#: Set while the synchronous API drives a run on its private loop: blocking work runs inline.
+INLINE: ContextVar[bool] = ContextVar("skilldeck_inline", default=False)
+_local = threading.local()
+
+
+def _private_loop() -> asyncio.AbstractEventLoop:
+    """This thread's private event loop (made on first use)."""
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _local.loop = asyncio.new_event_loop()
+    return loop
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def run_sync(make: Callable[[], Awaitable[T]]) -> T:
+    """The result of the coroutine ``make()`` run on this thread's private loop; from a thread
+    whose own loop is running (a notebook's), on a helper thread's private loop."""
+    if _loop_running():
+        with ThreadPoolExecutor(1, thread_name_prefix="skilldeck-sync") as pool:
+            return pool.submit(run_sync, make).result()
+
+    async def inline() -> T:
+        INLINE.set(True)  # in this task's own context
+        return await make()
+
+    return _private_loop().run_until_complete(inline())
+
+
+def iterate_sync(make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+    """The items of the async iterator ``make()``, produced on this thread's private loop (a
+    helper thread's, from a thread whose loop is running). Leaving the loop early closes the
+    async iterator, as leaving a ``for`` over a generator closes it."""
+    if _loop_running():
+        yield from _iterate_in_thread(make)
+        return
+    loop = _private_loop()
+    token = INLINE.set(True)
+    try:
+        items = make()
+        try:
+            while True:
+                try:
+                    item = loop.run_until_complete(_next(items))
+                except StopAsyncIteration:
+                    return
+                yield item
+        finally:
+            aclose = getattr(items, "aclose", None)
+            if aclose is not None:
+                loop.run_until_complete(aclose())
+    finally:
+        INLINE.reset(token)
+
+
+async def _next(items: AsyncIterator[T]) -> T:
+    return await items.__anext__()
+
+
+_DONE = object()
+
+
+def _iterate_in_thread(make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+    """:func:`iterate_sync` on a helper thread, handing items over a queue."""
+    handed: queue.Queue[Any] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def offer(item: Any) -> bool:
+        """Hand ``item`` over, unless the consumer has left; whether it was handed."""
+        while not stop.is_set():
+            try:
+                handed.put(item, timeout=0.05)
+            except queue.Full:
+                continue
+            return True
+        return False
+
+    def produce() -> None:
+        try:
+            for item in iterate_sync(make):
+                if not offer(item):
+                    return  # closes the async iterator (iterate_sync's finally)
+            offer(_DONE)
+        except BaseException as exc:  # raised again in the consumer
+            offer(exc)
+
+    thread = threading.Thread(target=produce, name="skilldeck-sync", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = handed.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+async def blocking(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, work that blocks: inline on the synchronous API's private loop, in a
+    worker thread on a loop the application owns."""
+    if INLINE.get():
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
+
 
 Opened = tuple[Any, AsyncPersistence | None]
 
