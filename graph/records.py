@@ -21,15 +21,17 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 __all__ = [
     "Attempt",
+    "AttemptAction",
     "Guard",
     "Interrupt",
     "Issue",
-    "Question",
     "Record",
     "Route",
     "RunError",
+    "SkillStanding",
     "Tokens",
     "ToolCall",
+    "ToolStatus",
     "Turn",
     "issues",
 ]
@@ -151,17 +153,6 @@ class Turn(Record):
         return (*self.earlier, *(c for c in self.tool_calls if c.worked))
 
 
-class Question(Record):
-    """One question of a card (seed 004): the answer is written at ``field_key``."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    question: str
-    field_key: str
-    input_type: str
-    required: bool = False
-
-
 class Interrupt(Record):
     """What a run waits for a person for: a card's questions (``kind`` ``card``)."""
 
@@ -177,11 +168,13 @@ class Interrupt(Record):
 
 
 class Attempt(Record):
-    """The outcome of a skill's last attempt (the checkpoint history keeps every one)."""
+    """The outcome of a skill's last attempt (the checkpoint history keeps every one);
+    ``head`` is the turn's transcript as the attempt left it (see :class:`Turn`)."""
 
     skill: str
     turn: str
     attempt: int
+    head: str | None = None
     action: AttemptAction
     model: str | None = None
     output_mode: str | None = None

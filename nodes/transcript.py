@@ -33,11 +33,10 @@ from langgraph.store.base import BaseStore, Op, PutOp
 from skilldeck._internal.store_keys import thread_label
 from skilldeck.errors import CheckpointError
 
-__all__ = ["PROMPTS", "append", "forget_thread", "read", "refer", "turn_namespace"]
+__all__ = ["PROMPTS", "TURN_DATA", "append", "forget_thread", "read", "refer", "turn_namespace"]
 
 #: Where system prompts are stored, keyed by the sha256 of their text.
 PROMPTS = ("skilldeck", "prompts")
-_TURNS = ("skilldeck", "turns")
 _TURN_REFS = ("skilldeck", "turn_refs")  # turn -> threads that reach it
 _THREAD_TURNS = ("skilldeck", "thread_turns")  # thread -> its turns
 #: Rows one turn may hold, across every fork that extends it (a bound for the store search).
@@ -47,9 +46,13 @@ _REF = "prompt_ref"
 _stored: weakref.WeakKeyDictionary[BaseStore, set[str]] = weakref.WeakKeyDictionary()
 
 
-def turn_namespace(turn_id: str) -> tuple[str, ...]:
-    """The namespace of a turn's rows."""
-    return (*_TURNS, turn_id)
+#: What a turn keeps in the store besides its rows (its own namespaces, deleted with it).
+TURN_DATA = ("evidence",)
+
+
+def turn_namespace(turn_id: str, kind: str = "turns") -> tuple[str, ...]:
+    """The namespace of a turn's rows, or of its ``kind`` of data (:data:`TURN_DATA`)."""
+    return ("skilldeck", kind, turn_id)
 
 
 def append(
@@ -129,8 +132,10 @@ def forget_thread(store: BaseStore, thread_id: str) -> int:
         store.delete((*_THREAD_TURNS, label), turn_id)
         if store.search((*_TURN_REFS, turn_id), limit=1):
             continue
-        rows = store.search(turn_namespace(turn_id), limit=MAX_ROWS)
-        store.batch([PutOp(turn_namespace(turn_id), row.key, None) for row in rows])
+        for kind in ("turns", *TURN_DATA):
+            namespace = turn_namespace(turn_id, kind)
+            rows = store.search(namespace, limit=MAX_ROWS)
+            store.batch([PutOp(namespace, row.key, None) for row in rows])
         deleted += 1
     return deleted
 

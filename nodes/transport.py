@@ -30,7 +30,13 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception, s
 from skilldeck._internal.redact import log_error, safe_reason
 from skilldeck.errors import ModelUnavailableError
 
-__all__ = ["TransportPolicy", "call_with_retries", "is_transport_failure", "retry_after"]
+__all__ = [
+    "DeadlineError",
+    "TransportPolicy",
+    "call_with_retries",
+    "is_transport_failure",
+    "retry_after",
+]
 
 T = TypeVar("T")
 log = logging.getLogger("skilldeck")
@@ -46,6 +52,11 @@ _NO_REPLY = (
     httpx.RemoteProtocolError,
     openai.APIConnectionError,  # APITimeoutError included
 )
+
+
+class DeadlineError(Exception):
+    """The run's deadline passed before the call, or while the endpoint gave no reply: the run
+    ends ``RUN_TIMEOUT`` (a longer wait would not have helped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +177,12 @@ def call_with_retries(
     except RetryError as exc:
         last = exc.last_attempt.exception()
         assert last is not None  # a RetryError follows a failed attempt
+        if deadline is not None and clock() + policy.initial_s >= deadline:
+            log_error(log, f"{what}: no reply before the run's deadline", last)
+            raise DeadlineError(
+                f"the run's deadline (run_timeout_s) passed while the endpoint gave no reply "
+                f"({safe_reason(last)})"
+            ) from None
         log_error(log, f"{what}: the endpoint stayed unavailable", last)
         tries = exc.last_attempt.attempt_number
         raise ModelUnavailableError(

@@ -1,10 +1,13 @@
 """Event loops: the synchronous API's private loops, and one compiled graph per loop.
 
 The engine's driver is async. The synchronous API runs it on an event loop private to the
-calling thread (:func:`run_sync`, :func:`iterate_sync`), with :data:`INLINE` set: there, work
-that blocks (a sync node, a SQLite write, a claim) runs inline, since blocking that loop blocks
-only its caller, and costs no thread hop. On a loop the application owns, :data:`INLINE` is
-unset and blocking work goes to worker threads.
+calling thread (:func:`run_sync`, :func:`iterate_sync`). That loop's default executor runs what
+it is given inline (:class:`InlineExecutor`): blocking work handed to a worker thread
+(``asyncio.to_thread``, LangGraph's sync nodes, a sync saver's) runs in the calling thread, since
+blocking that loop blocks only its caller, and costs no thread hop. A stream that must deliver
+events while a step is still running (the models' text as it is generated) runs on a second
+private loop of the thread, with real worker threads (``threads=True``). On a loop the
+application owns, the same code hands blocking work to worker threads, as usual.
 
 Async checkpointers (``AsyncSqliteSaver``, ``AsyncPostgresSaver`` on an async pool) belong to
 the event loop they were opened in, so a deck used from several loops (``asyncio.run`` twice,
@@ -19,27 +22,52 @@ import contextlib
 import queue
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextvars import ContextVar
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from skilldeck.checkpoints.open import AsyncPersistence
 
-__all__ = ["INLINE", "LoopGraphs", "blocking", "iterate_sync", "run_sync"]
+__all__ = ["InlineExecutor", "LoopGraphs", "iterate_sync", "on_private_loop", "run_sync"]
 
 T = TypeVar("T")
-
-#: Set while the synchronous API drives a run on its private loop: blocking work runs inline.
-INLINE: ContextVar[bool] = ContextVar("skilldeck_inline", default=False)
+Opened = tuple[Any, AsyncPersistence | None]
 _local = threading.local()
 
+# Seconds to wait for a loop's connections to close from synchronous code.
+_CLOSE_TIMEOUT_S = 10.0
 
-def _private_loop() -> asyncio.AbstractEventLoop:
-    """This thread's private event loop (made on first use)."""
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+
+class InlineExecutor(ThreadPoolExecutor):
+    """An executor that runs each call at once, in the thread that submits it (it starts no
+    thread): the default executor of the synchronous API's private loops (asyncio takes only a
+    ``ThreadPoolExecutor`` there)."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        done: Future[T] = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to whoever awaits the call, as a thread would
+            done.set_exception(exc)
+        return done
+
+
+def _private_loop(threads: bool) -> asyncio.AbstractEventLoop:
+    """This thread's private event loop (made on first use): blocking work runs inline on it,
+    or in worker threads (``threads``)."""
+    name = "threaded" if threads else "inline"
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, name, None)
     if loop is None or loop.is_closed():
-        loop = _local.loop = asyncio.new_event_loop()
+        loop = asyncio.new_event_loop()
+        if not threads:
+            loop.set_default_executor(InlineExecutor())
+        setattr(_local, name, loop)
     return loop
+
+
+def on_private_loop() -> bool:
+    """Whether the running loop is one of the synchronous API's own (of this thread)."""
+    running = asyncio.get_running_loop()
+    return any(getattr(_local, n, None) is running for n in ("inline", "threaded"))
 
 
 def _loop_running() -> bool:
@@ -50,44 +78,40 @@ def _loop_running() -> bool:
     return True
 
 
-def run_sync(make: Callable[[], Awaitable[T]]) -> T:
-    """The result of the coroutine ``make()`` run on this thread's private loop; from a thread
-    whose own loop is running (a notebook's), on a helper thread's private loop."""
+def run_sync(make: Callable[[], Awaitable[T]], *, threads: bool = False) -> T:
+    """The result of the coroutine ``make()`` run on this thread's private loop (see the module
+    docstring for ``threads``); from a thread whose own loop is running (a notebook's), on a
+    helper thread's private loop."""
     if _loop_running():
         with ThreadPoolExecutor(1, thread_name_prefix="skilldeck-sync") as pool:
-            return pool.submit(run_sync, make).result()
+            return pool.submit(run_sync, make, threads=threads).result()
 
-    async def inline() -> T:
-        INLINE.set(True)  # in this task's own context
+    async def run() -> T:
         return await make()
 
-    return _private_loop().run_until_complete(inline())
+    return _private_loop(threads).run_until_complete(run())
 
 
-def iterate_sync(make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+def iterate_sync(make: Callable[[], AsyncIterator[T]], *, threads: bool = False) -> Iterator[T]:
     """The items of the async iterator ``make()``, produced on this thread's private loop (a
     helper thread's, from a thread whose loop is running). Leaving the loop early closes the
     async iterator, as leaving a ``for`` over a generator closes it."""
     if _loop_running():
-        yield from _iterate_in_thread(make)
+        yield from _iterate_in_thread(make, threads)
         return
-    loop = _private_loop()
-    token = INLINE.set(True)
+    loop = _private_loop(threads)
+    items = make()
     try:
-        items = make()
-        try:
-            while True:
-                try:
-                    item = loop.run_until_complete(_next(items))
-                except StopAsyncIteration:
-                    return
-                yield item
-        finally:
-            aclose = getattr(items, "aclose", None)
-            if aclose is not None:
-                loop.run_until_complete(aclose())
+        while True:
+            try:
+                item = loop.run_until_complete(_next(items))
+            except StopAsyncIteration:
+                return
+            yield item
     finally:
-        INLINE.reset(token)
+        aclose = getattr(items, "aclose", None)
+        if aclose is not None:
+            loop.run_until_complete(aclose())
 
 
 async def _next(items: AsyncIterator[T]) -> T:
@@ -97,7 +121,7 @@ async def _next(items: AsyncIterator[T]) -> T:
 _DONE = object()
 
 
-def _iterate_in_thread(make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+def _iterate_in_thread(make: Callable[[], AsyncIterator[T]], threads: bool) -> Iterator[T]:
     """:func:`iterate_sync` on a helper thread, handing items over a queue."""
     handed: queue.Queue[Any] = queue.Queue(maxsize=1)
     stop = threading.Event()
@@ -114,7 +138,7 @@ def _iterate_in_thread(make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
 
     def produce() -> None:
         try:
-            for item in iterate_sync(make):
+            for item in iterate_sync(make, threads=threads):
                 if not offer(item):
                     return  # closes the async iterator (iterate_sync's finally)
             offer(_DONE)
@@ -134,20 +158,6 @@ def _iterate_in_thread(make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
     finally:
         stop.set()
         thread.join()
-
-
-async def blocking(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``, work that blocks: inline on the synchronous API's private loop, in a
-    worker thread on a loop the application owns."""
-    if INLINE.get():
-        return fn(*args)
-    return await asyncio.to_thread(fn, *args)
-
-
-Opened = tuple[Any, AsyncPersistence | None]
-
-# Seconds to wait for a loop's connections to close from synchronous code.
-_CLOSE_TIMEOUT_S = 10.0
 
 
 class LoopGraphs:
