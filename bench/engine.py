@@ -21,7 +21,7 @@ all in one run so that ratios compare numbers taken on the same (noisy, shared) 
    the last step, from the same thread; the file size after a WAL truncate is reported too.
 3. **Resume latency**: the built-in litigation-intake demo runs to its card here; a fresh
    ``python`` process then builds a deck on the same SQLite file (timed separately) and times
-   only ``deck.resume(...)``.
+   only ``deck.run(Resume(...))``.
 """
 
 from __future__ import annotations
@@ -503,16 +503,16 @@ def bench_growth(tmp: Path, steps: int) -> dict[str, Any]:
 _CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-from skilldeck import Settings, SkillDeck, demo
+from skilldeck import Resume, Settings, SkillDeck, demo
 t1 = time.perf_counter()
 url, model, files, cold, warm, answers = sys.argv[1:7]
 deck = SkillDeck(checkpointer=url, settings=Settings(model=model, files_root=files))
 t2 = time.perf_counter()
 answers = json.loads(answers)
 t3 = time.perf_counter()
-first = deck.resume(cold, answers)
+first = deck.run(Resume(cold, answers))
 t4 = time.perf_counter()
-second = deck.resume(warm, answers)
+second = deck.run(Resume(warm, answers))
 t5 = time.perf_counter()
 deck.close()
 print(json.dumps({

@@ -57,7 +57,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import ChatGeneration, LLMResult
 from rich.table import Table
 
-from skilldeck import Settings, SkillDeck, demo
+from skilldeck import Resume, Settings, SkillDeck, demo
 from skilldeck.checkpoints.inspect import transcript
 from skilldeck.errors import InvalidAnswersError, ThreadNotFoundError
 from skilldeck.evals import run_suite
@@ -216,7 +216,9 @@ def run_demo(model: str, mode: str, runs: int, tmp: Path) -> dict[str, Any]:
                 if result.status != "interrupted" or result.card is None:
                     break
                 try:
-                    result = deck.resume(result.thread_id, answer(result.card), callbacks=[stats])
+                    result = deck.run(
+                        Resume(result.thread_id, answer(result.card)), callbacks=[stats]
+                    )
                 except InvalidAnswersError as exc:  # the card's own fields refuse its answers
                     refused = str(exc)[:300]
                     break
@@ -232,7 +234,7 @@ def run_demo(model: str, mode: str, runs: int, tmp: Path) -> dict[str, Any]:
             outcomes.append(
                 {
                     "status": result.status,
-                    "error": (result.error or {}).get("code"),
+                    "error": result.error.code if result.error else None,
                     "card_refused_answers": refused,
                     "read_complaint": read,
                     "tool_calls": [f"{c['name']} {c['status']}" for c in calls],

@@ -82,7 +82,7 @@ from common import err, log, progress_bar
 from rich.console import Console
 from rich.table import Table
 
-from skilldeck import Settings, SkillDeck, demo
+from skilldeck import Resume, Settings, SkillDeck, demo
 from skilldeck.server import hash_key
 from skilldeck.skills import builtin_skills_dir
 
@@ -477,7 +477,7 @@ class Client:
                 await self.disconnected_flow(flow)
             else:
                 await self.run_to_card(flow)
-                await self.resume(flow)
+                await self.run(Resume(flow))
             flow.ok = True
         except Exception as exc:
             flow.problem = f"{type(exc).__name__}: {exc}"
@@ -538,7 +538,7 @@ def reference_state() -> dict[str, Any]:
         [builtin_skills_dir() / "litigation-intake"], checkpointer="memory://", settings=settings
     ) as deck:
         paused = deck.run(demo.INPUT, context=demo.CONTEXT, matter_id=demo.MATTER_ID, user_id=USER)
-        done = deck.resume(paused.thread_id, demo.ANSWERS)
+        done = deck.run(Resume(paused.thread_id, demo.ANSWERS))
     if done.status != "finished":
         raise RuntimeError(f"the reference run ended {done.status}: {done.error}")
     return normal_state(done.state)

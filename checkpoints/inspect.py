@@ -24,6 +24,8 @@ from langgraph.types import Interrupt, StateSnapshot
 from skilldeck._internal.paths import get_path
 from skilldeck.checkpoints.threads import ThreadIndex, ThreadRecord, thread_title
 from skilldeck.errors import CheckpointError, MissingExtraError, SkillDeckError
+from skilldeck.graph.records import Attempt
+from skilldeck.graph.state import RunView
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE, TOOLS_NODE
 from skilldeck.types import Card, RunResult, ThreadStatus
 
@@ -143,18 +145,18 @@ def index_threads(graph: Any, index: ThreadIndex) -> int:
         created[thread] = min(created.get(thread, ts), ts)
     for thread_id, item in latest.items():
         snapshot = graph.get_state({"configurable": {"thread_id": thread_id}})
-        values = snapshot.values
+        view = RunView(snapshot.values)
         index.add(
             ThreadRecord(
                 thread_id=thread_id,
-                user_id=values.get("user_id"),
-                matter_id=values.get("matter_id"),
+                user_id=view.user_id,
+                matter_id=view.matter_id,
                 status=thread_status(snapshot),
-                skill=(values.get("attempt") or {}).get("skill"),
+                skill=view.attempt.skill if view.attempt is not None else None,
                 steps=int((item.metadata or {}).get("step", 0)) + 1,
                 created_at=created[thread_id],
                 updated_at=snapshot.created_at or created[thread_id],
-                title=thread_title(values.get("input"), values.get("response")),
+                title=thread_title(view.input, view.response),
             )
         )
     return len(latest)
@@ -176,7 +178,8 @@ def step_rows(snapshots: Iterable[StateSnapshot]) -> list[dict[str, Any]]:
     - ``ran`` (the nodes that ran to make this checkpoint) and ``node`` (the same, joined, or the
       source for a checkpoint no node made);
     - ``in_skill``: the skill the step worked for (its own node, its tool calls or its card);
-    - ``skill``, ``turn`` (its transcript's id), ``attempt``, ``action``,
+    - ``skill``, ``turn`` (its transcript's id), ``head`` (the transcript as the attempt left
+      it: :func:`skilldeck.nodes.transcript.read` reads it), ``attempt``, ``action``,
       ``validation_errors``, ``model``, ``tokens``, ``attempt_ms``: from the attempt record,
       only on the step that ended the attempt (``action`` ``rejected`` is a retry);
     - ``tool_calls``: the calls a skill step asked for (``status`` requested) or a tools step ran
@@ -192,9 +195,9 @@ def step_rows(snapshots: Iterable[StateSnapshot]) -> list[dict[str, Any]]:
     for snap in reversed(list(snapshots)):
         meta = snap.metadata or {}
         values = snap.values
-        attempt = values.get("attempt") or {}
+        attempt = RunView(values).attempt
         # The state carries the last attempt forward; report it only on the step that made it.
-        fresh = attempt if attempt != (before.get("attempt") or {}) else {}
+        fresh = attempt if attempt != RunView(before).attempt else None
         error = values.get("error")
         rows.append(
             {
@@ -210,14 +213,15 @@ def step_rows(snapshots: Iterable[StateSnapshot]) -> list[dict[str, Any]]:
                 "created_at": snap.created_at,
                 "status": thread_status(snap),
                 "in_skill": _in_skill(ran, before, fresh),
-                "skill": fresh.get("skill"),
-                "turn": fresh.get("turn"),
-                "attempt": fresh.get("attempt"),
-                "action": fresh.get("action"),
-                "validation_errors": fresh.get("validation_errors", []),
-                "model": fresh.get("model"),
-                "tokens": fresh.get("tokens"),
-                "attempt_ms": fresh.get("duration_ms"),
+                "skill": fresh.skill if fresh else None,
+                "turn": fresh.turn if fresh else None,
+                "head": fresh.head if fresh else None,
+                "attempt": fresh.attempt if fresh else None,
+                "action": fresh.action if fresh else None,
+                "validation_errors": [i.dump() for i in fresh.validation_errors] if fresh else [],
+                "model": fresh.model if fresh else None,
+                "tokens": fresh.tokens.dump() if fresh and fresh.tokens else None,
+                "attempt_ms": fresh.duration_ms if fresh else None,
                 "tool_calls": _tool_calls(ran, before, values),
                 "elapsed_ms": _elapsed_ms(rows[-1]["created_at"] if rows else None, snap),
                 "card": pending_card(snap.interrupts[0]) if snap.interrupts else None,
@@ -229,36 +233,35 @@ def step_rows(snapshots: Iterable[StateSnapshot]) -> list[dict[str, Any]]:
     return rows
 
 
-def _in_skill(
-    ran: Sequence[str], before: Mapping[str, Any], fresh: Mapping[str, Any]
-) -> str | None:
+def _in_skill(ran: Sequence[str], before: Mapping[str, Any], fresh: Attempt | None) -> str | None:
     skills = [n for n in ran if n not in _ENGINE_NODES]
     if skills:
         return skills[0]
-    if fresh:
-        return str(fresh["skill"])
-    if TOOLS_NODE in ran:
-        return (before.get("turn") or {}).get("skill")
-    if CARD_NODE in ran:
-        return (before.get("card") or {}).get("skill")
+    if fresh is not None:
+        return fresh.skill
+    view = RunView(before)
+    if TOOLS_NODE in ran and view.turn is not None:
+        return view.turn.skill
+    if CARD_NODE in ran and view.card is not None:
+        return view.card.skill
     return None
 
 
 def _tool_calls(
     ran: Sequence[str], before: Mapping[str, Any], after: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    old, new = before.get("turn") or {}, after.get("turn") or {}
+    old, new = RunView(before).turn, RunView(after).turn
+    asked = old.pending if old is not None else ()
     if TOOLS_NODE in ran:
-        args = {c["id"]: c.get("args") for c in old.get("pending", [])}
-        done = new.get("tool_calls", [])[len(old.get("tool_calls", [])) :]
+        args = {c.id: c.args for c in asked}
+        done = new.tool_calls[len(old.tool_calls) if old else 0 :] if new else ()
         return [
-            {"name": c["name"], "args": args.get(c["id"]), "status": c["status"], "ms": c["ms"]}
-            for c in done
+            {"name": c.name, "args": args.get(c.id), "status": c.status, "ms": c.ms} for c in done
         ]
-    if any(n not in _ENGINE_NODES for n in ran) and new.get("pending") != old.get("pending"):
+    pending = new.pending if new is not None else ()
+    if any(n not in _ENGINE_NODES for n in ran) and pending != asked:
         return [
-            {"name": c["name"], "args": c["args"], "status": "requested", "ms": None}
-            for c in new.get("pending", [])
+            {"name": c.name, "args": c.args, "status": "requested", "ms": None} for c in pending
         ]
     return []
 
@@ -266,10 +269,10 @@ def _tool_calls(
 def _answers(
     ran: Sequence[str], before: Mapping[str, Any], after: Mapping[str, Any]
 ) -> dict[str, Any] | None:
-    card = before.get("card")
-    if CARD_NODE not in ran or not card or after.get("card"):
+    card = RunView(before).card
+    if CARD_NODE not in ran or card is None or RunView(after).card is not None:
         return None
-    return {q["field_key"]: get_path(after, q["field_key"]) for q in card["questions"]}
+    return {str(q["field_key"]): get_path(after, str(q["field_key"])) for q in card.questions}
 
 
 def _elapsed_ms(parent_time: str | None, snap: StateSnapshot) -> float | None:
@@ -350,17 +353,19 @@ def transcript(deck: SkillDeck, thread_id: str) -> list[dict[str, Any]]:
     Raises:
         ThreadNotFoundError: the thread is unknown.
     """
-    from skilldeck.nodes.transcript import read_messages
+    from skilldeck.nodes import transcript as transcripts
 
     turns: dict[str, dict[str, Any]] = {}
+    heads: dict[str, str | None] = {}
     for row in deck.history(thread_id):
         if row["turn"] is not None:
             entry = turns.setdefault(row["turn"], {"skill": row["skill"], "attempts": 0})
             entry["attempts"] += 1
+            heads[row["turn"]] = row["head"]  # the last attempt's: the whole turn
     out = []
     for turn_id, entry in turns.items():
         messages = []
-        for message in read_messages(deck.store, thread_id, turn_id):
+        for message in transcripts.read(deck.store, turn_id, heads[turn_id]):
             said: dict[str, Any] = {"role": message.type, "content": message.content}
             calls = getattr(message, "tool_calls", None)
             if calls:

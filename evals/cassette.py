@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import openai
 import yaml
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage
@@ -118,27 +119,19 @@ class CassetteRecorder(BaseCallbackHandler):
             self._turns.setdefault(key, {**turn, "request": digest})
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        """A failed call is a turn too (``error: KIND``): replayed, it fails the same way, so
-        the run re-asks as it did live and the later requests still match."""
+        """A reply cut off at the token limit is a turn too (``error: length``): replayed, it
+        fails the same way, so the run re-asks as it did live and the later requests still
+        match. A call that got no reply (the transport's to retry) is not the model's turn:
+        the call that followed it is."""
         with self._lock:
             pending = self._pending.pop(run_id, None)
-        if pending is None:
+        if pending is None or not isinstance(error, openai.LengthFinishReasonError):
             return
         key, (digest, _) = pending
-        name = type(error).__name__
-        turn: dict[str, Any] = {}
-        if name == "LengthFinishReasonError":
-            turn["error"] = "length"
-            received = cut_off_text(error)
-            if received:
-                turn["received"] = received
-        elif "Timeout" in name or isinstance(error, TimeoutError):
-            turn["error"] = "timeout"
-        else:
-            turn["error"] = "unavailable"
-            status = getattr(error, "status_code", None)
-            if isinstance(status, int) and 500 <= status <= 599:
-                turn["status"] = status  # the re-ask names it: replayed, it must be the same
+        turn: dict[str, Any] = {"error": "length"}
+        received = cut_off_text(error)
+        if received:
+            turn["received"] = received
         with self._lock:
             self._turns.setdefault(key, {**turn, "request": digest})
 

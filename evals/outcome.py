@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from skilldeck.graph.records import Turn
+from skilldeck.graph.state import RunView
+from skilldeck.nodes import transcript
 from skilldeck.nodes.prompt import SUBMIT_TOOL
-from skilldeck.nodes.transcript import read_messages
 
 if TYPE_CHECKING:
     from skilldeck.deck import SkillDeck
@@ -202,20 +204,20 @@ def _unified(path: str, old: bytes | None, new: bytes | None) -> str:
 
 
 # -- transcript -------------------------------------------------------------------------------
-def turn_ids(deck: SkillDeck, thread_id: str) -> list[tuple[str, str]]:
-    """``(skill, turn id)`` of every turn the thread's checkpoints recorded, oldest first."""
+def turn_ids(deck: SkillDeck, thread_id: str) -> list[tuple[str, str, str | None]]:
+    """``(skill, turn id, head)`` of every turn the thread's checkpoints recorded, oldest
+    first, with the farthest transcript head any checkpoint saw of it (the whole turn)."""
     config: Any = {"configurable": {"thread_id": thread_id}}
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str | None]] = {}
     for snap in reversed(list(deck.graph.get_state_history(config))):
-        turn = snap.values.get("turn") or {}
-        attempt = snap.values.get("attempt") or {}
-        for turn_id, skill in (
-            (turn.get("id"), turn.get("skill")),
-            (attempt.get("turn"), attempt.get("skill")),
-        ):
-            if isinstance(turn_id, str) and turn_id not in seen:
-                seen[turn_id] = str(skill)
-    return [(skill, turn) for turn, skill in seen.items()]
+        view = RunView(snap.values)
+        for record in (view.turn, view.attempt):
+            if record is None:
+                continue
+            turn_id = record.id if isinstance(record, Turn) else record.turn
+            if record.head is not None or turn_id not in seen:
+                seen[turn_id] = (record.skill, record.head)
+    return [(skill, turn, head) for turn, (skill, head) in seen.items()]
 
 
 def read_transcript(
@@ -227,8 +229,8 @@ def read_transcript(
     """
     entries: list[dict[str, Any]] = []
     calls: list[ToolCall] = []
-    for skill, turn in turn_ids(deck, thread_id):
-        messages = read_messages(deck.store, thread_id, turn)
+    for skill, turn, head in turn_ids(deck, thread_id):
+        messages = transcript.read(deck.store, turn, head)
         results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
         for message in messages:
             entry = _entry(message, skill, turn)

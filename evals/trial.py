@@ -21,6 +21,7 @@ from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
 
+from skilldeck import Resume
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import EvalConfigError, SkillDeckError
 from skilldeck.evals.cassette import EPOCH_KEY
@@ -112,7 +113,7 @@ def run_trial(
         for answers in task.answers:
             if result.status != "interrupted":
                 break
-            result = deck.resume(thread_id, answers, metadata=meta, callbacks=list(callbacks))
+            result = deck.run(Resume(thread_id, answers), metadata=meta, callbacks=list(callbacks))
     except SkillDeckError as exc:  # e.g. a task's answers do not fit the card
         error = {**exc.to_dict(), "where": "harness"}
     except Exception as exc:  # one broken trial must not end a long suite; it is graded as is

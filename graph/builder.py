@@ -8,7 +8,7 @@ checkpoint) is spent on routing alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -177,17 +177,19 @@ def build_graph(
     after_skill = (*skills, TOOLS_NODE, CARD_NODE, END)
     # The schema is built at run time, so mypy cannot tie the nodes' dict input to it.
     graph: Any = StateGraph(build_state_schema(bundles))
-    graph.add_node(ROUTER_NODE, RouterNode(ctx), destinations=(*skills, END))
+
+    def node(name: str, step: Callable[..., Any], destinations: Sequence[str]) -> None:
+        # The steps are synchronous: LangGraph runs them in a worker thread on an async run,
+        # inline on the synchronous API's loop (see skilldeck._internal.aio).
+        graph.add_node(name, step, destinations=tuple(destinations))
+
+    node(ROUTER_NODE, RouterNode(ctx), (*skills, END))
     for bundle in bundles:
-        graph.add_node(
-            bundle.name,
-            find_execution_mode(bundle.execution.mode)(ctx, bundle),
-            destinations=after_skill,
-        )
-    graph.add_node(TOOLS_NODE, ToolsNode(ctx), destinations=skills)
-    graph.add_node(CARD_NODE, CardNode(), destinations=(*skills, CARD_NODE, ROUTER_NODE))
+        node(bundle.name, find_execution_mode(bundle.execution.mode)(ctx, bundle), after_skill)
+    node(TOOLS_NODE, ToolsNode(ctx), skills)
+    node(CARD_NODE, CardNode(), (*skills, CARD_NODE, ROUTER_NODE))
     if routes_itself:
-        graph.add_node(START_NODE, StartNode(ctx), destinations=(*skills, END))
+        node(START_NODE, StartNode(ctx), (*skills, END))
         graph.add_edge(START, START_NODE)
     else:
         graph.add_conditional_edges(START, entry, [*skills, END])

@@ -16,6 +16,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, interrupt
 
 from skilldeck._internal.paths import set_path
+from skilldeck.graph.records import Interrupt, Issue
+from skilldeck.graph.state import RunView
 from skilldeck.nodes.context import CARD_NODE, ROUTER_NODE
 from skilldeck.skills.contract import NUMBER_INPUTS, compile_schema, explain_error
 
@@ -76,9 +78,9 @@ def answers_schema(
     return schema
 
 
-def card_schema(card: Mapping[str, Any]) -> dict[str, Any]:
-    """The answers schema of a pending card (one from before field schemas: its types)."""
-    return answers_schema(card["questions"], card.get("fields"))
+def card_schema(card: Interrupt) -> dict[str, Any]:
+    """The answers schema of a pending card."""
+    return answers_schema(card.questions, card.fields)
 
 
 def validate_answers(
@@ -159,19 +161,19 @@ def apply_answers(answers: Mapping[str, Any], state: Mapping[str, Any]) -> dict[
     return update
 
 
-def card_payload(card: Mapping[str, Any], thread_id: str) -> dict[str, Any]:
+def card_payload(card: Interrupt, thread_id: str) -> dict[str, Any]:
     """The interrupt value clients receive (``interrupt_id`` is added by the deck)."""
-    payload = {
+    payload: dict[str, Any] = {
         "event": "card",
         "thread_id": thread_id,
-        "skill": card["skill"],
-        "review_type": card["review_type"],
-        "questions": card["questions"],
+        "skill": card.skill,
+        "review_type": card.review_type,
+        "questions": list(card.questions),
         # Any client can render and check the answers without knowing skilldeck's types.
         "answers_schema": card_schema(card),
     }
-    if card.get("errors"):
-        payload["errors"] = card["errors"]
+    if card.errors:
+        payload["errors"] = [{"field_key": e.path, "message": e.message} for e in card.errors]
     return payload
 
 
@@ -179,17 +181,19 @@ class CardNode:
     """Raises the pending card and applies its answers."""
 
     def __call__(self, state: dict[str, Any], config: RunnableConfig) -> Command[str]:
-        card = state.get("card")
-        if not card:
+        card = RunView(state).card
+        if card is None:
             return Command(goto=ROUTER_NODE)
         thread_id = str(config["configurable"]["thread_id"])
         schema = card_schema(card)
         answers = interrupt(card_payload(card, thread_id), response_schema=schema)
-        errors = validate_answers(schema, answers, card["questions"])
+        errors = validate_answers(schema, answers, card.questions)
         if errors:
-            return Command(goto=CARD_NODE, update={"card": {**card, "errors": errors}})
+            refused = tuple(Issue(path=e["field_key"], message=e["message"]) for e in errors)
+            again = card.model_copy(update={"errors": refused})
+            return Command(goto=CARD_NODE, update={"card": again.dump()})
         return Command(
-            goto=card["skill"],
+            goto=card.skill,
             update={
                 **apply_answers(answers, state),
                 "card": None,

@@ -1,10 +1,12 @@
 """One skill's calls of its model: bound by its output mode, shown the conversation the mode
 shows (see :mod:`skilldeck.nodes.output_modes`), limited in time and length.
 
-A call that times out, is cut off at ``max_output_tokens``, or meets a transient endpoint error
-(connection, 5xx, rate limit) raises :class:`RetryableModelError`: the skill records it as a
-rejected attempt and asks again (or, in modes that have them, falls back to its rules). Other
-errors (a bad key, an unknown model) end the run as ``MODEL_ERROR``.
+A call that got no reply (a timeout, a dropped connection, HTTP 429 or 5xx) is retried by the
+transport policy (:mod:`skilldeck.nodes.transport`), never shown to the model; when the
+endpoint stays away, :class:`~skilldeck.errors.ModelUnavailableError` stops the run
+``resumable``. A reply cut off at ``max_output_tokens`` raises :class:`RetryableModelError`:
+the skill records it as a rejected attempt and asks again (or, in modes that have them, falls
+back to its rules). Other errors (a bad key, an unknown model) end the run as ``MODEL_ERROR``.
 
 With ``model_context_tokens`` set, a prompt that would not fit the endpoint's context with
 ``max_output_tokens`` to spare is trimmed before the call: the tool results and replies between
@@ -23,12 +25,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+import openai
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from skilldeck.errors import PromptTooLongError
 from skilldeck.nodes.output_modes import Offer, OutputMode, find_output_mode
+from skilldeck.nodes.transport import DeadlineError, TransportPolicy, call_with_retries
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
+from skilldeck.skills.pins import MadeCall
 
 if TYPE_CHECKING:  # the context imports the routing model, which imports this
     from skilldeck.nodes.context import NodeContext
@@ -62,25 +67,6 @@ class RetryableModelError(Exception):
 
 
 _CUT_OFF = "the reply was cut off at the output token limit"
-
-
-class DeadlineError(Exception):
-    """The run's deadline passed before the call."""
-
-
-def _retryable(exc: Exception, timeout: float) -> str | None:
-    """Why ``exc`` is worth another try, or ``None``."""
-    name = type(exc).__name__
-    if "Timeout" in name or isinstance(exc, TimeoutError):
-        return f"the model call timed out after {timeout:g} s"
-    if name == "LengthFinishReasonError":
-        return _CUT_OFF
-    if name in ("APIConnectionError", "InternalServerError", "RateLimitError"):
-        return f"the endpoint failed for a moment ({name})"
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int) and status >= 500:
-        return f"the endpoint answered HTTP {status}"
-    return None
 
 
 class ModelCaller:
@@ -124,7 +110,7 @@ class ModelCaller:
         return self._has_choices
 
     def _tools_now(
-        self, names: Sequence[str], identity: Mapping[str, Any], made: Sequence[Mapping[str, Any]]
+        self, names: Sequence[str], identity: Mapping[str, Any], made: Sequence[MadeCall]
     ) -> dict[str, dict[str, Any]]:
         """The tools' schemas with the values their arguments can take now as ``enum``s; a
         tool with an argument that can take none is not offered (unless none would be).
@@ -140,7 +126,7 @@ class ModelCaller:
             choices = dict(now.get(name, {}))
             if len(props) == 1 and set(choices) == set(props):
                 ((arg, values),) = choices.items()
-                spent = [c["args"].get(arg) for c in made if c["name"] == name]
+                spent = [c.args.get(arg) for c in made if c.name == name]
                 choices[arg] = [v for v in values if v not in spent]
             if any(not values for values in choices.values()):
                 continue
@@ -156,7 +142,7 @@ class ModelCaller:
         schema: Mapping[str, Any] | None = None,
         pins: Mapping[tuple[str, ...], Any] | None = None,
         identity: Mapping[str, Any] | None = None,
-        made: Sequence[Mapping[str, Any]] = (),
+        made: Sequence[MadeCall] = (),
         tools: Sequence[str] | None = None,
     ) -> Any:
         """The model bound for ``use``: ``tools`` (its tools, or their envelope), ``final``
@@ -211,7 +197,7 @@ class ModelCaller:
         offer: Literal["tools", "final", "calls"],
         pins: Mapping[tuple[str, ...], Any] | None = None,
         identity: Mapping[str, Any] | None = None,
-        made: Sequence[Mapping[str, Any]] = (),
+        made: Sequence[MadeCall] = (),
         tools: Sequence[str] | None = None,
         deadline: float | None = None,
         attempt: int = 1,
@@ -246,13 +232,11 @@ class ModelCaller:
         deadline: float | None,
         attempt: int,
     ) -> AIMessage:
-        timeout = self.ctx.settings.model_timeout_s
         if deadline is not None:
             left = deadline - time.time()
             if left <= 0:
                 raise DeadlineError("the run's deadline (run_timeout_s) has passed")
-            if left < timeout:
-                timeout = left
+            if left < self.ctx.settings.model_timeout_s:
                 bound = bound.bind(timeout=left)
         # The call index lets the scripted provider replay the same turn after a resume.
         meta = {SKILL_KEY: self.name, CALL_INDEX_KEY: index, ATTEMPT_KEY: attempt}
@@ -260,16 +244,22 @@ class ModelCaller:
         window = self.ctx.settings.model_context_tokens
         if window is not None:
             wire = fit_context(wire, window - self.ctx.settings.max_output_tokens)
+        settings = self.ctx.settings
+        policy = TransportPolicy(
+            attempts=settings.transport_attempts, budget_s=settings.transport_budget_s
+        )
         try:
-            result = bound.invoke(wire, config={"metadata": meta})
-        except Exception as exc:
-            reason = _retryable(exc, timeout)
-            if reason is None:
-                raise
+            result = call_with_retries(
+                lambda: bound.invoke(wire, config={"metadata": meta}),
+                policy,
+                deadline=deadline,
+                what=f"model call of skill {self.name}",
+            )
+        except openai.LengthFinishReasonError as exc:
             received = cut_off_text(exc)
-            if reason == _CUT_OFF and _whole_json(received):
+            if _whole_json(received):
                 return AIMessage(content=received, response_metadata={"finish_reason": "length"})
-            raise RetryableModelError(reason, received) from exc
+            raise RetryableModelError(_CUT_OFF, received) from exc
         if not isinstance(result, AIMessage):
             raise TypeError(f"model returned {type(result).__name__}, not an AIMessage")
         if result.response_metadata.get("finish_reason") == "length" and not result.tool_calls:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from skilldeck.graph.records import ToolCall
 from skilldeck.skills.bundle import ExecutionConfig, SkillBundle
 
 __all__ = ["Offer", "offered"]
@@ -36,20 +36,18 @@ class Offer:
 
 
 def offered(
-    bundle: SkillBundle,
-    calls: Sequence[Mapping[str, Any]],
-    standing: Sequence[Mapping[str, Any]] = (),
+    bundle: SkillBundle, calls: Sequence[ToolCall], standing: Sequence[ToolCall] = ()
 ) -> Offer:
-    """What ``bundle``'s model may call after the attempt's ``calls`` (each ``name`` and
-    ``status``); ``standing``: the calls of earlier attempts whose results stand, which meet a
-    ``tool_choice`` as well (a re-ask need not repeat them), but use no limit of this one."""
+    """What ``bundle``'s model may call after the attempt's ``calls``; ``standing``: the calls
+    of earlier attempts whose results stand, which meet a ``tool_choice`` as well (a re-ask need
+    not repeat them), but use no limit of this one."""
     execution = bundle.execution
     first = execution.first_tool
-    worked = [c["name"] for c in calls if c["status"] == "ok"] + [c["name"] for c in standing]
+    worked = [c.name for c in calls if c.worked] + [c.name for c in standing]
     if first is not None and first not in worked:
         why = f"call {first} first: this skill starts with it (tool_choice)"
         return Offer((first,), True, {t: why for t in bundle.tools if t != first})
-    withheld = _at_limit(execution, Counter(c["name"] for c in calls if c["status"] == "ok"))
+    withheld = _at_limit(execution, Counter(c.name for c in calls if c.worked))
     for name, before in execution.tool_after.items():
         if set(before) & set(worked):
             continue

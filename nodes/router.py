@@ -32,6 +32,8 @@ from langgraph.graph import END
 from langgraph.types import Command
 
 from skilldeck.errors import InvalidInputError, UntrustedScriptsError
+from skilldeck.graph.records import Guard, Route, RunError, SkillStanding, issues
+from skilldeck.graph.state import RunView
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.route_lexical import Ranked
 from skilldeck.nodes.route_model import ROUTER_KEY, RouteModelError
@@ -73,7 +75,7 @@ def fingerprint(state: Mapping[str, Any], data_keys: tuple[str, ...]) -> str:
 
 
 def _fail(code: str, message: str) -> tuple[str, dict[str, Any]]:
-    error = {"code": code, "message": message}
+    error = RunError(code=code, message=message).dump()
     return END, {"status": "failed", "error": error, "guard": None, "next_skill": None}
 
 
@@ -231,30 +233,30 @@ def route(ctx: NodeContext, state: Mapping[str, Any]) -> tuple[str, dict[str, An
     except UntrustedScriptsError as exc:
         return _fail(exc.code.value, str(exc))
     digest = fingerprint(state, ctx.data_keys)
-    guard = state.get("guard") or {}
-    same = guard.get("skill") == chosen and guard.get("fingerprint") == digest
-    count = guard.get("count", 0) + 1 if same else 1
+    guard = RunView(state).guard
+    same = guard is not None and guard.skill == chosen and guard.fingerprint == digest
+    count = guard.count + 1 if guard is not None and same else 1
     if count > ctx.settings.loop_limit:
         return _fail(
             "LOOP_GUARD",
             f"skill {chosen!r} was chosen {count} times in a row without any change to the "
             f"state (loop_limit={ctx.settings.loop_limit}); stopped the run",
         )
-    route_record = {"strategy": decision.strategy, "reason": decision.reason}
+    chosen_by = Route(strategy=decision.strategy, reason=str(decision.reason))
     return chosen, {
-        "guard": {"skill": chosen, "fingerprint": digest, "count": count, "route": route_record},
+        "guard": Guard(skill=chosen, fingerprint=digest, count=count, route=chosen_by).dump(),
         "next_skill": None,
         "status": "running",
         **update,
     }
 
 
-def no_skill_error(ctx: NodeContext, state: Mapping[str, Any]) -> dict[str, Any]:
+def no_skill_error(ctx: NodeContext, state: Mapping[str, Any]) -> RunError:
     """The error of a run that no skill can start: every skill, best first, with the reason it
     is not a candidate (``skills``), and a hint when the context is unknown."""
     context = state.get("context")
     decision = decide(ctx, state, explain=True)
-    skills = [{"skill": c.skill, "reason": c.reason} for c in decision.skills]
+    skills = tuple(SkillStanding(skill=c.skill, reason=str(c.reason)) for c in decision.skills)
     known = sorted({c for b in ctx.ranked for c in b.contexts})
     if not known:
         hint = "; no skills are loaded"
@@ -266,11 +268,9 @@ def no_skill_error(ctx: NodeContext, state: Mapping[str, Any]) -> dict[str, Any]
         close = difflib.get_close_matches(str(context), known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         hint += f"; the loaded skills run in: {', '.join(known)} (or 'auto': by description)"
-    return {
-        "code": "NO_SKILL",
-        "message": f"no skill can run in context {context!r}{hint}",
-        "skills": skills,
-    }
+    return RunError(
+        code="NO_SKILL", message=f"no skill can run in context {context!r}{hint}", skills=skills
+    )
 
 
 def start_update(
@@ -286,18 +286,21 @@ def start_update(
     merged = {**state, **update}
     goto, routed = route(ctx, merged)
     if goto == END and routed["status"] == "finished":
-        routed = {**routed, "status": "no_skill", "error": no_skill_error(ctx, merged)}
+        routed = {**routed, "status": "no_skill", "error": no_skill_error(ctx, merged).dump()}
     elif goto != END and (errors := ctx.bundles[goto].input_errors(merged.get("input"))):
-        error = InvalidInputError(goto, errors).to_dict()
-        routed = {**routed, "status": "failed", "error": error, "guard": None}
+        refused = InvalidInputError(goto, errors)
+        error = RunError(
+            code=refused.code.value, message=str(refused), skill=goto, errors=issues(errors)
+        )
+        routed = {**routed, "status": "failed", "error": error.dump(), "guard": None}
     return {**update, **routed}
 
 
 def entry(state: Mapping[str, Any]) -> str:
     """The graph's entry edge: the skill :func:`start_update` chose, or the end."""
-    guard = state.get("guard") or {}
-    running = state.get("status") == "running" and guard.get("skill")
-    return str(guard["skill"]) if running else END
+    view = RunView(state)
+    guard = view.guard
+    return guard.skill if view.status == "running" and guard is not None else END
 
 
 class RouterNode:

@@ -30,7 +30,20 @@ from langgraph.types import Command
 
 from skilldeck._internal.paths import deep_merge
 from skilldeck._internal.redact import log_error
-from skilldeck.errors import PromptTooLongError, SkillDeckError
+from skilldeck.errors import ModelUnavailableError, PromptTooLongError, SkillDeckError
+from skilldeck.graph.records import (
+    Attempt,
+    AttemptAction,
+    Interrupt,
+    Record,
+    RunError,
+    Tokens,
+    ToolCall,
+    Turn,
+    issues,
+)
+from skilldeck.graph.state import RunView
+from skilldeck.nodes import transcript
 from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
 from skilldeck.nodes.examples import ExampleMatcher
 from skilldeck.nodes.model_call import (
@@ -44,7 +57,6 @@ from skilldeck.nodes.offer import offered
 from skilldeck.nodes.output_modes import SUBMIT_TOOL
 from skilldeck.nodes.prompt import render_feedback, render_system, render_user
 from skilldeck.nodes.router import route
-from skilldeck.nodes.transcript import append_messages, read_messages
 from skilldeck.scripted import INVALID_KEY, TURN_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import (
@@ -107,7 +119,13 @@ def _not_json_number(name: str) -> Any:
 
 
 def _command(state: Mapping[str, Any], goto: str, update: dict[str, Any]) -> Command[str]:
-    """``Command`` with only the keys that change: each written key costs a checkpoint write."""
+    """``Command`` with only the keys that change: each written key costs a checkpoint write.
+
+    A step that goes on clears the error the thread last stopped with (a ``resumable`` stop:
+    the endpoint was away), unless it sets one itself.
+    """
+    if "error" not in update and state.get("error"):
+        update = {**update, "error": None}
     changes = {
         k: v
         for k, v in update.items()
@@ -125,8 +143,8 @@ def _iso(epoch: float) -> str:
 class Visit:
     """One call of a skill node: the state it was given and where its transcript goes.
 
-    ``calls`` (model calls per skill: the scripted provider replays by this index) is updated in
-    place as the node calls its model. The turn is not part of it: each step replaces the turn.
+    ``calls`` (model calls per skill: the scripted provider replays by this index) is counted
+    up as the node calls its model, and written back with the step's update.
     """
 
     state: dict[str, Any]
@@ -134,9 +152,29 @@ class Visit:
     thread_id: str
     store: BaseStore
 
-    def save(self, turn: Mapping[str, Any], messages: Sequence[BaseMessage]) -> int:
-        """Append ``messages`` to the turn's transcript in one write; the turn's next position."""
-        return append_messages(self.store, self.thread_id, turn["id"], turn["pos"], messages)
+    @classmethod
+    def of(cls, state: dict[str, Any], config: RunnableConfig, store: BaseStore) -> Visit:
+        return cls(state, RunView(state).calls, str(config["configurable"]["thread_id"]), store)
+
+    @property
+    def view(self) -> RunView:
+        return RunView(self.state)
+
+    def save(self, turn: Turn, messages: Sequence[BaseMessage]) -> Turn:
+        """``turn`` with ``messages`` appended to its transcript (one row, one write)."""
+        if not messages:
+            return turn
+        head = transcript.append(self.store, turn.id, turn.head, messages)
+        return turn.model_copy(update={"head": head, "length": turn.length + len(messages)})
+
+    def conversation(self, turn: Turn) -> list[BaseMessage]:
+        """The transcript of ``turn`` as this checkpoint has it."""
+        return transcript.read(self.store, turn.id, turn.head)
+
+    def command(self, goto: str, update: dict[str, Any]) -> Command[str]:
+        """The step's ``Command``: ``update`` (records dumped) with the model calls counted."""
+        written = {k: v.dump() if isinstance(v, Record) else v for k, v in update.items()}
+        return _command(self.state, goto, {**written, "calls": self.calls})
 
 
 class SkillNode:
@@ -166,32 +204,30 @@ class SkillNode:
     def __call__(
         self, state: dict[str, Any], config: RunnableConfig, store: BaseStore
     ) -> Command[str]:
-        thread_id = str(config["configurable"]["thread_id"])
-        visit = Visit(state, dict(state.get("calls") or {}), thread_id, store)
-        turn = state.get("turn")
+        visit = Visit.of(state, config, store)
+        turn = visit.view.turn
         opening: list[BaseMessage] = []
-        if turn and turn.get("skill") == self.name:
-            conversation = read_messages(store, thread_id, turn["id"])
+        if turn is not None and turn.skill == self.name:
+            conversation = visit.conversation(turn)
         else:
             try:
-                turn, opening = self.open_turn(state)
+                turn, opening = self.open_turn(visit)
             except Exception as exc:
                 return self._fail(visit, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
             conversation = list(opening)
         calls = visit.calls
         index = calls.get(self.name, 0)
-        rounds_left = self._max_rounds() - turn["round"]
-        now = offered(self.bundle, turn["tool_calls"], turn.get("earlier", []))
+        rounds_left = self._max_rounds() - turn.round
+        now = offered(self.bundle, turn.tool_calls, turn.earlier)
         tools = now.tools
         # The output only: no tools (left), no rounds left, or the model repeated a call that
         # worked.
-        final_only = rounds_left <= 0 or not tools or bool(turn.get("narrow"))
+        final_only = rounds_left <= 0 or not tools or turn.narrow
         calls_only = now.calls_only and not final_only
         offer: Literal["tools", "final", "calls"] = (
             "final" if final_only else "calls" if calls_only else "tools"
         )
-        deadline = config["configurable"].get(DEADLINE_KEY)
-        made = _made(turn)
+        made = turn.made()
         try:
             message = self.caller.call(
                 conversation,
@@ -203,19 +239,21 @@ class SkillNode:
                 ),
                 made=made,
                 tools=tools,
-                deadline=deadline,
-                attempt=int(turn.get("attempt", 1)),
+                deadline=config["configurable"].get(DEADLINE_KEY),
+                attempt=turn.attempt,
             )
         except RetryableModelError as exc:
             calls[self.name] = index + 1
             # A cut-off reply is kept (shortened): the re-ask and the transcript show it.
             cut = cut_off_reply(exc.received) if exc.received else None
-            new = [*opening, *([cut] if cut else [])]
-            if new:
-                turn = {**turn, "pos": visit.save(turn, new)}
+            turn = visit.save(turn, [*opening, *([cut] if cut else [])])
             return self._reject(visit, turn, [{"path": "$", "message": exc.reason}], None, cut)
         except DeadlineError as exc:
             return self._fail(visit, "RUN_TIMEOUT", str(exc), turn)
+        except ModelUnavailableError:
+            # The endpoint stayed away: the thread stops at its last checkpoint, resumable;
+            # the turn's opening (not stored yet) is written again when it is continued.
+            raise
         except Exception as exc:
             return self._model_error(visit, exc, turn)
         calls[self.name] = index + 1
@@ -225,12 +263,8 @@ class SkillNode:
         reply = self.caller.output.read(message, allowed, f"call_{self.name}_{index}")
         message = reply.message
         # The turn's new messages go to the store in one transaction.
-        new = [*opening, message]
-        turn = {
-            **turn,
-            "pos": visit.save(turn, new),
-            "tokens": _add_tokens(turn.get("tokens"), message),
-        }
+        turn = visit.save(turn, [*opening, message])
+        turn = turn.model_copy(update={"tokens": _add_tokens(turn.tokens, message)})
         if reply.calls and final_only:  # a model that calls tools when it may only answer
             if rounds_left <= 0 or not self.bundle.tools:
                 why = f"tool round limit ({self._max_rounds()}) reached"
@@ -261,7 +295,7 @@ class SkillNode:
     def _tool_calls(
         self,
         visit: Visit,
-        turn: dict[str, Any],
+        turn: Turn,
         pending: list[dict[str, Any]],
         message: AIMessage,
     ) -> Command[str]:
@@ -270,45 +304,39 @@ class SkillNode:
         too_big = [e for c in pending for e in self.limits.problems(c["args"], f"$.{c['name']}")]
         if too_big:  # the arguments would be checkpointed with the turn: refuse them here
             return self._reject(visit, turn, too_big, None, message)
-        done = {
-            (c["name"], _canonical(c.get("args")))
-            for c in turn["tool_calls"]
-            if c["status"] == "ok"
-        }
+        done = {(c.name, _canonical(c.args)) for c in turn.tool_calls if c.worked}
         if all((c["name"], _canonical(c["args"])) in done for c in pending):
             names = ", ".join(sorted({c["name"] for c in pending}))
             note = HumanMessage(
                 f"You already called {names} with these arguments, and the results are above. "
                 "Give the final output now."
             )
-            repeat = {**turn, "narrow": True, "pos": visit.save(turn, [note])}
-            return Command(goto=self.name, update={"turn": repeat, "calls": visit.calls})
-        turn["round"] += 1
-        turn["pending"] = [{"id": c["id"], "name": c["name"], "args": c["args"]} for c in pending]
-        return _command(visit.state, TOOLS_NODE, {"turn": turn, "calls": visit.calls})
+            repeat = visit.save(turn, [note]).model_copy(update={"narrow": True})
+            return visit.command(self.name, {"turn": repeat})
+        asked = tuple(ToolCall(id=c["id"], name=c["name"], args=c["args"]) for c in pending)
+        turn = turn.model_copy(update={"round": turn.round + 1, "pending": asked})
+        return visit.command(TOOLS_NODE, {"turn": turn})
 
     # -- steps ----------------------------------------------------------------------------
-    def open_turn(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], list[BaseMessage]]:
-        """A new turn and its opening messages (not yet stored)."""
+    def open_turn(self, visit: Visit) -> tuple[Turn, list[BaseMessage]]:
+        """A new turn and its opening messages (not yet stored); the thread is recorded as one
+        that reaches the turn's transcript."""
+        state = visit.state
         prepared = self.bundle.preprocess(dict(state)) if self.bundle.preprocess else None
         shown = self.examples.pick(state) if self.examples else ()
         # Only examples depend on the mode; a rules-only skill has no model to ask it of.
         mode = self.caller.mode if shown else "schema"
         user = render_user(state, self.bundle.data_keys, prepared, examples=shown, output_mode=mode)
-        messages = [self.system(), user]
-        turn: dict[str, Any] = {
-            "id": uuid.uuid4().hex,
-            "skill": self.name,
-            "attempt": 1,
-            "round": 0,
-            "pos": 0,
-            "pending": [],
-            "tool_calls": [],
-            "t0": time.time(),
+        guard = visit.view.guard
+        turn = Turn(
+            id=uuid.uuid4().hex,
+            skill=self.name,
+            started=time.time(),
             # How the router chose this skill, for the attempt record.
-            "route": (state.get("guard") or {}).get("route"),
-        }
-        return turn, messages
+            route=guard.route if guard is not None else None,
+        )
+        transcript.refer(visit.store, visit.thread_id, [turn.id])
+        return turn, [self.system(), user]
 
     def system(self) -> SystemMessage:
         """The skill's system message in its output mode (rendered once per mode)."""
@@ -329,22 +357,18 @@ class SkillNode:
         self,
         conversation: list[BaseMessage],
         calls: dict[str, int],
-        turn: dict[str, Any],
+        turn: Turn,
         name: str,
         schema: Mapping[str, Any],
-    ) -> AIMessage:
+    ) -> tuple[AIMessage, Turn]:
         """One model call of a JSON step (a plan, a rewrite, a view; held to ``schema`` in
-        schema mode); counts the call in ``calls`` and its tokens in ``turn``."""
+        schema mode): the reply, and ``turn`` with its tokens; counts the call in ``calls``."""
         index = calls.get(self.name, 0)
         calls[self.name] = index + 1
-        attempt = int(turn.get("attempt", 1))
-        message = self.caller.ask_json(conversation, index, name, schema, attempt=attempt)
-        turn["tokens"] = _add_tokens(turn.get("tokens"), message)
-        return message
+        message = self.caller.ask_json(conversation, index, name, schema, attempt=turn.attempt)
+        return message, turn.model_copy(update={"tokens": _add_tokens(turn.tokens, message)})
 
-    def _finish_attempt(
-        self, visit: Visit, turn: dict[str, Any], message: AIMessage
-    ) -> Command[str]:
+    def _finish_attempt(self, visit: Visit, turn: Turn, message: AIMessage) -> Command[str]:
         output, errors = parse_output(message, self.limits)
         if output is None:
             return self._reject(visit, turn, errors, None, message)
@@ -353,17 +377,18 @@ class SkillNode:
     def accept_output(
         self,
         visit: Visit,
-        turn: dict[str, Any],
+        turn: Turn,
         output: dict[str, Any],
         source: AIMessage | None = None,
     ) -> Command[str]:
         """Validate a candidate output and merge it, ask, retry or fail: the one path every
         execution mode ends in. ``source`` is the model message the output came from."""
-        state, calls = visit.state, visit.calls
+        state = visit.state
+        made = turn.made()
         # Limits first: what is past them must not reach the validator, the merge or a
         # checkpoint (deep nesting, numbers msgpack cannot store).
         fields, errors = self.bundle.contract.problems(
-            output, self.limits, lambda: pin_errors(self.bundle.pins, output, state, _made(turn))
+            output, self.limits, lambda: pin_errors(self.bundle.pins, output, state, made)
         )
         control: dict[str, Any] = (
             output["control"] if isinstance(output.get("control"), dict) else {}
@@ -379,45 +404,46 @@ class SkillNode:
             **output["data"],
             "profile": deep_merge(state.get("profile") or {}, output["profile"]),
         }
-        verdict = self._run_validate(output, merged, turn)
+        verdict = self._run_validate(output, merged, made)
         if verdict["action"] == "error":
             return self._fail(visit, "SCRIPT_ERROR", verdict["message"], turn)
         if verdict["action"] == "retry":
             return self._reject(visit, turn, verdict["errors"], verdict.get("retry_prompt"), source)
         action = "ask_user" if verdict["action"] == "ask_user" else control["action"]
-        commit(visit.store, visit.thread_id, turn["id"])  # the attempt's file changes stand
+        commit(visit.store, visit.thread_id, turn.id)  # the attempt's file changes stand
         update: dict[str, Any] = {
             **output["data"],
             "profile": output["profile"],
             "response": output["response"],
             "attempt": self._record(turn, action, []),
             "turn": None,
-            "calls": calls,
         }
         if action == "finish":
-            return _command(state, END, {**update, "status": "finished"})
+            return visit.command(END, {**update, "status": "finished"})
         if action == "ask_user":
             asked = verdict if verdict["action"] == "ask_user" else control
-            update["card"] = {
-                "card_id": uuid.uuid4().hex,
-                "skill": self.name,
-                "review_type": asked["review_type"],
-                "questions": asked["questions"],
+            update["card"] = Interrupt(
+                id=uuid.uuid4().hex,
+                skill=self.name,
+                review_type=asked["review_type"],
+                questions=asked["questions"],
                 # Answers are checked against the fields they write, as well as their types.
-                "fields": verdict.get("fields", fields),
-            }
-            return _command(state, CARD_NODE, {**update, "status": "interrupted"})
+                fields=verdict.get("fields", fields),
+            )
+            return visit.command(CARD_NODE, {**update, "status": "interrupted"})
         goto, routed = route(self.ctx, merged)
-        return _command(state, goto, {**update, **routed})
+        return visit.command(goto, {**update, **routed})
 
     def _run_validate(
-        self, output: dict[str, Any], merged: dict[str, Any], turn: Mapping[str, Any]
+        self, output: dict[str, Any], merged: dict[str, Any], made: Sequence[ToolCall]
     ) -> dict[str, Any]:
         """Normalise ``scripts/validate.py``'s verdict: continue, retry, ask_user or error."""
         if self.bundle.validate is None:
             return {"action": "continue"}
         try:
-            raw = self.bundle.validate(output, merged, {"tool_calls": _made(turn)})
+            # validate.py reads the calls as plain JSON: its API, not the engine's records.
+            turn = {"tool_calls": [_made_call(c) for c in made]}
+            raw = self.bundle.validate(output, merged, turn)
         except Exception as exc:
             return {"action": "error", "message": _describe("validate.py", exc)}
         verdict: dict[str, Any] = (
@@ -451,7 +477,7 @@ class SkillNode:
     def _reject(
         self,
         visit: Visit,
-        turn: dict[str, Any],
+        turn: Turn,
         errors: Errors,
         retry_prompt: str | None,
         source: AIMessage | None = None,
@@ -463,59 +489,50 @@ class SkillNode:
         """
         record = self._record(turn, "rejected", errors)
         # Nothing of a rejected attempt stands: its file changes are undone too.
-        undone = rollback(visit.store, visit.thread_id, turn["id"])
+        undone = rollback(visit.store, visit.thread_id, turn.id)
         said = source.response_metadata if source is not None else {}
         scripted = said.get(TURN_KEY)
         mistake = scripted is not None and not said.get(INVALID_KEY)
-        if mistake or turn["attempt"] > self.ctx.settings.max_retries:
+        if mistake or turn.attempt > self.ctx.settings.max_retries:
             message = (
                 f"scripted turn {scripted} is not a valid output of skill {self.name!r} (if the "
                 "turn is meant to be rejected, add invalid: true to it); nothing was merged"
                 if mistake
-                else f"skill {self.name!r} produced no valid output in {turn['attempt']} "
+                else f"skill {self.name!r} produced no valid output in {turn.attempt} "
                 "attempt(s); nothing was merged"
             )
-            return Command(
-                goto=END,
-                update={
-                    "status": "failed",
-                    "error": {
-                        "code": "CONTRACT_VIOLATION",
-                        "skill": self.name,
-                        "message": message,
-                        "errors": errors,
-                    },
-                    "attempt": record,
-                    "turn": None,
-                    "calls": visit.calls,
-                },
+            error = RunError(
+                code="CONTRACT_VIOLATION", skill=self.name, message=message, errors=issues(errors)
             )
+            update = {"status": "failed", "error": error, "attempt": record, "turn": None}
+            return visit.command(END, update)
         digest = _digest(source) if source is not None else None
         feedback = render_feedback(
             errors,
             retry_prompt,
             example=output_skeleton(self.bundle.output_schema),
-            repeated=digest is not None and digest == turn.get("rejected"),
+            repeated=digest is not None and digest == turn.rejected,
             undone=[self._shown_path(p) for p in undone],
         )
-        next_turn = {
-            **turn,
-            "attempt": turn["attempt"] + 1,
-            "round": 0,
-            "pending": [],
-            "tool_calls": [],
-            # Calls of earlier attempts whose results still stand (they changed no file): the
-            # model has their results above, and validate.py may count them.
-            "earlier": [*turn.get("earlier", []), *_standing(turn["tool_calls"])],
-            "tokens": None,
-            "narrow": False,
-            "rejected": digest,
-            "pos": visit.save(turn, [feedback]),
-            "t0": time.time(),
-        }
-        return Command(
-            goto=self.name, update={"turn": next_turn, "attempt": record, "calls": visit.calls}
+        next_turn = visit.save(turn, [feedback]).model_copy(
+            update={
+                "attempt": turn.attempt + 1,
+                "round": 0,
+                "pending": (),
+                "tool_calls": (),
+                # Calls of earlier attempts whose results still stand (they changed no file):
+                # the model has their results above, and validate.py may count them.
+                "earlier": (
+                    *turn.earlier,
+                    *(c for c in turn.tool_calls if c.worked and not c.wrote),
+                ),
+                "tokens": None,
+                "narrow": False,
+                "rejected": digest,
+                "started": time.time(),
+            }
         )
+        return visit.command(self.name, {"turn": next_turn, "attempt": record})
 
     def _shown_path(self, path: str) -> str:
         """A restored file as the model and the state name it: relative to the files root."""
@@ -524,24 +541,20 @@ class SkillNode:
             return Path(path).relative_to(Path(root).resolve()).as_posix()
         return Path(path).name
 
-    def _fail(
-        self, visit: Visit, code: str, message: str, turn: dict[str, Any] | None
-    ) -> Command[str]:
+    def _fail(self, visit: Visit, code: str, message: str, turn: Turn | None) -> Command[str]:
         """End the run failed; the turn's file changes are undone, as its output never
         merges."""
         update: dict[str, Any] = {
             "status": "failed",
-            "error": {"code": code, "skill": self.name, "message": message},
+            "error": RunError(code=code, skill=self.name, message=message),
             "turn": None,
         }
         if turn is not None:
-            rollback(visit.store, visit.thread_id, turn["id"])
+            rollback(visit.store, visit.thread_id, turn.id)
             update["attempt"] = self._record(turn, "failed", [])
-        return _command(visit.state, END, update)
+        return visit.command(END, update)
 
-    def _model_error(
-        self, visit: Visit, exc: Exception, turn: dict[str, Any] | None
-    ) -> Command[str]:
+    def _model_error(self, visit: Visit, exc: Exception, turn: Turn | None) -> Command[str]:
         """Fail the run on a model call that raised (endpoint down, bad key, timeout).
 
         A provider's error text may echo credentials: the state (which API clients read) gets
@@ -559,53 +572,44 @@ class SkillNode:
             message = f"the model call failed: {reason}; the details are in the log"
         return self._fail(visit, "MODEL_ERROR", message, turn)
 
-    def _record(self, turn: Mapping[str, Any], action: str, errors: Errors) -> dict[str, Any]:
+    def _record(self, turn: Turn, action: AttemptAction, errors: Errors) -> Attempt:
         """The attempt record kept in the state (the checkpoint history keeps them all)."""
-        return {
-            "skill": self.name,
-            "turn": turn["id"],
-            "attempt": turn["attempt"],
-            "model": self.ctx.model_label(self.name),
-            "output_mode": self.caller.mode if self.ctx.has_model(self.name) else None,
-            "tool_calls": turn.get("tool_calls", []),
-            "validation_errors": errors,
-            "action": action,
-            "route": turn.get("route"),
-            "tokens": turn.get("tokens"),
-            "trajectory": turn.get("trajectory"),
-            "started_at": _iso(turn["t0"]),
-            "duration_ms": round((time.time() - turn["t0"]) * 1000, 1),
-        }
+        return Attempt(
+            skill=self.name,
+            turn=turn.id,
+            attempt=turn.attempt,
+            head=turn.head,
+            model=self.ctx.model_label(self.name),
+            output_mode=self.caller.mode if self.ctx.has_model(self.name) else None,
+            tool_calls=turn.tool_calls,
+            validation_errors=issues(errors),
+            action=action,
+            route=turn.route,
+            tokens=turn.tokens,
+            trajectory=turn.trajectory,
+            started_at=_iso(turn.started),
+            duration_ms=round((time.time() - turn.started) * 1000, 1),
+        )
 
 
-def _add_tokens(total: Mapping[str, int] | None, message: AIMessage) -> dict[str, int] | None:
+def _add_tokens(total: Tokens | None, message: AIMessage) -> Tokens | None:
     usage = message.usage_metadata
     if not usage:
-        return dict(total) if total else None
-    out = dict(total or {})
-    for key in ("input_tokens", "output_tokens", "total_tokens"):
-        out[key] = out.get(key, 0) + int(usage.get(key, 0))  # type: ignore[call-overload]
-    return out
+        return total
+    return (total or Tokens()).plus(dict(usage))
 
 
-def _made(turn: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The calls whose results this attempt's output may report: its own successful ones,
-    and those of earlier attempts that still stand."""
-    current = [_made_call(c) for c in turn.get("tool_calls", []) if c["status"] == "ok"]
-    return [*turn.get("earlier", []), *current]
+def _standing(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    """The calls of a rejected attempt whose results stand after its rollback: those that
+    worked and wrote no file."""
+    return tuple(c for c in calls if c.worked and not c.wrote)
 
 
-def _standing(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The successful calls of a rejected attempt whose results stand after its rollback:
-    those that wrote no file."""
-    return [_made_call(c) for c in calls if c["status"] == "ok" and not c.get("wrote")]
-
-
-def _made_call(call: Mapping[str, Any]) -> dict[str, Any]:
-    """What pins and offers read of a successful call: its name, arguments and any result
-    fields an output is pinned to."""
-    made = {"name": call["name"], "args": call.get("args", {})}
-    return made | {"returned": call["returned"]} if "returned" in call else made
+def _made_call(call: ToolCall) -> dict[str, Any]:
+    """A call as ``scripts/validate.py`` reads it: its name, arguments and any result fields
+    an output is pinned to."""
+    made: dict[str, Any] = {"name": call.name, "args": call.args}
+    return made | {"returned": call.returned} if call.returned is not None else made
 
 
 def _digest(message: AIMessage) -> str:

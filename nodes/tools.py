@@ -19,9 +19,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
+from skilldeck.graph.records import ToolCall, ToolStatus
+from skilldeck.graph.state import RunView
+from skilldeck.nodes import transcript
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.offer import offered
-from skilldeck.nodes.transcript import append_messages
 from skilldeck.skills.pins import result_fields
 from skilldeck.tools.registry import ToolResult, runtime_values
 from skilldeck.tools.workspace import staged, written_by
@@ -30,7 +32,7 @@ __all__ = ["ToolsNode"]
 
 
 class ToolsNode:
-    """Executes ``state.turn.pending``; see the module docstring."""
+    """Executes the turn's pending calls; see the module docstring."""
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
@@ -38,65 +40,74 @@ class ToolsNode:
     def __call__(
         self, state: dict[str, Any], config: RunnableConfig, store: BaseStore
     ) -> Command[str]:
-        turn = state["turn"]
-        bundle = self.ctx.bundles[turn["skill"]]
+        turn = RunView(state).turn
+        assert turn is not None  # the skill node routes here only with calls pending
+        bundle = self.ctx.bundles[turn.skill]
         registry = self.ctx.registry
         allowed = {registry.resolve(name) for name in bundle.tools}
         configurable = config.get("configurable", {})
         identity = runtime_values(configurable, bundle.name, bundle.matter_fields)
         thread_id = str(configurable["thread_id"])
         messages: list[ToolMessage] = []
-        records: list[dict[str, Any]] = []
+        done: list[ToolCall] = []
         kept = result_fields(bundle.pins)
-        for call in turn["pending"]:
+        for call in turn.pending:
             started = time.perf_counter()
-            canonical = registry.resolve(call["name"])
-            done = [*turn["tool_calls"], *records]
-            withheld = offered(bundle, done, turn.get("earlier", [])).withheld
+            canonical = registry.resolve(call.name)
+            withheld = offered(bundle, (*turn.tool_calls, *done), turn.earlier).withheld
             if canonical is None or canonical not in allowed:
-                status = "refused"
+                status: ToolStatus = "refused"
                 result = ToolResult(
                     False,
-                    f"Error: tool {call['name']!r} is not allowed for skill {bundle.name!r}; "
+                    f"Error: tool {call.name!r} is not allowed for skill {bundle.name!r}; "
                     f"allowed tools: {', '.join(bundle.tools) or 'none'}",
                 )
-            elif call["name"] in withheld:  # not offered now (tool_choice, tool_limits)
+            elif call.name in withheld:  # not offered now (tool_choice, tool_limits)
                 status = "refused"
-                result = ToolResult(False, f"Error: {withheld[call['name']]}")
+                result = ToolResult(False, f"Error: {withheld[call.name]}")
             else:
-                with staged(store, thread_id, turn["id"], call["id"]):
-                    result = registry.invoke(canonical, call["args"], identity)
+                with staged(store, thread_id, turn.id, call.id):
+                    result = registry.invoke(canonical, call.args, identity)
                 status = "ok" if result.ok else "error"
             messages.append(
                 ToolMessage(
                     result.content,
-                    tool_call_id=call["id"],
-                    name=call["name"],
+                    tool_call_id=call.id,
+                    name=call.name,
                     status="success" if result.ok else "error",
                 )
             )
-            records.append(
-                {
-                    "id": call["id"],
-                    "name": call["name"],
-                    # What a validate.py checks (which file was read) and what a repeated
-                    # call is told apart by.
-                    "args": call["args"],
-                    "status": status,
-                    "ms": round((time.perf_counter() - started) * 1000, 2),
-                    "ref": f"{turn['id']}/{turn['pos'] + len(records):06d}",
-                }
+            returned = (
+                _returned(result.content, kept[call.name])
+                if result.ok and call.name in kept
+                else None
             )
-            if result.ok and call["name"] in kept:
-                records[-1]["returned"] = _returned(result.content, kept[call["name"]])
+            done.append(
+                call.model_copy(
+                    update={
+                        "status": status,
+                        "ms": round((time.perf_counter() - started) * 1000, 2),
+                        # Where the result is in the turn's conversation.
+                        "ref": f"{turn.id}/{turn.length + len(done):06d}",
+                        "returned": returned,
+                    }
+                )
+            )
         # Which calls changed files: their results do not outlast a rejected attempt.
-        wrote = written_by(store, thread_id, turn["id"])
-        for record in records:
-            if record["id"] in wrote:
-                record["wrote"] = len(wrote[record["id"]])
-        pos = append_messages(store, thread_id, turn["id"], turn["pos"], messages)
-        update = {**turn, "pending": [], "pos": pos, "tool_calls": turn["tool_calls"] + records}
-        return Command(goto=turn["skill"], update={"turn": update})
+        wrote = written_by(store, thread_id, turn.id)
+        ran = tuple(
+            c.model_copy(update={"wrote": len(wrote[c.id])}) if c.id in wrote else c for c in done
+        )
+        head = transcript.append(store, turn.id, turn.head, messages)
+        after = turn.model_copy(
+            update={
+                "pending": (),
+                "head": head,
+                "length": turn.length + len(messages),
+                "tool_calls": (*turn.tool_calls, *ran),
+            }
+        )
+        return Command(goto=turn.skill, update={"turn": after.dump()})
 
 
 def _returned(content: Any, fields: tuple[str, ...]) -> dict[str, Any]:

@@ -1,49 +1,143 @@
-"""Conversations and tool results, kept in the LangGraph store and referred to by turn id.
+"""A turn's conversation: immutable rows in the store, chained, addressed by their content.
 
-Checkpoints keep only the turn id, so a thread's checkpoints do not grow with its messages. A
-skill's system prompt (its SKILL.md, references and contract, the same for every turn) is stored
-once, under its content hash, and each turn's row refers to it.
+Each step appends its messages as one row ``{"parent": <row>, "messages": [...]}`` whose key is
+a digest of that content, parent included, so a row never changes meaning: writing it again (a
+node re-run after a crash) writes the same row, and two runs that said the same things from the
+same point share it. The checkpoint keeps only the turn's ``head``, the key of the last row it
+has seen; the conversation at any checkpoint is the chain that ends at its head. So:
+
+- a checkpoint's size does not grow with the conversation (one key, however long the turn);
+- re-running from an earlier checkpoint never sees the messages written after it;
+- a fork at any checkpoint (mid-turn too) reads exactly the conversation the original had there.
+
+Rows live in the turn's namespace, not the thread's, so a fork that carries a turn in flight
+reads and extends the same chain. Which threads refer to a turn is recorded beside it
+(:func:`refer`), so deleting a thread (:func:`forget_thread`) removes only the rows no other
+thread still reaches. A skill's system prompt (its SKILL.md, references and contract, the same
+for every turn) is stored once, under its content hash, and rows refer to it.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
-from langgraph.store.base import BaseStore, PutOp
+from langgraph.store.base import BaseStore, Op, PutOp
 
-from skilldeck._internal.store_keys import thread_namespace
+from skilldeck._internal.store_keys import thread_label
 from skilldeck.errors import CheckpointError
 
-__all__ = ["PROMPTS", "append_messages", "namespace", "read_messages"]
+__all__ = ["PROMPTS", "TURN_DATA", "append", "forget_thread", "read", "refer", "turn_namespace"]
 
 #: Where system prompts are stored, keyed by the sha256 of their text.
 PROMPTS = ("skilldeck", "prompts")
-_MAX_MESSAGES = 10_000
+_TURN_REFS = ("skilldeck", "turn_refs")  # turn -> threads that reach it
+_THREAD_TURNS = ("skilldeck", "thread_turns")  # thread -> its turns
+#: Rows one turn may hold, across every fork that extends it (a bound for the store search).
+MAX_ROWS = 20_000
 _REF = "prompt_ref"
 # The prompts each store is known to hold, so a turn writes only its own row.
 _stored: weakref.WeakKeyDictionary[BaseStore, set[str]] = weakref.WeakKeyDictionary()
 
 
-def namespace(thread_id: str, turn_id: str) -> tuple[str, ...]:
-    return thread_namespace("transcript", thread_id, turn_id)
+#: What a turn keeps in the store besides its rows (its own namespaces, deleted with it).
+TURN_DATA = ("evidence",)
 
 
-def read_messages(store: BaseStore, thread_id: str, turn_id: str) -> list[BaseMessage]:
-    """The messages of one turn, in order.
+def turn_namespace(turn_id: str, kind: str = "turns") -> tuple[str, ...]:
+    """The namespace of a turn's rows, or of its ``kind`` of data (:data:`TURN_DATA`)."""
+    return ("skilldeck", kind, turn_id)
+
+
+def append(
+    store: BaseStore, turn_id: str, head: str | None, messages: Sequence[BaseMessage]
+) -> str:
+    """Write ``messages`` as the row after ``head``; the new head.
+
+    A system prompt the store may not hold yet is written in the same batch.
+    """
+    known = _stored.setdefault(store, set())
+    ops: list[Op] = []
+    rows: list[dict[str, Any]] = []
+    for message in map(_storable, messages_to_dict(list(messages))):
+        if not _plain_system(message):
+            rows.append(message)
+            continue
+        key = _digest(message["data"]["content"])
+        if key not in known:
+            ops.append(PutOp(PROMPTS, key, {"message": message}))
+        rows.append({"type": _REF, "key": key})
+    row = {"parent": head, "messages": rows}
+    key = hashlib.sha256(_canonical(row).encode(errors="surrogatepass")).hexdigest()[:32]
+    ops.append(PutOp(turn_namespace(turn_id), key, row))
+    store.batch(ops)
+    known.update(op.key for op in ops[:-1] if isinstance(op, PutOp))
+    return key
+
+
+def read(store: BaseStore, turn_id: str, head: str | None) -> list[BaseMessage]:
+    """The conversation of a turn up to ``head``, oldest first.
 
     Raises:
-        CheckpointError: the turn refers to a system prompt the store does not hold.
+        CheckpointError: the chain is broken (a row or a prompt the store does not hold: the
+            store was not copied with the checkpoints).
     """
-    items = store.search(namespace(thread_id, turn_id), limit=_MAX_MESSAGES)
-    items.sort(key=lambda item: item.key)
-    rows = [m for item in items for m in item.value["messages"]]
-    return messages_from_dict([_prompt(store, m["key"]) if m["type"] == _REF else m for m in rows])
+    if head is None:
+        return []
+    items = store.search(turn_namespace(turn_id), limit=MAX_ROWS)
+    rows = {item.key: item.value for item in items}
+    chain: list[dict[str, Any]] = []
+    key: str | None = head
+    while key is not None:
+        row = rows.get(key)
+        if row is None:
+            raise CheckpointError(
+                f"the transcript of turn {turn_id} lacks row {key}; the store was not copied "
+                "with the checkpoints"
+            )
+        chain.append(row)
+        key = row["parent"]
+    found = [m for row in reversed(chain) for m in row["messages"]]
+    return messages_from_dict([_prompt(store, m["key"]) if m["type"] == _REF else m for m in found])
+
+
+def refer(store: BaseStore, thread_id: str, turn_ids: Iterable[str]) -> None:
+    """Record that ``thread_id`` reaches the rows of ``turn_ids`` (it ran them, or a fork
+    carried them over), so deleting another thread keeps them."""
+    label = thread_label(thread_id)
+    ops: list[Op] = []
+    for turn_id in turn_ids:
+        ops += [
+            PutOp((*_TURN_REFS, turn_id), label, {}),
+            PutOp((*_THREAD_TURNS, label), turn_id, {}),
+        ]
+    if ops:
+        store.batch(ops)
+
+
+def forget_thread(store: BaseStore, thread_id: str) -> int:
+    """Drop ``thread_id``'s references to its turns, and the rows of each turn no other thread
+    reaches; the number of turns deleted."""
+    label = thread_label(thread_id)
+    deleted = 0
+    for item in store.search((*_THREAD_TURNS, label), limit=MAX_ROWS):
+        turn_id = item.key
+        store.delete((*_TURN_REFS, turn_id), label)
+        store.delete((*_THREAD_TURNS, label), turn_id)
+        if store.search((*_TURN_REFS, turn_id), limit=1):
+            continue
+        for kind in ("turns", *TURN_DATA):
+            namespace = turn_namespace(turn_id, kind)
+            rows = store.search(namespace, limit=MAX_ROWS)
+            store.batch([PutOp(namespace, row.key, None) for row in rows])
+        deleted += 1
+    return deleted
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -63,32 +157,6 @@ def _storable(value: Any) -> Any:
     return value
 
 
-def append_messages(
-    store: BaseStore, thread_id: str, turn_id: str, start: int, messages: Sequence[BaseMessage]
-) -> int:
-    """Write ``messages`` at positions ``start, start+1, ...``; returns the next position.
-
-    One store item per call, keyed by its first position: a node re-run writes the same key
-    again (idempotent), and a step costs one row, not one per message. A system prompt the store
-    may not hold yet is written in the same batch.
-    """
-    known = _stored.setdefault(store, set())
-    ops: list[PutOp] = []
-    rows: list[dict[str, Any]] = []
-    for message in map(_storable, messages_to_dict(list(messages))):
-        if not _plain_system(message):
-            rows.append(message)
-            continue
-        key = _digest(message["data"]["content"])
-        if key not in known:
-            ops.append(PutOp(PROMPTS, key, {"message": message}))
-        rows.append({"type": _REF, "key": key})
-    ops.append(PutOp(namespace(thread_id, turn_id), f"{start:06d}", {"messages": rows}))
-    store.batch(ops)
-    known.update(op.key for op in ops[:-1])
-    return start + len(messages)
-
-
 def _plain_system(message: dict[str, Any]) -> bool:
     """A system message with only text, which its hash identifies."""
     data = message["data"]
@@ -98,6 +166,10 @@ def _plain_system(message: dict[str, Any]) -> bool:
         and isinstance(data["content"], str)
         and not any(data.get(k) for k in extras)
     )
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 @functools.lru_cache(maxsize=256)

@@ -5,22 +5,40 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels import LastValue
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import START
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command, StateSnapshot
 
-from skilldeck._internal.aio import LoopGraphs
-from skilldeck._internal.drive import AsyncDriver, Driver, Request, checkpoint_errors
+from skilldeck._internal.aio import LoopGraphs, iterate_sync, on_private_loop, run_sync
+from skilldeck._internal.driver import (
+    Driver,
+    Prepared,
+    checkpoint_errors,
+    resumable,
+    run_config,
+    run_result,
+)
 from skilldeck._internal.ids import check_id
 from skilldeck.checkpoints.claims import InterruptClaims, MemoryClaims
-from skilldeck.checkpoints.inspect import index_threads, pending_card, step_rows, thread_status
+from skilldeck.checkpoints.inline import InlineSaver, InlineStore
+from skilldeck.checkpoints.inspect import (
+    index_threads,
+    pending_card,
+    read_history,
+    read_snapshot,
+    step_rows,
+    thread_status,
+)
 from skilldeck.checkpoints.open import (
     AsyncPersistence,
     Persistence,
@@ -45,7 +63,7 @@ from skilldeck.errors import (
     ThreadNotFoundError,
     UntrustedScriptsError,
 )
-from skilldeck.graph import build_graph, deck_tools
+from skilldeck.graph import RunView, build_graph, deck_tools
 from skilldeck.models import ModelSpec, build_model, output_mode, resolve_model
 from skilldeck.nodes import (
     AUTO_CONTEXT,
@@ -56,6 +74,7 @@ from skilldeck.nodes import (
     decide,
     find_execution_mode,
     start_update,
+    transcript,
     validate_answers,
 )
 from skilldeck.services import Lazy, embedding_function, open_knowledge, open_memory
@@ -65,7 +84,16 @@ from skilldeck.skills.bundle import ExecutionConfig
 from skilldeck.skills.trust import TrustPolicy, TrustSource
 from skilldeck.tools import IDENTITY_KEYS, MATTER_TOOLS, ToolRegistry, default_registry
 from skilldeck.tools.mcp import McpTool, tools_for_skills
-from skilldeck.types import Event, RouteDecision, RunResult, ThreadSummary
+from skilldeck.types import (
+    Continue,
+    Event,
+    Resume,
+    RouteDecision,
+    RunOptions,
+    RunRequest,
+    RunResult,
+    ThreadSummary,
+)
 
 if TYPE_CHECKING:  # the stores' modules pull in the vectors extra when used
     from skilldeck.tools.knowledge import KnowledgeBase
@@ -99,7 +127,7 @@ class SkillDeck:
         >>> deck = SkillDeck("skills/", checkpointer="sqlite:///runs.sqlite")
         >>> result = deck.run({"documents": ["complaint.txt"]}, context="matter", matter_id="m-1")
         >>> if result.status == "interrupted":
-        ...     result = deck.resume(result.thread_id, {"profile.defendant.name": "Acme"})
+        ...     result = deck.run(Resume(result.thread_id, {"profile.defendant.name": "Acme"}))
     """
 
     def __init__(
@@ -176,14 +204,18 @@ class SkillDeck:
             else memory_index(backfill=True)  # a given saver may already hold threads
         )
         self.index.leases = self.claims.live  # which "running" threads a live run holds
-        self.graph = builder.compile(checkpointer=saver, store=store)
-        data_keys = {b.name: frozenset(b.data_keys) for b in self.bundles}
-        fingerprints = {b.name: b.fingerprint for b in self.bundles}
-        sources = [str(b.path) for b in self.bundles]
-        # What a driver needs besides its graph: the sync graph's driver is made once, the
-        # async one per call, on the graph of the running loop.
-        self._runtime = (self.settings, data_keys, self.claims, self.index, fingerprints, sources)
-        self._sync = Driver(self.graph, *self._runtime)
+        # The synchronous API's graph: the savers' async methods run their sync ones inline
+        # (see skilldeck.checkpoints.inline); an application's loop gets a graph of its own.
+        self.graph = builder.compile(checkpointer=InlineSaver(saver), store=InlineStore(store))
+        #: What a driver needs besides its graph (it is made per call, for the loop it runs on).
+        self._runtime: dict[str, Any] = {
+            "settings": self.settings,
+            "data_keys": {b.name: frozenset(b.data_keys) for b in self.bundles},
+            "claims": self.claims,
+            "index": self.index,
+            "skills": {b.name: b.fingerprint for b in self.bundles},
+            "sources": [str(b.path) for b in self.bundles],
+        }
         if self.index.needs_backfill:
             index_threads(self.graph, self.index)
             self.index.needs_backfill = False
@@ -253,7 +285,7 @@ class SkillDeck:
         """The graph compiled on async savers for the running loop (see ``LoopGraphs``)."""
         if self._persistence is None:
             try:  # savers without an async API raise NotImplementedError (SqliteSaver does)
-                await self.checkpointer.aget_tuple(self._sync.config("__skilldeck_probe__"))
+                await self.checkpointer.aget_tuple(run_config(self.settings, "__skilldeck_probe__"))
             except NotImplementedError:
                 raise CheckpointError(
                     f"{type(self.checkpointer).__name__} has no async API: open the deck from a "
@@ -362,7 +394,7 @@ class SkillDeck:
         """
         state: dict[str, Any] = {}
         if thread_id is not None:
-            snapshot = self._sync.snapshot(thread_id)
+            snapshot = self._snapshot(thread_id)
             state = dict(snapshot.values) if snapshot is not None else {}
         state.update(
             context=context,
@@ -418,262 +450,134 @@ class SkillDeck:
             bundle.require_trust("preprocess", "validate")
 
     # -- running --------------------------------------------------------------------------
-    # Each way to run has a blocking, a streaming, an async and an async streaming form. The
-    # request is checked once (_start, _answer); a driver (skilldeck._internal.drive) runs it.
-    def run(
-        self,
-        input: Mapping[str, Any] | str | None = None,
-        *,
-        context: str,
-        thread_id: str | None = None,
-        user_id: str | None = None,
-        matter_id: str | None = None,
-        next_skill: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-    ) -> RunResult:
-        """Start a run (or a new turn of an existing thread) and run until a card or the end.
+    # One way to run: a request (a new turn's input, a Resume, a Continue) is checked once
+    # (_prepare) and run by the one async driver (skilldeck._internal.driver); the synchronous
+    # methods run the async ones on a loop of their own (skilldeck._internal.aio).
+    def run(self, request: RunRequest = None, /, **options: Unpack[RunOptions]) -> RunResult:
+        """Run until a card or the end: start a run (or a new turn of a thread) with an input,
+        answer a pending card with :class:`~skilldeck.types.Resume`, or go on with a
+        ``resumable`` thread with :class:`~skilldeck.types.Continue`.
 
-        Identity (``user_id``, ``matter_id``) is taken from these arguments only; it reaches
-        tools through the run's config and is never read from model output or ``input``.
-        ``metadata`` and ``callbacks`` go into the run's LangChain config, so tracing handlers
-        (and the eval harness's recorder) see every model call; ``metadata["skilldeck_case"]``
-        selects a scripted model's per-case turns.
+        A start takes ``context`` and may take ``thread_id`` (a new thread by default),
+        ``user_id``, ``matter_id`` and ``next_skill``; a resume or a continue goes on with the
+        thread's own. Identity (``user_id``, ``matter_id``) is taken from these options only;
+        it reaches tools through the run's config and is never read from model output or the
+        input. ``metadata`` and ``callbacks`` go into the run's LangChain config, so tracing
+        handlers (and the eval harness's recorder) see every model call;
+        ``metadata["skilldeck_case"]`` selects a scripted model's per-case turns.
+
+        Answers are ``{field_key: value}``; they are checked before anything is written: invalid
+        or partial answers raise :class:`~skilldeck.errors.InvalidAnswersError` (its ``card``
+        carries the errors) and leave the thread as it was. Of concurrent resumes of one card
+        (threads, processes sharing the checkpoint database) exactly one proceeds.
 
         Raises:
-            CardPendingError: the thread waits for answers to a card (resume it instead).
+            CardPendingError: a start on a thread that waits for answers to a card.
             ThreadBusyError: a run of the thread is in progress, here or in another process
                 sharing the checkpoint database (or its process died under 10 s ago).
-            SkillDeckError: ``input`` carries identity keys, or ``next_skill`` is unknown.
+            ThreadNotFoundError, NoPendingCardError, StaleInterruptError, InvalidAnswersError,
+            AlreadyResumedError: a resume that cannot answer the card (another resume won).
+            NotResumableError: a continue of a thread whose run did not stop mid-way.
+            SkillDeckError: the input carries identity keys, ``next_skill`` is unknown, or an
+                option does not fit the request.
+
+        Example:
+            >>> result = deck.run({"documents": ["c.txt"]}, context="matter", matter_id="m-1")
+            >>> if result.status == "interrupted":
+            ...     result = deck.run(Resume(result.thread_id, {"profile.defendant.name": "Acme"}))
         """
-        thread_id = _thread_id(thread_id)
-        args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
-        return self._sync.invoke(self._start(self._sync.snapshot(thread_id), thread_id, *args))
+        return run_sync(lambda: self.arun(request, **options))
 
     def stream(
-        self,
-        input: Mapping[str, Any] | str | None = None,
-        *,
-        context: str,
-        thread_id: str | None = None,
-        user_id: str | None = None,
-        matter_id: str | None = None,
-        next_skill: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-        stream_deltas: bool = False,
+        self, request: RunRequest = None, /, *, deltas: bool = False, **options: Unpack[RunOptions]
     ) -> Iterator[Event]:
         """:meth:`run`, yielding typed events as the run goes (see :mod:`skilldeck.types`).
 
-        The request is checked and the thread's run lease taken now, so a bad or busy request
-        raises before any event. The stream ends with
-        exactly one ``card``, ``done`` or ``error`` event. Stopping the iteration stops the run
-        after its current step; the steps already made stay checkpointed. ``stream_deltas``
-        adds ``delta`` events: the models' text as it is generated.
+        The request is checked and its claims taken now, so a bad, busy or losing request
+        raises before any event. The stream ends with exactly one ``card``, ``done`` or
+        ``error`` event. Stopping the iteration stops the run after its current step; the steps
+        already made stay checkpointed. Iterate the stream to the end (or ``close()`` it): a
+        claimed card that is never resumed, and its thread, stay claimed until the claim's
+        lease expires. ``deltas`` adds ``delta`` events: the models' text as it is generated.
 
         Example:
             >>> for event in deck.stream({"documents": ["c.txt"]}, context="matter"):
             ...     print(event.to_dict())
         """
-        thread_id = _thread_id(thread_id)
-        args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
-        request = self._start(self._sync.snapshot(thread_id), thread_id, *args)
-        return self._sync.events(request._replace(deltas=stream_deltas))
+        # The models' text comes while a step runs: the step then runs in a worker thread.
+        events = run_sync(lambda: self._begin(request, options, deltas), threads=deltas)
+        return iterate_sync(lambda: events, threads=deltas)
 
-    def resume(
-        self,
-        thread_id: str,
-        answers: Mapping[str, Any],
-        *,
-        interrupt_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-    ) -> RunResult:
-        """Answer the pending card of ``thread_id`` and run on.
-
-        Answers are ``{field_key: value}``. They are checked before anything is written:
-        invalid or partial answers raise :class:`~skilldeck.errors.InvalidAnswersError` (its
-        ``card`` carries the errors) and leave the thread as it was. Of concurrent resumes of
-        one card (threads, processes sharing the checkpoint database) exactly one proceeds.
-
-        Raises:
-            ThreadNotFoundError, NoPendingCardError, StaleInterruptError, InvalidAnswersError,
-            AlreadyResumedError (another resume of this card won), ThreadBusyError (see
-            :meth:`run`)
-        """
-        args = (answers, interrupt_id, metadata, callbacks)
-        return self._sync.invoke(self._answer(self._sync.snapshot(thread_id), thread_id, *args))
-
-    def stream_resume(
-        self,
-        thread_id: str,
-        answers: Mapping[str, Any],
-        *,
-        interrupt_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-        stream_deltas: bool = False,
-    ) -> Iterator[Event]:
-        """:meth:`resume`, yielding typed events like :meth:`stream`.
-
-        The answers are checked and the card is claimed now, so a bad or losing resume raises
-        before any event. Iterate the stream to the end (or ``close()`` it): a claimed card
-        that is never resumed, and its thread, stay claimed until the claim's lease expires.
-        """
-        args = (answers, interrupt_id, metadata, callbacks)
-        request = self._answer(self._sync.snapshot(thread_id), thread_id, *args)
-        return self._sync.events(request._replace(deltas=stream_deltas))
-
-    def continue_thread(
-        self,
-        thread_id: str,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-    ) -> RunResult:
-        """Go on with a ``resumable`` thread from its last checkpoint, with no new input and
-        no answers, until a card or the end: the way on for a thread whose run stopped before
-        its end (its process died mid-run) and that no live run holds.
-
-        The run goes on as the thread's own user and matter; the steps already checkpointed
-        (and a card's answers saved before the stop) are kept, none is done twice.
-
-        Raises:
-            ThreadNotFoundError: the thread was never run.
-            NotResumableError: the thread is not ``resumable`` (it waits for a card, ended, or
-                was never run); nothing changes.
-            ThreadBusyError: a live run holds the thread (see :meth:`run`).
-        """
-        request = self._continue(self._sync.snapshot(thread_id), thread_id, metadata, callbacks)
-        return self._sync.invoke(request)
-
-    def stream_continue(
-        self,
-        thread_id: str,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-        stream_deltas: bool = False,
-    ) -> Iterator[Event]:
-        """:meth:`continue_thread`, yielding typed events like :meth:`stream` (a thread that
-        cannot go on raises before any event)."""
-        request = self._continue(self._sync.snapshot(thread_id), thread_id, metadata, callbacks)
-        return self._sync.events(request._replace(deltas=stream_deltas))
-
-    async def arun(
-        self,
-        input: Mapping[str, Any] | str | None = None,
-        *,
-        context: str,
-        thread_id: str | None = None,
-        user_id: str | None = None,
-        matter_id: str | None = None,
-        next_skill: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-    ) -> RunResult:
-        """:meth:`run` on LangGraph's async API and the async checkpointer of the running loop.
-
-        ``await deck.aclose()`` (or ``async with deck:``) before the loop ends.
-        """
-        driver, thread_id = await self._driver(), _thread_id(thread_id)
-        args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
-        return await driver.invoke(self._start(await driver.snapshot(thread_id), thread_id, *args))
+    async def arun(self, request: RunRequest = None, /, **options: Unpack[RunOptions]) -> RunResult:
+        """:meth:`run` on an event loop of the application's: the async checkpointer of the
+        running loop, blocking work in worker threads. ``await deck.aclose()`` (or
+        ``async with deck:``) before the loop ends."""
+        driver = await self._driver()
+        return await driver.invoke(await self._prepare(driver, request, options, False))
 
     async def astream(
-        self,
-        input: Mapping[str, Any] | str | None = None,
-        *,
-        context: str,
-        thread_id: str | None = None,
-        user_id: str | None = None,
-        matter_id: str | None = None,
-        next_skill: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-        stream_deltas: bool = False,
+        self, request: RunRequest = None, /, *, deltas: bool = False, **options: Unpack[RunOptions]
     ) -> AsyncIterator[Event]:
-        """:meth:`stream` on the async API (see :meth:`arun`); a bad request raises before
-        the first event."""
-        driver, thread_id = await self._driver(), _thread_id(thread_id)
-        args = (input, context, user_id, matter_id, next_skill, metadata, callbacks)
-        request = self._start(await driver.snapshot(thread_id), thread_id, *args)
-        async for event in driver.events(request._replace(deltas=stream_deltas)):
+        """:meth:`stream` on the application's event loop (see :meth:`arun`); a bad request
+        raises at the first event."""
+        async for event in await self._begin(request, options, deltas):
             yield event
 
-    async def aresume(
-        self,
-        thread_id: str,
-        answers: Mapping[str, Any],
-        *,
-        interrupt_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-    ) -> RunResult:
-        """:meth:`resume` on the async API (see :meth:`arun`)."""
-        driver, args = await self._driver(), (answers, interrupt_id, metadata, callbacks)
-        return await driver.invoke(self._answer(await driver.snapshot(thread_id), thread_id, *args))
-
-    async def astream_resume(
-        self,
-        thread_id: str,
-        answers: Mapping[str, Any],
-        *,
-        interrupt_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-        stream_deltas: bool = False,
+    async def _begin(
+        self, request: RunRequest, options: RunOptions, deltas: bool
     ) -> AsyncIterator[Event]:
-        """:meth:`stream_resume` on the async API (see :meth:`arun`)."""
-        driver, args = await self._driver(), (answers, interrupt_id, metadata, callbacks)
-        request = self._answer(await driver.snapshot(thread_id), thread_id, *args)
-        async for event in driver.events(request._replace(deltas=stream_deltas)):
-            yield event
-
-    async def acontinue_thread(
-        self,
-        thread_id: str,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-    ) -> RunResult:
-        """:meth:`continue_thread` on the async API (see :meth:`arun`)."""
+        """Check ``request`` and take its claims; its events (the run starts when they are
+        read)."""
         driver = await self._driver()
-        snapshot = await driver.snapshot(thread_id)
-        return await driver.invoke(self._continue(snapshot, thread_id, metadata, callbacks))
+        prepared = await self._prepare(driver, request, options, deltas)
+        await driver.take(prepared)
+        return driver.events(prepared)
 
-    async def astream_continue(
-        self,
-        thread_id: str,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        callbacks: Sequence[BaseCallbackHandler] | None = None,
-        stream_deltas: bool = False,
-    ) -> AsyncIterator[Event]:
-        """:meth:`stream_continue` on the async API (see :meth:`arun`)."""
-        driver = await self._driver()
-        request = self._continue(await driver.snapshot(thread_id), thread_id, metadata, callbacks)
-        async for event in driver.events(request._replace(deltas=stream_deltas)):
-            yield event
+    async def _driver(self) -> Driver:
+        """The driver of the graph for this loop: the synchronous API's own loop runs on the
+        deck's savers inline; an application's loop on async savers opened for it (see
+        ``LoopGraphs``)."""
+        return self._driver_of(self.graph if on_private_loop() else await self._loops.get())
 
-    async def _driver(self) -> AsyncDriver:
-        """The async driver of the running loop's graph (see ``LoopGraphs``)."""
-        return AsyncDriver(await self._loops.get(), *self._runtime)
+    def _driver_of(self, graph: Any) -> Driver:
+        return Driver(graph, **self._runtime)
 
     # -- request checks -------------------------------------------------------------------
+    async def _prepare(
+        self, driver: Driver, request: RunRequest, options: RunOptions, deltas: bool
+    ) -> Prepared:
+        """Check ``request`` against its thread: what the driver runs, and claims."""
+        if isinstance(request, Resume | Continue):
+            extra = sorted(set(options) - {"metadata", "callbacks"})
+            if extra:
+                raise SkillDeckError(
+                    f"{type(request).__name__} goes on with the thread's own context, identity "
+                    f"and skill: drop {', '.join(extra)}"
+                )
+            snapshot = await driver.snapshot(request.thread_id)
+            if isinstance(request, Resume):
+                prepared = self._answer(snapshot, request, options)
+            else:
+                prepared = self._continue(snapshot, request.thread_id, options)
+        else:
+            thread_id = _thread_id(options.get("thread_id"))
+            prepared = self._start(await driver.snapshot(thread_id), thread_id, request, options)
+        return replace(prepared, deltas=deltas)
+
     def _start(
         self,
         snapshot: StateSnapshot | None,
         thread_id: str,
         input: Mapping[str, Any] | str | None,
-        context: str,
-        user_id: str | None,
-        matter_id: str | None,
-        next_skill: str | None,
-        metadata: Mapping[str, Any] | None,
-        callbacks: Sequence[BaseCallbackHandler] | None,
-    ) -> Request:
+        options: RunOptions,
+    ) -> Prepared:
         """Check a run request against the thread; the update and config that start it."""
+        context = options.get("context")
+        if context is None:
+            raise SkillDeckError(
+                "a run needs context= (the context the skills' triggers name, or 'auto' to "
+                "route by description)"
+            )
         input = _as_input(input)
         forged = sorted(set(input) & set(IDENTITY_KEYS))
         if forged:
@@ -681,8 +585,10 @@ class SkillDeck:
                 f"input must not carry identity ({', '.join(forged)}): pass user_id= and "
                 "matter_id= (CLI: --user, --matter)"
             )
+        next_skill = options.get("next_skill")
         if next_skill is not None and next_skill not in self._ctx.bundles:
             raise SkillDeckError(f"next_skill {next_skill!r} is not a loaded skill")
+        matter_id = options.get("matter_id")
         self._check_matter(context, matter_id)
         if snapshot is not None and snapshot.interrupts:
             raise CardPendingError(thread_id)
@@ -690,13 +596,13 @@ class SkillDeck:
             self._check_skills(thread_id, snapshot)
         self.check_scripts(context)
         self.check_models(context)
-        identity = {"user_id": user_id, "matter_id": matter_id}
-        config = self._sync.config(thread_id, identity, metadata, callbacks)
+        identity = {"user_id": options.get("user_id"), "matter_id": matter_id}
+        config = self._config(thread_id, identity, options)
         if snapshot is not None and _stopped_mid_run(snapshot, input, context, identity):
             # The same request again for a run that stopped mid-way (its process died, or its
             # database went away): continue from the last checkpoint. New input would discard
             # the unfinished step, with the writes it had saved (a card's answers among them).
-            return Request(None, config, snapshot)
+            return Prepared(None, config, snapshot)
         update = {
             "context": context,
             "input": input,
@@ -709,47 +615,42 @@ class SkillDeck:
         }
         state = snapshot.values if snapshot is not None else {}
         started = start_update(self._ctx, state, update)
-        refused = started.get("error") or {}
-        if refused.get("code") == ErrorCode.INVALID_INPUT:
-            raise InvalidInputError(refused["skill"], refused["errors"])
-        return Request(started, config, snapshot)
+        refused = RunView(started).error
+        if refused is not None and refused.code == ErrorCode.INVALID_INPUT:
+            raise InvalidInputError(
+                refused.skill or "",
+                [{"path": i.path, "message": i.message} for i in refused.errors],
+            )
+        return Prepared(started, config, snapshot)
 
     def _answer(
-        self,
-        snapshot: StateSnapshot | None,
-        thread_id: str,
-        answers: Mapping[str, Any],
-        interrupt_id: str | None,
-        metadata: Mapping[str, Any] | None,
-        callbacks: Sequence[BaseCallbackHandler] | None,
-    ) -> Request:
+        self, snapshot: StateSnapshot | None, request: Resume, options: RunOptions
+    ) -> Prepared:
         """Check answers against the pending card; the resume command, its config, its claim."""
+        thread_id = request.thread_id
         if snapshot is None:
             raise ThreadNotFoundError(thread_id, where=self.index.where)
         if not snapshot.interrupts:
             raise NoPendingCardError(thread_id, thread_status(snapshot))
         pending = snapshot.interrupts[0]
-        if interrupt_id is not None and interrupt_id != pending.id:
-            raise StaleInterruptError(thread_id, interrupt_id, pending.id)
+        if request.interrupt_id is not None and request.interrupt_id != pending.id:
+            raise StaleInterruptError(thread_id, request.interrupt_id, pending.id)
         self._check_skills(thread_id, snapshot)
         card = pending_card(pending)
         schema = card.get("answers_schema") or answers_schema(card["questions"])
-        errors = validate_answers(schema, answers, card["questions"])
+        errors = validate_answers(schema, request.answers, card["questions"])
         if errors:
             raise InvalidAnswersError(dict(card), errors)
-        self.check_scripts(snapshot.values.get("context"))
-        self.check_models(snapshot.values.get("context"))
-        config = self._sync.config(thread_id, _identity(snapshot.values), metadata, callbacks)
-        command: Command[Any] = Command(resume={pending.id: dict(answers)})
-        return Request(command, config, snapshot, claim=(thread_id, pending.id))
+        view = RunView(snapshot.values)
+        self.check_scripts(view.context)
+        self.check_models(view.context)
+        config = self._config(thread_id, _identity(view), options)
+        command: Command[Any] = Command(resume={pending.id: dict(request.answers)})
+        return Prepared(command, config, snapshot, card=(thread_id, pending.id))
 
     def _continue(
-        self,
-        snapshot: StateSnapshot | None,
-        thread_id: str,
-        metadata: Mapping[str, Any] | None,
-        callbacks: Sequence[BaseCallbackHandler] | None,
-    ) -> Request:
+        self, snapshot: StateSnapshot | None, thread_id: str, options: RunOptions
+    ) -> Prepared:
         """Check that the thread's last run stopped before its end; the request that goes on
         from its last checkpoint (whether a live run still holds it, the lease says)."""
         if snapshot is None:
@@ -758,9 +659,16 @@ class SkillDeck:
         if status != "running":
             raise NotResumableError(thread_id, status)
         self._check_skills(thread_id, snapshot)
-        self.check_models(snapshot.values.get("context"))
-        config = self._sync.config(thread_id, _identity(snapshot.values), metadata, callbacks)
-        return Request(None, config, snapshot)
+        view = RunView(snapshot.values)
+        self.check_models(view.context)
+        return Prepared(None, self._config(thread_id, _identity(view), options), snapshot)
+
+    def _config(
+        self, thread_id: str, identity: Mapping[str, Any], options: RunOptions
+    ) -> RunnableConfig:
+        return run_config(
+            self.settings, thread_id, identity, options.get("metadata"), options.get("callbacks")
+        )
 
     def _check_matter(self, context: str, matter_id: str | None) -> None:
         """A matter id is an id (:func:`~skilldeck._internal.ids.check_id`: one folder name);
@@ -798,11 +706,8 @@ class SkillDeck:
     def _check_skills(self, thread_id: str, snapshot: StateSnapshot) -> None:
         """Refuse a thread whose pending card or turn belongs to a skill this deck lacks (its
         state fields the driver checks against the latest checkpoint)."""
-        needed = {
-            item["skill"]
-            for item in (snapshot.values.get("card"), snapshot.values.get("turn"))
-            if isinstance(item, Mapping) and item.get("skill")
-        }
+        view = RunView(snapshot.values)
+        needed = {item.skill for item in (view.card, view.turn) if item is not None}
         missing = sorted(needed - set(self._ctx.bundles))
         if missing:
             record = self.index.get(thread_id)
@@ -832,12 +737,18 @@ class SkillDeck:
         """
         self._require(thread_id)
         with checkpoint_errors():
-            source = self.graph.get_state(self._sync.config(thread_id, checkpoint_id=checkpoint_id))
+            source = self.graph.get_state(
+                run_config(self.settings, thread_id, checkpoint_id=checkpoint_id)
+            )
         if source.created_at is None:
             raise CheckpointError(
                 f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; list them with "
                 "deck.history(thread_id)"
             )
+        if START in source.next:
+            # A run's input checkpoint holds its request as a pending write, not in its
+            # state: the next checkpoint is the same point with the request applied.
+            source = self._applied(thread_id, checkpoint_id) or source
         update = dict(update or {})
         unknown = sorted(set(update) - set(self.graph.builder.state_schema.__annotations__))
         if unknown:
@@ -851,18 +762,39 @@ class SkillDeck:
         ]
         writes += list(update.items())
         new_thread_id = _thread_id(new_thread_id)
-        if self._sync.snapshot(new_thread_id) is not None:
+        if self._snapshot(new_thread_id) is not None:
             raise SkillDeckError(f"thread {new_thread_id!r} already exists; pick a new id")
-        config = self._sync.config(new_thread_id, _identity(dict(writes)), metadata, callbacks)
+        identity = _identity(RunView(dict(writes)))
+        config = run_config(self.settings, new_thread_id, identity, metadata, callbacks)
         # Re-enter where the source stood: its pending nodes, or the router when it had ended.
         goto = list(source.next) or [ROUTER_NODE]
         with checkpoint_errors():
             self.graph.update_state(config, Command(update=writes, goto=goto), as_node=ROUTER_NODE)
-        return self._sync.invoke(Request(None, config, self._sync.snapshot(new_thread_id)))
+        # The fork reaches the transcript of the turn it carries: deleting the source keeps it.
+        turn = RunView(source.values).turn
+        if turn is not None:
+            transcript.refer(self.store, new_thread_id, [turn.id])
+        prepared = Prepared(None, config, self._snapshot(new_thread_id))
+        return run_sync(lambda: self._driver_of(self.graph).invoke(prepared))
+
+    def _applied(self, thread_id: str, checkpoint_id: str) -> StateSnapshot | None:
+        """The checkpoint that applied the input of the input checkpoint ``checkpoint_id``."""
+        with checkpoint_errors():
+            for snapshot in self.graph.get_state_history(run_config(self.settings, thread_id)):
+                parent = (snapshot.parent_config or {}).get("configurable", {})
+                if parent.get("checkpoint_id") == checkpoint_id:
+                    return snapshot
+        return None
 
     # -- reading --------------------------------------------------------------------------
+    def _snapshot(self, thread_id: str) -> StateSnapshot | None:
+        """The thread's latest snapshot, or ``None`` for a thread never run."""
+        with checkpoint_errors():
+            found = self.graph.get_state(run_config(self.settings, thread_id))
+        return found if found.created_at is not None else None
+
     def _require(self, thread_id: str) -> StateSnapshot:
-        snapshot = self._sync.snapshot(thread_id)
+        snapshot = self._snapshot(thread_id)
         if snapshot is None:
             raise ThreadNotFoundError(thread_id, where=self.index.where)
         return snapshot
@@ -880,13 +812,22 @@ class SkillDeck:
     def get_thread(self, thread_id: str) -> RunResult:
         """The current state of a thread, with its pending card if it is paused. The state holds
         every field any skill wrote, whether this deck loaded that skill or not."""
-        return self._sync.thread(thread_id)
+        with checkpoint_errors():
+            snapshot = read_snapshot(self.graph, run_config(self.settings, thread_id))
+        if snapshot.created_at is None:
+            raise ThreadNotFoundError(thread_id, where=self.index.where)
+        result = run_result(thread_id, snapshot)
+        if result.status != "running":
+            return result
+        with checkpoint_errors():
+            return resumable(result, self.claims.live([thread_id]))
 
     def history(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's checkpoints, oldest first: one row per super-step (the keys are listed
         in :func:`skilldeck.checkpoints.inspect.step_rows`)."""
         self._require(thread_id)
-        return step_rows(self._sync.history(thread_id))
+        with checkpoint_errors():
+            return step_rows(read_history(self.graph, run_config(self.settings, thread_id)))
 
     def threads(
         self, *, user_id: str | None = None, status: str | None = None, limit: int | None = None
@@ -947,8 +888,8 @@ def _stopped_mid_run(
     return same and thread_status(snapshot) == "running"
 
 
-def _identity(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: values.get(k) for k in ("user_id", "matter_id")}
+def _identity(view: RunView) -> dict[str, Any]:
+    return {"user_id": view.user_id, "matter_id": view.matter_id}
 
 
 def _thread_id(given: str | None) -> str:

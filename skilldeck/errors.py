@@ -27,6 +27,7 @@ __all__ = [
     "MatterRequiredError",
     "MissingExtraError",
     "ModelConfigError",
+    "ModelUnavailableError",
     "NoModelConfiguredError",
     "NoPendingCardError",
     "NotResumableError",
@@ -76,6 +77,7 @@ class ErrorCode(StrEnum):
     STALE_RUN = "STALE_RUN"
     NOT_RESUMABLE = "NOT_RESUMABLE"
     PLUGIN_ERROR = "PLUGIN_ERROR"
+    MODEL_UNAVAILABLE = "MODEL_UNAVAILABLE"
 
 
 class SkillDeckError(Exception):
@@ -422,3 +424,13 @@ class MissingExtraError(SkillDeckError):
         self.package = package
         how = hint or f"pip install 'skilldeck[{extra}]'"
         super().__init__(f"{package} is not installed: {how}")
+
+
+class ModelUnavailableError(SkillDeckError):
+    """A skill's model endpoint stayed unavailable (timeouts, refused connections, HTTP 429 or
+    5xx) through every transport retry. Nothing of the failed calls reached the transcript; the
+    thread stops ``resumable`` at its last checkpoint, and continuing it retries the turn.
+    The message names the failure's type and HTTP status only (a provider's error text goes to
+    the log, redacted)."""
+
+    code = ErrorCode.MODEL_UNAVAILABLE

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+import openai
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -292,22 +294,19 @@ def _emit_tokens(
             run_manager.on_llm_new_token(piece, chunk=chunk)
 
 
-class _Unavailable(Exception):
-    """A recorded 5xx of the endpoint, replayed with its status (the re-ask names it)."""
-
-    def __init__(self, message: str, status_code: int) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-
-
 def _fail_as_recorded(turn: Mapping[str, Any], where: str, index: int) -> None:
-    """Raise what a recorded failed call raised live (a cut-off returns, see ``_generate``)."""
+    """Raise what a failed call raises live: the OpenAI SDK's own errors, so the engine meets a
+    scripted failure as it meets a real one (a timeout or a 5xx is the transport's to retry; a
+    cut-off returns, see ``_generate``)."""
     kind = str(turn["error"])
+    request = httpx.Request("POST", f"scripted://{where}[{index}]")
     if kind == "timeout":
-        raise TimeoutError(f"recorded timeout ({where}[{index}])")
+        raise openai.APITimeoutError(request=request)
     if kind == "unavailable":
         status = int(turn.get("status", 503))
-        raise _Unavailable(f"recorded endpoint failure ({where}[{index}])", status)
+        response = httpx.Response(status, request=request)
+        message = f"recorded endpoint failure ({where}[{index}])"
+        raise openai.InternalServerError(message, response=response, body=None)
     if kind != "length":
         raise ScriptedModelError(
             f"{where}[{index}]: error must be one of {', '.join(ERROR_KINDS)}, not {kind!r}"

@@ -57,7 +57,24 @@ class Settings(BaseSettings):
         default=1024, ge=16, description="Tokens a model may generate per call (sent each call)."
     )
     model_timeout_s: float = Field(
-        default=120.0, gt=0, description="Seconds one model call may take; then it is re-asked."
+        default=120.0,
+        gt=0,
+        description="Seconds one model call may take; then it is retried like any call that got "
+        "no reply (see transport_attempts).",
+    )
+    transport_attempts: int = Field(
+        default=6,
+        ge=1,
+        description="Calls a model call may take when the endpoint gives no reply (a timeout, a "
+        "dropped connection, HTTP 429 or 5xx), the first included: retried with exponential "
+        "backoff and jitter, honouring Retry-After. Then the run stops as MODEL_UNAVAILABLE and "
+        "the thread is resumable.",
+    )
+    transport_budget_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds one model call may spend on those retries, waits included (the run's "
+        "deadline, run_timeout_s, bounds them too).",
     )
     run_timeout_s: float | None = Field(
         default=None, gt=0, description="Seconds a whole run (one request) may take."

@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NotRequired, TypedDict
 
 if TYPE_CHECKING:
+    from langchain_core.callbacks import BaseCallbackHandler
+
     from skilldeck.checkpoints.threads import ThreadRecord
+    from skilldeck.graph.records import RunError
 
 __all__ = [
     "Card",
     "CardEvent",
     "CardOption",
     "CardQuestion",
+    "Continue",
     "DeltaEvent",
     "DoneEvent",
     "ErrorEvent",
     "Event",
     "InputType",
     "Problem",
+    "Resume",
     "RouteCandidate",
     "RouteDecision",
     "RouteStrategy",
+    "RunOptions",
+    "RunRequest",
     "RunResult",
     "SkillResultEvent",
     "StepEvent",
@@ -35,7 +43,7 @@ ThreadStatus = Literal[
 ]
 """Where a thread stands: ``new`` (created over HTTP, never run), ``running`` (a run goes on),
 ``resumable`` (its run stopped before its end and no live run holds it, e.g. its process died:
-``SkillDeck.continue_thread`` goes on from its last checkpoint), ``interrupted`` (a card
+``SkillDeck.run(Continue(thread_id))`` goes on from its last checkpoint), ``interrupted`` (a card
 waits), ``finished``, ``failed`` (``error`` says why) or ``no_skill`` (no skill could run:
 ``error.skills`` says why for each)."""
 
@@ -146,19 +154,68 @@ class RunResult:
     ``status`` is ``interrupted`` (``card`` is set), ``finished``, ``failed`` (``error`` is set),
     ``no_skill`` (no skill could run; ``error`` lists each skill and why it was not a
     candidate), ``running`` (a run goes on) or ``resumable`` (a run stopped mid-way and nothing
-    runs it: ``continue_thread`` goes on from its last checkpoint).
+    runs it: ``deck.run(Continue(thread_id))`` goes on from its last checkpoint).
     """
 
     status: ThreadStatus
     thread_id: str
     state: dict[str, Any]
     card: Card | None = None
-    error: dict[str, Any] | None = None
+    #: Why the run ended ``failed`` or ``no_skill``, or stopped ``resumable``.
+    error: RunError | None = None
     checkpoint_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-native dict, as the CLI's ``--json`` prints it."""
-        return asdict(self)
+        return {
+            "status": self.status,
+            "thread_id": self.thread_id,
+            "state": self.state,
+            "card": self.card,
+            "error": None if self.error is None else self.error.dump(),
+            "checkpoint_id": self.checkpoint_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """A run request that answers the pending card of ``thread_id``:
+    ``deck.run(Resume(thread_id, {field_key: value}))``. ``interrupt_id`` (the card's) makes
+    sure the answers go to the card the person saw: a card answered meanwhile is refused."""
+
+    thread_id: str
+    answers: Mapping[str, Any]
+    interrupt_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """A run request that goes on with a ``resumable`` thread from its last checkpoint, with
+    no new input and no answers: ``deck.run(Continue(thread_id))``. For a thread whose run
+    stopped before its end (its process died, or its model endpoint stayed away)."""
+
+    thread_id: str
+
+
+RunRequest = Mapping[str, Any] | str | Resume | Continue | None
+"""What ``SkillDeck.run`` and ``stream`` take: a new turn's input (a mapping, or a string
+request that routing by description reads; ``None``: an empty input), a :class:`Resume` or a
+:class:`Continue`."""
+
+
+class RunOptions(TypedDict, total=False):
+    """The options of ``SkillDeck.run`` and ``stream``. A new turn needs ``context`` and may
+    name its thread (a new one by default), identity and first skill; a :class:`Resume` or
+    :class:`Continue` goes on with the thread's own, and takes only ``metadata`` and
+    ``callbacks`` (which go into the run's LangChain config)."""
+
+    context: str
+    thread_id: str | None
+    user_id: str | None
+    matter_id: str | None
+    next_skill: str | None
+    metadata: Mapping[str, Any] | None
+    callbacks: Sequence[BaseCallbackHandler] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +318,7 @@ class SkillResultEvent(_Event):
 class CardEvent(_Event):
     """The run paused on a card (terminal); ``to_dict()`` is the seed's ``event=card`` payload.
 
-    Answer it with ``SkillDeck.resume(thread_id, answers, interrupt_id=...)``.
+    Answer it with ``SkillDeck.run(Resume(thread_id, answers, interrupt_id=...))``.
     """
 
     event: ClassVar[Literal["card"]] = "card"
@@ -306,7 +363,7 @@ class ErrorEvent(_Event):
 @dataclass(frozen=True, slots=True)
 class DeltaEvent(_Event):
     """Text a skill's model is generating, as it comes (only when a stream asks for deltas:
-    ``stream_deltas=True``). The validated result still arrives in ``skill_result``."""
+    ``deltas=True``). The validated result still arrives in ``skill_result``."""
 
     event: ClassVar[Literal["delta"]] = "delta"
     thread_id: str

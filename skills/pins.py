@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from skilldeck._internal.paths import get_path
 
@@ -38,6 +38,7 @@ __all__ = [
     "RESULT_KEYWORD",
     "AnyPin",
     "CallsPin",
+    "MadeCall",
     "Pin",
     "ResultPin",
     "find_pins",
@@ -51,6 +52,19 @@ KEYWORD = "x-state"
 CALLS_KEYWORD = "x-calls"
 RESULT_KEYWORD = "x-result"
 _KEYWORDS = (KEYWORD, CALLS_KEYWORD, RESULT_KEYWORD)
+
+
+class MadeCall(Protocol):
+    """A tool call that worked, as pins read it (the run's records are such calls)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def args(self) -> Mapping[str, Any]: ...
+
+    @property
+    def returned(self) -> Mapping[str, Any] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,30 +189,25 @@ def _state_value(pin: Pin, state: Mapping[str, Any]) -> Any:
     return value if isinstance(value, str | int | float | bool) else None
 
 
-def _call_values(pin: CallsPin, calls: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+def _call_values(pin: CallsPin, calls: Sequence[MadeCall]) -> tuple[Any, ...]:
     """The values the successful ``calls`` gave the pin's arguments, first seen first."""
-    found = (
-        (call.get("args") or {}).get(arg)
-        for call in calls
-        for tool, arg in pin.calls
-        if call.get("name") == tool
-    )
+    found = (call.args.get(arg) for call in calls for tool, arg in pin.calls if call.name == tool)
     return tuple(dict.fromkeys(v for v in found if isinstance(v, str | int | float | bool)))
 
 
-def _result_value(pin: ResultPin, calls: Sequence[Mapping[str, Any]]) -> Any:
+def _result_value(pin: ResultPin, calls: Sequence[MadeCall]) -> Any:
     """The field of what the last successful call of the pin's tool returned (any JSON value
     but null), or ``None`` before one."""
     for call in reversed(calls):
-        if call.get("name") == pin.tool and pin.field in (call.get("returned") or {}):
-            return call["returned"][pin.field]
+        if call.name == pin.tool and call.returned and pin.field in call.returned:
+            return call.returned[pin.field]
     return None
 
 
 def pin_values(
     pins: tuple[AnyPin, ...],
     state: Mapping[str, Any],
-    calls: Sequence[Mapping[str, Any]] = (),
+    calls: Sequence[MadeCall] = (),
 ) -> dict[tuple[str, ...], Any]:
     """What each pin holds: a state pin its scalar (left out when the state has none), a
     calls pin the tuple of values this attempt's successful ``calls`` gave, a result pin the
@@ -237,7 +246,7 @@ def pin_errors(
     pins: tuple[AnyPin, ...],
     output: Mapping[str, Any],
     state: Mapping[str, Any],
-    calls: Sequence[Mapping[str, Any]] = (),
+    calls: Sequence[MadeCall] = (),
 ) -> list[dict[str, str]]:
     """One error for each pinned field of ``output`` that differs from what the run holds."""
     errors = []

@@ -26,6 +26,8 @@ class Answer:
     status: int = 200
     delay: float = 0.0
     error: str | None = None
+    #: Headers of the answer (``Retry-After`` on a 429, say).
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 #: What the endpoint does for one request: a reply message (answered with HTTP 200), an
@@ -39,6 +41,8 @@ class Endpoint:
     requests: list[dict[str, Any]] = field(default_factory=list)
     #: Each request's ``Authorization`` header (``""`` when it had none).
     authorizations: list[str] = field(default_factory=list)
+    #: Each request's body as it came, byte for byte.
+    raw: list[bytes] = field(default_factory=list)
 
 
 def text(content: str) -> dict[str, Any]:
@@ -72,7 +76,9 @@ def serve(steps: list[Step]) -> Iterator[Endpoint]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            data = self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.loads(data)
+            endpoint.raw.append(data)
             endpoint.authorizations.append(self.headers.get("Authorization", ""))
             endpoint.requests.append(body)
             index = len(endpoint.requests) - 1
@@ -86,12 +92,14 @@ def serve(steps: list[Step]) -> Iterator[Endpoint]:
             else:
                 said = answer.error or f"test endpoint: HTTP {answer.status}"
                 payload = {"error": {"message": said, "type": "invalid_request_error"}}
-            self._send(answer.status, payload)
+            self._send(answer.status, payload, answer.headers)
 
-        def _send(self, status: int, payload: Any) -> None:
+        def _send(self, status: int, payload: Any, headers: Mapping[str, str]) -> None:
             data = json.dumps(payload).encode()
             try:
                 self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

@@ -339,7 +339,7 @@ def test_auto_routes_by_description_or_answers_none(
     assert "threshold 20%" in none.reason
     result = deck.run("turn off the lights in the kitchen", context="auto")
     assert result.status == "no_skill"
-    assert "threshold" in result.error["message"]  # type: ignore[index]
+    assert "threshold" in result.error.message
     assert deck.route({"other": 1}).reason.startswith("context 'auto' routes by the request")
 
 
@@ -419,7 +419,7 @@ def test_a_model_routes_from_names_and_descriptions_only(
     assert result.state["calls"]["router"] == 1
     second = deck.run("anything", context="auto", thread_id=result.thread_id)
     assert second.status == "no_skill" and second.state["calls"]["router"] == 2
-    assert second.error and "nothing fits" in second.error["message"]
+    assert second.error and "nothing fits" in second.error.message
     bad = make_deck(skills_dir, {"router": router[2:]}, router="model")
     fallback = bad.route("suggest a recipe to cook")
     assert fallback.strategy == "lexical" and fallback.skill == "recipes"

@@ -209,9 +209,9 @@ def test_check_holds_a_cassette_to_the_rules_a_run_applies(
     with SkillDeck(folder, checkpointer="memory://", settings=host) as deck:
         failed = deck.run(context="note-taker")
     assert failed.status == "failed"
-    assert failed.error is not None and failed.error["code"] == "CONTRACT_VIOLATION"
-    assert "skills.note-taker[0] is not a valid output" in failed.error["message"]
-    ran = [(e["path"], e["message"]) for e in failed.error["errors"]]
+    assert failed.error is not None and failed.error.code == "CONTRACT_VIOLATION"
+    assert "skills.note-taker[0] is not a valid output" in failed.error.message
+    ran = [(e["path"], e["message"]) for e in failed.error.dump()["errors"]]
 
     report = check_skills(folder, settings=host)
     prefix = "$.skills.note-taker[0].output"

@@ -491,7 +491,7 @@ def test_worse_model_that_never_saves_fails_with_no_card(trials: Path, tmp_path:
     finally:
         deck.close()
     assert result.status == "failed"
-    assert result.error["code"] == "CONTRACT_VIOLATION"
+    assert result.error.code == "CONTRACT_VIOLATION"
     # tool_choice: required refuses an output before a call (the scripted model's tool mode
     # cannot hold it): every attempt is sent back to call card__save first.
     assert "(tool_choice: required): call one of card__save" in json.dumps(result.error)

@@ -20,7 +20,7 @@ import yaml
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
 from typer.testing import CliRunner, Result
 
-from skilldeck import Settings, SkillDeck
+from skilldeck import Resume, Settings, SkillDeck
 from skilldeck.cli import app
 from skilldeck.errors import SkillNotLoadedError
 
@@ -201,11 +201,11 @@ def test_a_resume_without_the_threads_skill_is_refused_and_changes_nothing(
         thread = deck.run(context="ctx").thread_id
     with SkillDeck(checkpointer=db, settings=settings) as builtin:
         with pytest.raises(SkillNotLoadedError, match=rf"needs skill\(s\) 'asker'.*{skills_dir}"):
-            builtin.resume(thread, {"note": "hi"})
+            builtin.run(Resume(thread, {"note": "hi"}))
         assert builtin.get_thread(thread).status == "interrupted"
         # A new turn would checkpoint the state without asker's field: refused as well.
     with SkillDeck(skills_dir, checkpointer=db, settings=settings) as deck:
-        assert deck.resume(thread, {"note": "hi"}).status == "finished"
+        assert deck.run(Resume(thread, {"note": "hi"})).status == "finished"
     with (
         SkillDeck(checkpointer=db, settings=settings) as builtin,
         pytest.raises(SkillNotLoadedError, match="state field\\(s\\) 'note'"),

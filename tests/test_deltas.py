@@ -1,4 +1,4 @@
-"""Token streaming: ``stream_deltas=True`` adds ``delta`` events, the models' text as it is
+"""Token streaming: ``deltas=True`` adds ``delta`` events, the models' text as it is
 generated, tagged with the skill and the attempt, from the scripted provider as from a real
 model; the other events stay what they were. Over HTTP every event has an id, and a client
 that reconnects to ``GET /threads/{id}/stream`` with ``Last-Event-ID`` gets what it missed."""
@@ -16,7 +16,7 @@ import pytest
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, own_matter, write_bundle
 from fastapi.testclient import TestClient
 
-from skilldeck import ModelConfigError, Settings, SkillDeck
+from skilldeck import ModelConfigError, Resume, Settings, SkillDeck
 from skilldeck.scripted import load_script
 from skilldeck.server import create_app, hash_key
 from skilldeck.types import DeltaEvent, Event, SkillResultEvent
@@ -46,7 +46,7 @@ def _others(events: list[Event]) -> list[tuple[str, Any]]:
 
 def test_deltas_carry_the_text_before_the_validated_result(deck: SkillDeck) -> None:
     plain = list(deck.stream(DEMO, **RUN))
-    streamed = list(deck.stream(DEMO, **RUN, stream_deltas=True))
+    streamed = list(deck.stream(DEMO, **RUN, deltas=True))
     assert not any(isinstance(e, DeltaEvent) for e in plain)
     assert _others(streamed) == _others(plain)
     deltas = [e for e in streamed if isinstance(e, DeltaEvent)]
@@ -60,7 +60,7 @@ def test_deltas_carry_the_text_before_the_validated_result(deck: SkillDeck) -> N
     thread = streamed[0].thread_id
     card = deck.get_thread(thread).card
     assert card is not None
-    resumed = list(deck.stream_resume(thread, DEMO_ANSWERS, stream_deltas=True))
+    resumed = list(deck.stream(Resume(thread, DEMO_ANSWERS), deltas=True))
     assert any(isinstance(e, DeltaEvent) for e in resumed) and resumed[-1].event == "done"
 
 
@@ -78,8 +78,8 @@ def _replies(events: list[Event]) -> list[str]:
 def test_each_reply_streams_its_text_exactly_once(deck: SkillDeck) -> None:
     # The scripted replies are JSON: a text sent twice over (the chunks, then the whole reply
     # again, as when the chunks lacked the reply's id) is no longer one JSON value.
-    streamed = list(deck.stream(DEMO, **RUN, stream_deltas=True))
-    resumed = list(deck.stream_resume(streamed[0].thread_id, DEMO_ANSWERS, stream_deltas=True))
+    streamed = list(deck.stream(DEMO, **RUN, deltas=True))
+    resumed = list(deck.stream(Resume(streamed[0].thread_id, DEMO_ANSWERS), deltas=True))
     for events in (streamed, resumed):
         replies = _replies(events)
         assert replies and all(json.loads(text) for text in replies), replies
@@ -87,7 +87,7 @@ def test_each_reply_streams_its_text_exactly_once(deck: SkillDeck) -> None:
 
 def test_async_streams_deltas_too(deck: SkillDeck) -> None:
     async def collect() -> list[Event]:
-        return [e async for e in deck.astream(DEMO, **RUN, stream_deltas=True)]
+        return [e async for e in deck.astream(DEMO, **RUN, deltas=True)]
 
     events = asyncio.run(collect())
     assert any(isinstance(e, DeltaEvent) for e in events) and events[-1].event == "card"
@@ -137,7 +137,7 @@ def test_a_scripted_turns_latency_spreads_its_text_over_that_time(
     deck = make_deck(skills_dir, {"slowpoke": [{**turn, "latency_s": 0.6}]}, output_mode="schema")
     arrived = [
         time.monotonic()
-        for e in deck.stream({}, context="ctx", stream_deltas=True)
+        for e in deck.stream({}, context="ctx", deltas=True)
         if isinstance(e, DeltaEvent)
     ]
     assert len(arrived) > 10 and arrived[-1] - arrived[0] >= 0.4  # a lower bound: sleeps only add

@@ -21,12 +21,14 @@ from skilldeck import (
     CheckpointError,
     InvalidAnswersError,
     NoPendingCardError,
+    Resume,
     SkillDeck,
     SkillDeckError,
     StaleInterruptError,
     ThreadNotFoundError,
 )
-from skilldeck.nodes.transcript import PROMPTS, namespace, read_messages
+from skilldeck.nodes import transcript
+from skilldeck.nodes.transcript import PROMPTS
 from skilldeck.scripted import ScriptedChatModel
 
 pytestmark = pytest.mark.L2
@@ -66,7 +68,7 @@ def test_demo_pauses_on_a_card_and_finishes_after_resume(demo_deck: SkillDeck) -
     assert result.state["attempt"]["model"].startswith("scripted:")
     assert [c["status"] for c in result.state["attempt"]["tool_calls"]] == ["ok", "ok"]
 
-    done = demo_deck.resume(result.thread_id, DEMO_ANSWERS, interrupt_id=card["interrupt_id"])
+    done = demo_deck.run(Resume(result.thread_id, DEMO_ANSWERS, interrupt_id=card["interrupt_id"]))
     assert done.status == "finished", done.error
     profile = done.state["profile"]
     assert profile["defendant"] == {"name": "Acme Logistics Ltd.", "type": "organisation"}
@@ -93,9 +95,9 @@ def test_the_model_is_not_called_again_for_one_card(
     )
     assert len(calls) == 3  # two tool rounds and the output
     with pytest.raises(InvalidAnswersError):
-        demo_deck.resume(result.thread_id, {"profile.defendant.name": "X"})
+        demo_deck.run(Resume(result.thread_id, {"profile.defendant.name": "X"}))
     assert len(calls) == 3
-    demo_deck.resume(result.thread_id, DEMO_ANSWERS)
+    demo_deck.run(Resume(result.thread_id, DEMO_ANSWERS))
     assert len(calls) == 5  # after the card: read the complaint, then the output; none repeated
     assert demo_deck.get_thread(result.thread_id).state["calls"] == {"litigation-intake": 5}
 
@@ -104,13 +106,13 @@ def test_resume_from_a_new_process_and_a_new_deck(tmp_path: Path) -> None:
     db = tmp_path / "shared.sqlite"
     code = f"""
 import json, sys
-from skilldeck import SkillDeck, Settings
+from skilldeck import Resume, SkillDeck, Settings
 deck = SkillDeck(checkpointer="sqlite:///{db}",
                  settings=Settings(model="scripted:{DEMO_SCRIPT}", files_root="{DEMO_FILES}"))
 if sys.argv[1] == "run":
     r = deck.run({{"documents": ["complaint.txt"]}}, context="matter", matter_id="demo-matter")
 else:
-    r = deck.resume(sys.argv[2], json.loads(sys.argv[3]))
+    r = deck.run(Resume(sys.argv[2], json.loads(sys.argv[3])))
 print(json.dumps({{"status": r.status, "thread_id": r.thread_id, "profile": r.state["profile"]}}))
 deck.close()
 """
@@ -204,12 +206,12 @@ def test_invalid_output_fails_the_run_and_merges_nothing(
     deck = make_deck(_skill(skills_dir), {"intake": [turn]}, max_retries=0)
     result = deck.run({}, context="ctx")
     assert result.status == "failed"
-    assert result.error is not None and result.error["code"] == "CONTRACT_VIOLATION"
-    assert any(reason in e["message"] for e in result.error["errors"]), result.error["errors"]
+    assert result.error is not None and result.error.code == "CONTRACT_VIOLATION"
+    assert any(reason in e.message for e in result.error.errors), result.error
     assert result.state.get("profile") in (None, {})
     assert "note" not in result.state
     assert result.state["attempt"]["action"] == "rejected"
-    assert result.state["attempt"]["validation_errors"] == result.error["errors"]
+    assert result.state["attempt"]["validation_errors"] == result.error.dump()["errors"]
 
 
 def test_invalid_output_is_retried_with_the_errors(skills_dir: Path, make_deck: Any) -> None:
@@ -224,7 +226,9 @@ def test_invalid_output_is_retried_with_the_errors(skills_dir: Path, make_deck: 
     assert result.state["attempt"]["attempt"] == 2
     rejected = [h for h in deck.history(result.thread_id) if h["action"] == "rejected"]
     assert len(rejected) == 1
-    messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    messages = transcript.read(
+        deck.store, result.state["attempt"]["turn"], result.state["attempt"]["head"]
+    )
     feedback = [m for m in messages if isinstance(m, HumanMessage)][-1]
     assert "Your output was rejected" in feedback.content and "not JSON" in feedback.content
 
@@ -236,12 +240,10 @@ def test_a_scripted_turn_never_hides_a_contract_error(skills_dir: Path, make_dec
     deck = make_deck(_skill(skills_dir), {"intake": turns}, max_retries=2)
     result = deck.run({}, context="ctx")
     assert result.status == "failed"
-    assert result.error is not None and result.error["code"] == "CONTRACT_VIOLATION"
-    assert re.search(
-        r"scripted turn .*script\d\.yaml: skills\.intake\[0\]", result.error["message"]
-    )
-    assert "invalid: true" in result.error["message"]
-    assert result.error["errors"] == [
+    assert result.error is not None and result.error.code == "CONTRACT_VIOLATION"
+    assert re.search(r"scripted turn .*script\d\.yaml: skills\.intake\[0\]", result.error.message)
+    assert "invalid: true" in result.error.message
+    assert result.error.dump()["errors"] == [
         {"path": "$.data.note", "message": '7 is not of type "string"'}
     ]
     assert result.state["calls"] == {"intake": 1}
@@ -254,7 +256,7 @@ def test_retries_are_bounded_by_the_host(skills_dir: Path, make_deck: Any) -> No
     result = deck.run({}, context="ctx")
     assert result.status == "failed"
     assert result.state["calls"] == {"intake": 3}
-    assert "3 attempt(s)" in result.error["message"]  # type: ignore[index]
+    assert "3 attempt(s)" in result.error.message
 
 
 def test_retry_action_reasks_with_the_retry_prompt(skills_dir: Path, make_deck: Any) -> None:
@@ -265,7 +267,9 @@ def test_retry_action_reasks_with_the_retry_prompt(skills_dir: Path, make_deck: 
     deck = make_deck(_skill(skills_dir), {"intake": turns})
     result = deck.run({}, context="ctx")
     assert result.status == "finished"
-    messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    messages = transcript.read(
+        deck.store, result.state["attempt"]["turn"], result.state["attempt"]["head"]
+    )
     assert "Look at page 2 as well." in messages[-2].content
 
 
@@ -282,7 +286,7 @@ def test_tool_rounds_are_bounded(skills_dir: Path, make_deck: Any) -> None:
     )
     result = deck.run({}, context="ctx")
     assert result.status == "failed"
-    assert "tool round limit (2)" in result.error["errors"][0]["message"]  # type: ignore[index]
+    assert "tool round limit (2)" in result.error.dump()["errors"][0]["message"]
     assert len(result.state["attempt"]["tool_calls"]) == 2
 
 
@@ -298,7 +302,9 @@ def test_a_call_that_repeats_one_that_worked_narrows_the_turn_to_the_output(
     result = deck.run({}, context="ctx")
     assert result.status == "finished", result.error
     assert [c["status"] for c in result.state["attempt"]["tool_calls"]] == ["ok"]
-    messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    messages = transcript.read(
+        deck.store, result.state["attempt"]["turn"], result.state["attempt"]["head"]
+    )
     assert "You already called element__extract" in messages[-2].content
 
 
@@ -333,8 +339,8 @@ def test_an_exhausted_script_fails_the_run_clearly(skills_dir: Path, make_deck: 
     deck = make_deck(_skill(skills_dir), {"intake": []})
     result = deck.run({}, context="ctx")
     assert result.status == "failed"
-    assert result.error is not None and result.error["code"] == "MODEL_ERROR"
-    assert "no turn 0 for skill 'intake'" in result.error["message"]
+    assert result.error is not None and result.error.code == "MODEL_ERROR"
+    assert "no turn 0 for skill 'intake'" in result.error.message
 
 
 # -- validate.py and preprocess.py -------------------------------------------------------------
@@ -355,7 +361,9 @@ def test_validate_script_can_ask_for_a_retry(skills_dir: Path, make_deck: Any) -
     deck = make_deck(skills, {"intake": turns}, trust=[skills])
     result = deck.run({}, context="ctx")
     assert result.status == "finished" and result.state["profile"]["name"] == "Ann"
-    messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    messages = transcript.read(
+        deck.store, result.state["attempt"]["turn"], result.state["attempt"]["head"]
+    )
     assert "name is missing" in messages[-2].content and "Find the name." in messages[-2].content
 
 
@@ -388,8 +396,8 @@ def test_broken_validate_script_fails_the_run(
     deck = make_deck(skills, {"intake": turns}, trust=[skills])
     result = deck.run({}, context="ctx")
     assert result.status == "failed"
-    assert result.error is not None and result.error["code"] == "SCRIPT_ERROR"
-    assert reason in result.error["message"]
+    assert result.error is not None and result.error.code == "SCRIPT_ERROR"
+    assert reason in result.error.message
     assert result.state.get("profile") in (None, {})
 
 
@@ -458,7 +466,7 @@ def test_invalid_answers_raise_the_card_again_and_change_nothing(
     deck, thread = paused
     before = deck.get_thread(thread)
     with pytest.raises(InvalidAnswersError) as info:
-        deck.resume(thread, answers)
+        deck.run(Resume(thread, answers))
     assert any(e["field_key"] == field and message in e["message"] for e in info.value.errors)
     assert info.value.card["errors"] == info.value.errors
     assert info.value.card["interrupt_id"] == before.card["interrupt_id"]  # type: ignore[index]
@@ -517,7 +525,7 @@ def test_number_answers_and_errors_a_person_can_read(amounts: tuple[SkillDeck, s
     assert card is not None and card["questions"][0]["maximum"] == 500
     bad = {"amount": 900, "crates": 2.5, "case_no": "12", "court": "x", "colour": "pink"}
     with pytest.raises(InvalidAnswersError) as refused:
-        deck.resume(thread, bad)
+        deck.run(Resume(thread, bad))
     said = {e["field_key"]: e["message"] for e in refused.value.errors}
     assert said == {
         "amount": "must be at most 500",
@@ -528,9 +536,9 @@ def test_number_answers_and_errors_a_person_can_read(amounts: tuple[SkillDeck, s
         "colour": 'must be one of "red", "green", "blue", "amber", "white" or "black"',
     }
     with pytest.raises(InvalidAnswersError) as refused:
-        deck.resume(thread, {"amount": "12", "crates": 2, "case_no": "2024-AB"})
+        deck.run(Resume(thread, {"amount": "12", "crates": 2, "case_no": "2024-AB"}))
     assert refused.value.errors == [{"field_key": "amount", "message": "must be a number"}]
-    done = deck.resume(thread, {"amount": 120.5, "crates": 3, "case_no": "2024-AB"})
+    done = deck.run(Resume(thread, {"amount": 120.5, "crates": 3, "case_no": "2024-AB"}))
     assert (done.state["amount"], done.state["crates"], done.status) == (120.5, 3, "finished")
 
 
@@ -554,13 +562,13 @@ def test_a_card_with_senseless_bounds_or_message_is_a_contract_error(
     )  # fmt: skip
     result = deck.run({}, context="ctx")
     assert result.status == "failed" and result.error is not None
-    assert result.error["code"] == "CONTRACT_VIOLATION"
-    assert any(reason in e["message"] for e in result.error["errors"]), result.error
+    assert result.error.code == "CONTRACT_VIOLATION"
+    assert any(reason in e["message"] for e in result.error.dump()["errors"]), result.error
 
 
 def test_answers_are_written_at_their_dot_paths(paused: tuple[SkillDeck, str]) -> None:
     deck, thread = paused
-    result = deck.resume(thread, {"profile.party": "them", "tags": ["b"], "meta.urgent": True})
+    result = deck.run(Resume(thread, {"profile.party": "them", "tags": ["b"], "meta.urgent": True}))
     assert result.status == "finished"
     assert result.state["profile"] == {"name": "Ann", "party": "them"}
     assert result.state["tags"] == ["b"]
@@ -578,23 +586,23 @@ def test_a_raw_resume_with_bad_answers_reraises_the_card(paused: tuple[SkillDeck
     assert again.id != first["interrupt_id"]  # type: ignore[index]
     assert again.value["errors"][0]["field_key"] in ("profile.party", "x")
     assert deck.get_thread(thread).state["profile"] == {"name": "Ann"}
-    result = deck.resume(thread, {"profile.party": "us"})
+    result = deck.run(Resume(thread, {"profile.party": "us"}))
     assert result.status == "finished" and result.state["profile"]["party"] == "us"
     with pytest.raises(NoPendingCardError):
-        deck.resume(thread, {"profile.party": "us"})
+        deck.run(Resume(thread, {"profile.party": "us"}))
 
 
 def test_resume_errors(paused: tuple[SkillDeck, str]) -> None:
     deck, thread = paused
     with pytest.raises(ThreadNotFoundError, match=r"not found in .*checkpoints\.sqlite"):
-        deck.resume("no-such-thread", {})
+        deck.run(Resume("no-such-thread", {}))
     with pytest.raises(StaleInterruptError, match="already answered"):
-        deck.resume(thread, {"profile.party": "us"}, interrupt_id="stale")
+        deck.run(Resume(thread, {"profile.party": "us"}, interrupt_id="stale"))
     with pytest.raises(SkillDeckError, match="waiting for answers"):
         deck.run({}, context="ctx", thread_id=thread)
-    deck.resume(thread, {"profile.party": "us"})
+    deck.run(Resume(thread, {"profile.party": "us"}))
     with pytest.raises(NoPendingCardError, match="'finished'"):
-        deck.resume(thread, {"profile.party": "us"})
+        deck.run(Resume(thread, {"profile.party": "us"}))
 
 
 def test_identity_comes_from_arguments_not_input(skills_dir: Path, make_deck: Any) -> None:
@@ -660,7 +668,7 @@ def test_thread_ids_with_periods_work(demo_deck: SkillDeck) -> None:
         thread_id="case.v1.2E.",
     )
     assert result.status == "interrupted"
-    assert demo_deck.resume("case.v1.2E.", DEMO_ANSWERS).status == "finished"
+    assert demo_deck.run(Resume("case.v1.2E.", DEMO_ANSWERS)).status == "finished"
 
 
 def test_a_system_prompt_is_stored_once_for_every_turn(skills_dir: Path, make_deck: Any) -> None:
@@ -671,10 +679,10 @@ def test_a_system_prompt_is_stored_once_for_every_turn(skills_dir: Path, make_de
     system = prompts[0].value["message"]["data"]["content"]
     assert system.startswith("# Skill: intake") and "## Output" in system
     for run in runs:
-        turn = run.state["attempt"]["turn"]
-        (row,) = deck.store.search(namespace(run.thread_id, turn))
+        turn, head = run.state["attempt"]["turn"], run.state["attempt"]["head"]
+        (row,) = deck.store.search(transcript.turn_namespace(turn))
         assert row.value["messages"][0] == {"type": "prompt_ref", "key": prompts[0].key}
-        messages = read_messages(deck.store, run.thread_id, turn)
+        messages = transcript.read(deck.store, turn, head)
         assert isinstance(messages[0], SystemMessage) and messages[0].content == system
         assert isinstance(messages[1], HumanMessage) and isinstance(messages[2], AIMessage)
 
@@ -685,4 +693,6 @@ def test_a_transcript_without_its_prompt_is_a_clear_error(skills_dir: Path, make
     (prompt,) = deck.store.search(PROMPTS)
     deck.store.delete(PROMPTS, prompt.key)
     with pytest.raises(CheckpointError, match=f"system prompt {prompt.key} that the store"):
-        read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+        transcript.read(
+            deck.store, result.state["attempt"]["turn"], result.state["attempt"]["head"]
+        )

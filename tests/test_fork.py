@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from conftest import DEMO_ANSWERS, DEMO_FILES, output, write_bundle
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from endpoint import serve, settings_for, text
 from langchain_core.callbacks import BaseCallbackHandler
 
 from skilldeck import (
     CheckpointError,
     ModelConfigError,
+    Resume,
     SkillDeck,
     SkillDeckError,
     ThreadNotFoundError,
@@ -42,7 +45,7 @@ def test_fork_from_the_paused_checkpoint_leaves_the_original_alone(demo_deck: Sk
     assert forked.status == "interrupted" and forked.card is not None
     assert forked.state["profile"] == before.state["profile"]
 
-    done = demo_deck.resume(forked.thread_id, DEMO_ANSWERS)
+    done = demo_deck.run(Resume(forked.thread_id, DEMO_ANSWERS))
     assert done.status == "finished"
     assert done.state["profile"]["defendant"]["name"] == "Acme Logistics Ltd."
     # The source thread still waits for its own answers.
@@ -52,7 +55,7 @@ def test_fork_from_the_paused_checkpoint_leaves_the_original_alone(demo_deck: Sk
 
 def test_fork_with_an_update_changes_only_the_fork(demo_deck: SkillDeck) -> None:
     thread = _paused(demo_deck)
-    finished = demo_deck.resume(thread, DEMO_ANSWERS)
+    finished = demo_deck.run(Resume(thread, DEMO_ANSWERS))
     last = demo_deck.history(thread)[-1]["checkpoint_id"]
     forked = demo_deck.fork(thread, last, {"profile": {"note": "forked"}}, new_thread_id="f-1")
     assert forked.thread_id == "f-1"
@@ -114,3 +117,70 @@ def test_bad_cases_section_is_a_clear_error() -> None:
         load_script({"cases": {"c1": {"skills": {"echo": [{"oops": 1}]}}}})
     with pytest.raises(ModelConfigError, match=r"\$\.cases: must map"):
         load_script({"skills": {}, "cases": [1]})
+
+
+# -- the checkpoint owns the run --------------------------------------------------------------
+def _demo_turns() -> dict[bool, list[dict[str, Any]]]:
+    """The demo cassette's model turns, before the card and after it."""
+    turns = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))["skills"]["litigation-intake"]
+    return {False: turns[:3], True: turns[3:]}
+
+
+def _as_the_demo_model(body: dict[str, Any]) -> dict[str, Any]:
+    """The demo's model as an endpoint: each reply follows from the request alone (which turn,
+    which round), so the same request always gets the same reply."""
+    messages = body["messages"]
+    after_card = "Acme Logistics" in str(messages[1]["content"])
+    turn = _demo_turns()[after_card][(len(messages) - 2) // 2]
+    if "output" in turn:
+        return text(json.dumps({"final": turn["output"]}))
+    (call,) = turn["tool_calls"]
+    return text(json.dumps({"tool": call["name"], "arguments": call["args"]}))
+
+
+def test_a_fork_at_any_checkpoint_sends_the_model_what_the_original_sent() -> None:
+    """Mid-turn too: the fork reads the conversation its checkpoint holds, so each request it
+    sends is byte for byte the one the original run sent from that point on."""
+    with serve([_as_the_demo_model] * 200) as endpoint:
+        settings = settings_for(endpoint, output_mode="schema", files_root=str(DEMO_FILES))
+        with SkillDeck(checkpointer="memory://", settings=settings) as deck:
+            thread = _paused(deck)
+            assert deck.run(Resume(thread, DEMO_ANSWERS)).status == "finished"
+            original = list(endpoint.raw)
+            checkpoints = [r["checkpoint_id"] for r in deck.history(thread)]
+            sent_by_fork = []
+            for checkpoint in checkpoints:
+                start = len(endpoint.raw)
+                forked = deck.fork(thread, checkpoint)
+                if forked.status == "interrupted":
+                    forked = deck.run(Resume(forked.thread_id, DEMO_ANSWERS))
+                assert forked.status == "finished", forked.error
+                sent = endpoint.raw[start:]
+                assert sent == original[len(original) - len(sent) :], checkpoint
+                sent_by_fork.append(len(sent))
+    assert sent_by_fork[0] == len(original)  # from the start: every call again
+    assert sorted(sent_by_fork, reverse=True) == sent_by_fork
+    # Forks in the middle of a turn (after a tool round) go on with its conversation: their
+    # first call carries the rounds before it (it was an empty prompt before the redesign).
+    firsts = [json.loads(original[-n]) for n in sent_by_fork if n]
+    assert any(len(first["messages"]) > 2 for first in firsts)
+
+
+def test_running_again_from_an_earlier_checkpoint_sees_no_later_message() -> None:
+    with serve([_as_the_demo_model] * 50) as endpoint:
+        settings = settings_for(endpoint, output_mode="schema", files_root=str(DEMO_FILES))
+        with SkillDeck(checkpointer="memory://", settings=settings) as deck:
+            thread = _paused(deck)
+            deck.run(Resume(thread, DEMO_ANSWERS))
+            original = list(endpoint.raw)
+            rows = deck.history(thread)
+            # The checkpoint after the first tool round: the next call is the original's second.
+            after_tools = next(r for r in rows if r["node"] == "tools")
+            at = {"thread_id": thread, "checkpoint_id": after_tools["checkpoint_id"]}
+            # The run's identity is its config's (the tools' choices depend on it), as a
+            # deck's replay passes it.
+            config: Any = {"configurable": {**at, "user_id": "u", "matter_id": "demo-matter"}}
+            start = len(endpoint.raw)
+            deck.graph.invoke(None, config)
+            again = endpoint.raw[start]
+    assert again == original[1]

@@ -26,7 +26,7 @@ from langchain_core.tools import StructuredTool
 from typer.testing import CliRunner
 
 import skilldeck.errors
-from skilldeck import InvalidAnswersError, Settings, SkillDeck, SkillDeckError
+from skilldeck import InvalidAnswersError, Resume, Settings, SkillDeck, SkillDeckError
 from skilldeck._internal.redact import PublicReason, safe_reason
 from skilldeck.checkpoints.claims import RUN_LEASE
 from skilldeck.cli import app as cli
@@ -230,7 +230,7 @@ def test_no_model_output_leaves_a_thread_stuck(
     with deck_on([retry] * 3, "d") as deck:
         failed = deck.run(context="ctx")
         assert failed.status == "failed"
-        assert failed.error is not None and failed.error["code"] == "CONTRACT_VIOLATION"
+        assert failed.error is not None and failed.error.code == "CONTRACT_VIOLATION"
         assert deck.get_thread(failed.thread_id).status == "failed"
 
 
@@ -240,12 +240,12 @@ def test_a_run_broken_by_the_unforeseen_ends_failed(
     write_bundle(skills_dir, "intake")
     script = tmp_path / "turns.yaml"
     script.write_text(json.dumps({"skills": {"intake": [output()]}}))
-    import skilldeck.nodes.skill as skill_node
+    import skilldeck.nodes.transcript as transcript
 
-    def broken(*args: Any) -> int:
+    def broken(*args: Any) -> str:
         raise RuntimeError("disk full; token=sk-verysecretvalue1234567890")
 
-    monkeypatch.setattr(skill_node, "append_messages", broken)
+    monkeypatch.setattr(transcript, "append", broken)
     with SkillDeck(
         skills_dir,
         checkpointer=f"sqlite:///{tmp_path / 'c.sqlite'}",
@@ -253,7 +253,7 @@ def test_a_run_broken_by_the_unforeseen_ends_failed(
     ) as deck:
         result = deck.run(context="ctx")
         assert result.status == "failed"
-        assert result.error is not None and result.error["code"] == "INTERNAL_ERROR"
+        assert result.error is not None and result.error.code == "INTERNAL_ERROR"
         assert "sk-verysecret" not in json.dumps(result.error)
         assert deck.get_thread(result.thread_id).status == "failed"
 
@@ -307,7 +307,7 @@ def test_a_card_whose_field_cannot_hold_its_answer_is_a_contract_error(
     ) as deck:
         result = deck.run(context="ctx")
     assert result.status == "failed"
-    assert any(message in e["message"] for e in result.error["errors"]), result.error  # type: ignore[index]
+    assert any(message in e["message"] for e in result.error.dump()["errors"]), result.error
 
 
 def test_answers_that_the_fields_schema_forbids_are_refused(
@@ -335,11 +335,11 @@ def test_answers_that_the_fields_schema_forbids_are_refused(
             "enum": ["open", "closed"]
         }
         with pytest.raises(InvalidAnswersError) as refused:
-            deck.resume(paused.thread_id, {"profile.status": "hacked"})
+            deck.run(Resume(paused.thread_id, {"profile.status": "hacked"}))
         assert refused.value.errors[0]["field_key"] == "profile.status"
         assert deck.get_thread(paused.thread_id).status == "interrupted"
         assert deck.get_thread(paused.thread_id).state.get("profile") in (None, {})
-        done = deck.resume(paused.thread_id, {"profile.status": "open"})
+        done = deck.run(Resume(paused.thread_id, {"profile.status": "open"}))
         assert done.state["profile"] == {"status": "open"}
 
 
@@ -483,7 +483,7 @@ def test_claims_stay_bounded_over_a_thousand_flows(skills_dir: Path, tmp_path: P
     ) as deck:
         for i in range(1000):
             paused = deck.run(context="ctx", thread_id=f"t{i}")
-            assert deck.resume(paused.thread_id, {"note": "hi"}).status == "finished"
+            assert deck.run(Resume(paused.thread_id, {"note": "hi"})).status == "finished"
             if i % 250 == 0:
                 with sqlite3.connect(db) as conn:
                     rows = conn.execute("SELECT count(*) FROM skilldeck_interrupt_claims")
@@ -800,7 +800,7 @@ def test_routing_model_errors_reach_no_client_surface(
     assert reason.startswith("the routing model failed (") and failed in reason
     # No skill matches: the reason is the run's error.
     nothing = deck.run("zzz qqq", context="auto", user_id="alice")
-    assert nothing.status == "no_skill" and failed in nothing.error["message"]  # type: ignore[index]
+    assert nothing.status == "no_skill" and failed in nothing.error.message
     seen = [picked.to_dict(), nothing.to_dict(), deck.history(picked.thread_id)]
     seen += [deck.history(nothing.thread_id), deck.get_thread(picked.thread_id).to_dict()]
     with TestClient(create_app(deck, api_keys=HASHES)) as client:
@@ -1190,5 +1190,5 @@ def test_a_card_field_key_nested_too_deep_is_re_asked(skills_dir: Path, tmp_path
         assert all(e["path"].endswith(".field_key") for e in errors) and len(rejected) == 2
         assert paused.card is not None
         (question,) = paused.card["questions"]
-        done = deck.resume(paused.thread_id, {question["field_key"]: "yes"})
+        done = deck.run(Resume(paused.thread_id, {question["field_key"]: "yes"}))
         assert done.status == "finished", done.error

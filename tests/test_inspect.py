@@ -16,6 +16,7 @@ from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
 from skilldeck import (
     CheckpointError,
     ModelConfigError,
+    Resume,
     Settings,
     SkillDeck,
     SkillDeckError,
@@ -23,7 +24,7 @@ from skilldeck import (
 )
 from skilldeck.checkpoints.inspect import as_frame, diff, fork, list_threads, steps
 from skilldeck.errors import MissingExtraError
-from skilldeck.nodes.transcript import read_messages
+from skilldeck.nodes import transcript
 
 pytestmark = pytest.mark.L2
 
@@ -50,7 +51,7 @@ def _paused(deck: SkillDeck, user: str = "ann") -> str:
 
 def _finished(deck: SkillDeck, user: str = "ann") -> str:
     thread = _paused(deck, user)
-    assert deck.resume(thread, DEMO_ANSWERS).status == "finished"
+    assert deck.run(Resume(thread, DEMO_ANSWERS)).status == "finished"
     return thread
 
 
@@ -210,7 +211,7 @@ def test_reading_a_thread_needs_none_of_its_skills(
     settings = Settings(model=f"scripted:{script}")
     with SkillDeck(skills_dir, checkpointer=url, settings=settings) as own:
         thread = own.run(context="ctx").thread_id
-        assert own.resume(thread, {"note": "hi"}).status == "finished"
+        assert own.run(Resume(thread, {"note": "hi"})).status == "finished"
         expected = own.get_thread(thread).state
     with SkillDeck(checkpointer=url, settings=settings) as builtin:  # no asker here
         state = builtin.get_thread(thread).state
@@ -283,9 +284,9 @@ def test_fork_with_edited_skills_tries_a_prompt_change(tmp_path: Path) -> None:
         assert forked.status == "finished"
         [attempt] = [r for r in steps(deck, forked.thread_id) if r["skill"]]
         assert attempt["action"] == "finish"
-        prompt = read_messages(deck.store, forked.thread_id, forked.state["attempt"]["turn"])[0]
+        prompt = transcript.read(deck.store, *_turn(forked.state))[0]
         assert "Do echo, differently." in str(prompt.content)
-        first = read_messages(deck.store, thread, deck.get_thread(thread).state["attempt"]["turn"])
+        first = transcript.read(deck.store, *_turn(deck.get_thread(thread).state))
         assert "differently" not in str(first[0].content)
 
 
@@ -301,3 +302,8 @@ def test_frames_need_pandas(deck: SkillDeck, monkeypatch: pytest.MonkeyPatch) ->
         as_frame([{"a": 1}])
     with pytest.raises(MissingExtraError):
         steps(deck, thread, frame=True)
+
+
+def _turn(state: dict[str, Any]) -> tuple[str, str]:
+    """The last attempt's turn and transcript head in ``state``."""
+    return state["attempt"]["turn"], state["attempt"]["head"]

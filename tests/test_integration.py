@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import DEMO_ANSWERS, DEMO_FILES
 
-from skilldeck import Settings, SkillDeck
+from skilldeck import Resume, Settings, SkillDeck
 
 pytestmark = pytest.mark.integration
 
@@ -32,10 +32,10 @@ def test_litigation_intake_with_a_real_model(tmp_path: Path) -> None:
                 )
                 for q in result.card["questions"]
             }
-            result = deck.resume(result.thread_id, answers)
+            result = deck.run(Resume(result.thread_id, answers))
         assert result.status in ("finished", "failed", "interrupted")
         if result.status == "failed":
-            assert result.error and result.error["code"] in ("CONTRACT_VIOLATION", "LOOP_GUARD")
+            assert result.error and result.error.code in ("CONTRACT_VIOLATION", "LOOP_GUARD")
         else:
             assert not result.state["attempt"]["model"].startswith("scripted:")
             assert result.state["attempt"]["validation_errors"] == []

@@ -25,8 +25,8 @@ from skilldeck.checkpoints import open_persistence
 from skilldeck.checkpoints.threads import BLANK_RECORD
 from skilldeck.cli import app as cli
 from skilldeck.errors import BundleError, MatterRequiredError, SkillDeckError
+from skilldeck.nodes import transcript
 from skilldeck.nodes.prompt import render_system
-from skilldeck.nodes.transcript import read_messages
 from skilldeck.server import create_app, hash_key
 from skilldeck.skills import load_skills
 from skilldeck.tools import ToolRegistry, default_registry
@@ -91,7 +91,7 @@ def deck_for(
 def tool_results(deck: SkillDeck, state: dict[str, Any]) -> list[tuple[str, str]]:
     """``(status, content)`` of each tool call of the run's last attempt."""
     attempt = state["attempt"]
-    messages = read_messages(deck.store, state["thread_id"], attempt["turn"])
+    messages = transcript.read(deck.store, attempt["turn"], attempt["head"])
     contents = [m.content for m in messages if isinstance(m, ToolMessage)]
     return list(zip([c["status"] for c in attempt["tool_calls"]], contents, strict=True))
 

@@ -342,7 +342,7 @@ def test_deck_runs_bind_the_user(tmp_path: Path, memory: Memory) -> None:
     from conftest import output, write_bundle
 
     from skilldeck import Settings, SkillDeck
-    from skilldeck.nodes.transcript import read_messages
+    from skilldeck.nodes import transcript
 
     skills = tmp_path / "skills"
     write_bundle(skills, "recall", meta={"tools": ["lexical_search"]})
@@ -356,10 +356,14 @@ def test_deck_runs_bind_the_user(tmp_path: Path, memory: Memory) -> None:
         tools=default_registry(tmp_path, memory=lambda: memory),
     )
     result = deck.run({}, context="ctx", user_id="u1")
-    turn = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    turn = transcript.read(
+        deck.store, result.state["attempt"]["turn"], result.state["attempt"]["head"]
+    )
     assert "m6" in str(turn[3].content)
     other = deck.run({}, context="ctx", user_id="u2")
-    turn = read_messages(deck.store, other.thread_id, other.state["attempt"]["turn"])
+    turn = transcript.read(
+        deck.store, other.state["attempt"]["turn"], other.state["attempt"]["head"]
+    )
     assert '"hits": []' in str(turn[3].content)
 
 

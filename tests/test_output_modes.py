@@ -6,13 +6,16 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import jsonschema
+import openai
 import pytest
 import yaml
 from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, INTAKE_FINAL, output, write_bundle
@@ -20,14 +23,14 @@ from endpoint import Answer, call, serve, text
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from skilldeck import Settings, SkillDeck
+from skilldeck import Continue, Resume, Settings, SkillDeck
 from skilldeck.checkpoints.inspect import transcript
 from skilldeck.errors import ModelConfigError, PromptTooLongError
 from skilldeck.evals.cassette import CassetteRecorder
 from skilldeck.models import build_model, output_mode, resolve_model
 from skilldeck.nodes.model_call import estimate_tokens, fit_context
 from skilldeck.nodes.output_modes import find_output_mode
-from skilldeck.nodes.transcript import read_messages
+from skilldeck.nodes.transcript import read as read_transcript
 from skilldeck.scripted import CALL_INDEX_KEY, CASE_KEY, SKILL_KEY, load_script
 from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.skills.bundle import ExecutionConfig
@@ -54,8 +57,9 @@ def _intake(deck: SkillDeck) -> Any:
 def _intake_on(
     steps: list[Any], bundle: Path = INTAKE, **settings: Any
 ) -> Iterator[tuple[Any, SkillDeck, Any]]:
-    """The demo's intake run (of ``bundle``, a copy of the intake) against a local endpoint
-    that answers with ``steps``: the endpoint (its requests), the open deck and the result."""
+    """The demo's intake run (of ``bundle``, a copy of the intake, trusted as the built-in
+    one is) against a local endpoint that answers with ``steps``: the endpoint (its
+    requests), the open deck and the result."""
     with serve(steps) as endpoint:
         config = _settings(base_url=endpoint.url, **settings)
         # A copy of the intake is the test's own bundle: its scripts run because it trusts it.
@@ -78,7 +82,7 @@ def test_the_demo_runs_in_every_mode(mode: str, tmp_path: Path) -> None:
     with SkillDeck(checkpointer=f"sqlite:///{tmp_path / 'runs.sqlite'}", settings=settings) as deck:
         result = _intake(deck)
         assert result.status == "interrupted", result.error
-        result = deck.resume(result.thread_id, DEMO_ANSWERS)
+        result = deck.run(Resume(result.thread_id, DEMO_ANSWERS))
         assert result.status == "finished", result.error
         assert (
             result.state["profile"]["defendant"]["name"] == DEMO_ANSWERS["profile.defendant.name"]
@@ -87,8 +91,8 @@ def test_the_demo_runs_in_every_mode(mode: str, tmp_path: Path) -> None:
         assert attempt["output_mode"] == mode
         # Whatever the mode, the transcript keeps tool calls in their native form.
         first = deck.history(result.thread_id)
-        turn = next(r["turn"] for r in first if r["turn"])
-        said = read_messages(deck.store, result.thread_id, turn)
+        row = next(r for r in first if r["turn"])
+        said = read_transcript(deck.store, row["turn"], row["head"])
         calls = [c["name"] for m in said if isinstance(m, AIMessage) for c in m.tool_calls]
         assert "file__parse" in calls
 
@@ -352,34 +356,81 @@ def test_a_call_over_its_limit_is_refused_in_json_mode(tmp_path: Path) -> None:
 
 
 # -- limits and endpoint failures -----------------------------------------------------------
-@pytest.mark.parametrize(
-    ("trouble", "reason"),
-    [
-        (Answer(message=text('{"final": {"resp'), finish_reason="length"), "cut off"),
-        (Answer(message=text("{}"), delay=2.0), "timed out"),
-        (Answer(status=503), "HTTP 503"),
-    ],
-    ids=["length", "timeout", "5xx"],
-)
-def test_a_failed_call_is_a_rejected_attempt_that_is_asked_again(
-    trouble: Answer, reason: str
-) -> None:
-    steps: list[Any] = [trouble, text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]
-    with _intake_on(steps, output_mode="schema", model_timeout_s=0.5) as (endpoint, deck, result):
+def test_a_cut_off_reply_is_a_rejected_attempt_that_is_asked_again() -> None:
+    cut = Answer(message=text('{"final": {"resp'), finish_reason="length")
+    steps: list[Any] = [cut, text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]
+    with _intake_on(steps, output_mode="schema") as (endpoint, deck, result):
         history = deck.history(result.thread_id)
     assert result.status == "finished", result.error
     rejected = [r for r in history if r["action"] == "rejected"]
     assert len(rejected) == 1
-    assert reason in rejected[0]["validation_errors"][0]["message"]
+    assert "cut off" in rejected[0]["validation_errors"][0]["message"]
     assert endpoint.requests[0]["max_completion_tokens"] == 1024
 
 
-def test_a_call_that_keeps_failing_ends_the_run_failed() -> None:
-    endpoint, result = _run_intake([Answer(status=503)] * 5, output_mode="schema", max_retries=2)
-    assert result.status == "failed" and result.error is not None
-    assert result.error["code"] == "CONTRACT_VIOLATION"
-    assert "HTTP 503" in result.error["errors"][0]["message"]
-    assert len(endpoint.requests) == 3  # the first call and two re-asks, no client retries
+@pytest.mark.parametrize(
+    "trouble",
+    [
+        Answer(status=429, headers={"Retry-After": "0"}),
+        Answer(status=503),
+        Answer(status=502),
+        Answer(message=text("{}"), delay=2.0),
+    ],
+    ids=["429", "503", "502", "timeout"],
+)
+def test_a_call_that_got_no_reply_is_retried_and_never_reaches_the_transcript(
+    trouble: Answer,
+) -> None:
+    """Transport is not the model: the same request is sent again (after a backoff), no
+    attempt is rejected, and nothing of the failure reaches what the model is shown."""
+    steps: list[Any] = [trouble, trouble, text(json.dumps(PARSE))]
+    steps.append(text(json.dumps({"final": INTAKE_FINAL})))
+    with _intake_on(steps, output_mode="schema", model_timeout_s=0.5) as (endpoint, deck, result):
+        history = deck.history(result.thread_id)
+    assert result.status == "finished", result.error
+    assert not [r for r in history if r["action"] == "rejected"]
+    first, again, answered, last = endpoint.requests
+    assert first == again == answered  # byte for byte the same request, three times
+    said = [str(m.get("content")) for m in last["messages"]]
+    assert not [m for m in said if m.startswith("Your output was rejected")]
+    assert "HTTP" not in json.dumps(said[1:])  # the system prompt aside, no word of it
+    assert len(last["messages"]) == len(answered["messages"]) + 2  # the call and its result
+
+
+def test_retry_after_is_honoured_before_the_next_call() -> None:
+    wait = Answer(status=429, headers={"Retry-After": "1"})
+    steps: list[Any] = [wait, text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]
+    arrived: list[float] = []
+
+    def stamp(step: Any) -> Any:
+        def answer(body: dict[str, Any]) -> Any:
+            arrived.append(time.monotonic())
+            return step
+
+        return answer
+
+    with _intake_on([stamp(s) for s in steps], output_mode="schema") as (_, _, result):
+        assert result.status == "finished", result.error
+    assert arrived[1] - arrived[0] >= 1.0  # the endpoint's wait, not the 0.5 s backoff
+
+
+def test_an_endpoint_that_stays_away_leaves_the_thread_resumable() -> None:
+    """Retries spent: the run stops MODEL_UNAVAILABLE (not CONTRACT_VIOLATION) at its last
+    checkpoint, resumable; continuing it, once the endpoint is back, finishes the turn."""
+    down = [Answer(status=503)] * 3
+    steps: list[Any] = [text(json.dumps(PARSE)), *down, text(json.dumps({"final": INTAKE_FINAL}))]
+    with _intake_on(steps, output_mode="schema", transport_attempts=3) as (endpoint, deck, result):
+        assert result.status == "resumable" and result.error is not None
+        assert result.error.code == "MODEL_UNAVAILABLE"
+        assert "(HTTP 503)" in result.error.message and result.error.skill == "litigation-intake"
+        assert len(endpoint.requests) == 4  # the first call, then the second three times
+        assert deck.get_thread(result.thread_id).status == "resumable"
+        done = deck.run(Continue(result.thread_id))
+        assert done.status == "finished", done.error
+        assert done.error is None and done.state.get("error") is None
+        assert endpoint.requests[4] == endpoint.requests[1]  # the same call, retried later
+        rows = deck.history(result.thread_id)
+        assert not [r for r in rows if r["action"] == "rejected"]
 
 
 def test_a_long_conversation_loses_its_earlier_tool_results_first() -> None:
@@ -410,15 +461,15 @@ def test_a_prompt_that_cannot_fit_the_context_is_refused_before_the_call() -> No
         max_output_tokens=64,
     )
     assert result.status == "failed" and result.error is not None
-    assert result.error["code"] == "PROMPT_TOO_LONG"
-    assert "192 are left" in result.error["message"]
+    assert result.error.code == "PROMPT_TOO_LONG"
+    assert "192 are left" in result.error.message
     assert endpoint.requests == []
 
 
 def test_a_refused_key_is_a_model_error_at_once() -> None:
     endpoint, result = _run_intake([Answer(status=401)] * 3, output_mode="schema")
     assert result.status == "failed" and result.error is not None
-    assert result.error["code"] == "MODEL_ERROR"
+    assert result.error.code == "MODEL_ERROR"
     assert len(endpoint.requests) == 1
 
 
@@ -428,7 +479,7 @@ def test_the_run_deadline_ends_a_run_that_keeps_calling() -> None:
     with _intake_on([slow] * 10, **settings) as (endpoint, deck, result):
         assert deck.get_thread(result.thread_id).status == "failed"  # not stuck running
     assert result.status == "failed" and result.error is not None
-    assert result.error["code"] == "RUN_TIMEOUT"
+    assert result.error.code == "RUN_TIMEOUT"
     assert len(endpoint.requests) <= 3
 
 
@@ -441,10 +492,10 @@ def test_a_reask_shows_a_skeleton_and_names_a_repeated_reply(
     deck = make_deck(skills_dir, {"alpha": [wrong, wrong, output(data={"note": "n"})]})
     result = deck.run({}, context="ctx")
     assert result.status == "finished", result.error
-    turn = result.state["attempt"]["turn"]
+    attempt = result.state["attempt"]
     asks = [
         m.content
-        for m in read_messages(deck.store, result.thread_id, turn)
+        for m in read_transcript(deck.store, attempt["turn"], attempt["head"])
         if isinstance(m, HumanMessage) and str(m.content).startswith("Your output was rejected")
     ]
     assert len(asks) == 2
@@ -543,16 +594,17 @@ def test_turn_schema_strips_prose_and_keeps_references_apart() -> None:
 
 
 def _replay_intake(
-    tmp_path: Path, edit: Callable[[list[dict[str, Any]]], None]
+    tmp_path: Path, edit: Callable[[list[dict[str, Any]]], None], **more: Any
 ) -> tuple[Any, list[dict[str, Any]]]:
     """The demo's intake replayed in ``schema`` mode from its cassette, its turns changed by
-    ``edit`` and labelled as a recording: the result and the rejected attempts."""
+    ``edit`` and labelled as a recording (``more``: other settings): the result and the
+    rejected attempts."""
     script = yaml.safe_load(DEMO_SCRIPT.read_text("utf-8"))
     edit(script["skills"]["litigation-intake"])
     cassette = tmp_path / "recorded.yaml"
     cassette.write_text(yaml.safe_dump({**script, "recorded": {"date": "2026-11-25"}}), "utf-8")
     settings = Settings(
-        model=f"scripted:{cassette}", files_root=str(DEMO_FILES), output_mode="schema"
+        model=f"scripted:{cassette}", files_root=str(DEMO_FILES), output_mode="schema", **more
     )
     with SkillDeck(checkpointer="memory://", settings=settings) as deck:
         result = _intake(deck)
@@ -560,46 +612,62 @@ def _replay_intake(
     return result, rows
 
 
-class _ServerError(Exception):
-    status_code = 500
-
-
 @pytest.mark.parametrize(
-    ("failed", "reason"),
-    [
-        ({"error": "length"}, "cut off"),
-        ({"error": "length", "received": '{"final": {"resp'}, "cut off"),
-        ({"error": "timeout"}, "timed out"),
-        ({"error": "unavailable"}, "HTTP 503"),
-        ({"error": "unavailable", "status": 500}, "HTTP 500"),
-    ],
+    "failed",
+    [{"error": "length"}, {"error": "length", "received": '{"final": {"resp'}],
 )
-def test_a_recorded_failed_call_replays_as_the_same_failure(
-    failed: dict[str, Any], reason: str, tmp_path: Path
+def test_a_recorded_cut_off_replays_as_the_same_failure(
+    failed: dict[str, Any], tmp_path: Path
 ) -> None:
-    """A cassette turn ``error: KIND`` fails as the live call did (an endpoint failure with its
-    status, which the re-ask names), so the run re-asks as it did live; and a recorder writes
-    such a turn for a call that raised."""
-    kind = failed["error"]
+    """A cassette turn ``error: length`` fails as the live call did, so the run re-asks as it
+    did live; and a recorder writes such a turn for a reply that was cut off."""
     result, rows = _replay_intake(tmp_path, lambda turns: turns.insert(0, failed))
     assert result.status == "interrupted", result.error
-    assert len(rows) == 1 and reason in rows[0]["validation_errors"][0]["message"]
+    assert len(rows) == 1 and "cut off" in rows[0]["validation_errors"][0]["message"]
 
     recorder = CassetteRecorder()
     run_id = uuid.uuid4()
     meta = {CASE_KEY: "c", SKILL_KEY: "s", CALL_INDEX_KEY: 0}
     recorder.on_chat_model_start({}, [[HumanMessage("hi")]], run_id=run_id, metadata=meta)
-    completion = SimpleNamespace(
-        choices=[SimpleNamespace(message=SimpleNamespace(content=failed.get("received")))]
-    )
-    length = type("LengthFinishReasonError", (Exception,), {"completion": completion})
-    error = length() if kind == "length" else (
-        TimeoutError() if kind == "timeout" else
-        _ServerError() if "status" in failed else ConnectionError())  # fmt: skip
-    recorder.on_llm_error(error, run_id=run_id)
+    message = SimpleNamespace(content=failed.get("received"))
+    completion: Any = SimpleNamespace(choices=[SimpleNamespace(message=message)], usage=None)
+    recorder.on_llm_error(openai.LengthFinishReasonError(completion=completion), run_id=run_id)
     (turn,) = recorder.cassette()["cases"]["c"]["skills"]["s"]
     assert {k: v for k, v in turn.items() if k != "request"} == failed
     assert len(turn["request"]) == 16
+
+
+@pytest.mark.parametrize(
+    "failed",
+    [{"error": "timeout"}, {"error": "unavailable"}, {"error": "unavailable", "status": 500}],
+)
+def test_a_scripted_endpoint_failure_is_the_transports(
+    failed: dict[str, Any], tmp_path: Path
+) -> None:
+    """A cassette's endpoint failure is raised as the SDK raises it live: the transport
+    retries it (the cassette repeats it) and the run stops resumable, not re-asked."""
+    result, rows = _replay_intake(
+        tmp_path, lambda turns: turns.insert(0, failed), transport_attempts=2
+    )
+    assert result.status == "resumable" and result.error is not None
+    assert result.error.code == "MODEL_UNAVAILABLE" and rows == []
+
+
+def test_a_recorder_keeps_the_call_after_a_transport_failure() -> None:
+    """A call that got no reply is not the model's turn: the retry that answered is."""
+    recorder = CassetteRecorder()
+    meta = {CASE_KEY: "c", SKILL_KEY: "s", CALL_INDEX_KEY: 0}
+    request = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    for error in (
+        openai.APITimeoutError(request=request),
+        openai.RateLimitError(
+            "slow down", response=httpx.Response(429, request=request), body=None
+        ),
+    ):
+        failed = uuid.uuid4()
+        recorder.on_chat_model_start({}, [[HumanMessage("hi")]], run_id=failed, metadata=meta)
+        recorder.on_llm_error(error, run_id=failed)
+    assert recorder.cassette()["cases"] == {}
 
 
 def test_an_object_closed_before_the_cut_off_is_the_reply(tmp_path: Path) -> None:

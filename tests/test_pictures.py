@@ -14,7 +14,7 @@ from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
 from servers import DOT_INSTALL, program
 from typer.testing import CliRunner
 
-from skilldeck import SkillDeck, SkillDeckError, ThreadNotFoundError
+from skilldeck import Resume, SkillDeck, SkillDeckError, ThreadNotFoundError
 from skilldeck.cli import app
 from skilldeck.errors import MissingExtraError
 from skilldeck.pictures import graph_picture, graph_view, timeline
@@ -40,7 +40,7 @@ def assert_picture(path: Path, min_bytes: int = 10_000) -> None:
 
 def _demo_thread(deck: SkillDeck) -> str:
     result = deck.run({"documents": ["complaint.txt"]}, context="matter", matter_id="demo-matter")
-    return deck.resume(result.thread_id, DEMO_ANSWERS).thread_id
+    return deck.run(Resume(result.thread_id, DEMO_ANSWERS)).thread_id
 
 
 @pytest.fixture

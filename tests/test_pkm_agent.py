@@ -23,7 +23,7 @@ from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.errors import ToolError
-from skilldeck.nodes.transcript import read_messages
+from skilldeck.nodes import transcript
 from skilldeck.scripted import load_script
 from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.skills.contract import turn_schema
@@ -469,10 +469,10 @@ def test_seed_case_appends_to_the_sleep_log_after_reading_it(
     assert text.startswith(original) and text.endswith("- Today — 5.5h. Energy crashed at 2pm.\n")
     assert markers(workspace) == markers(FIXTURES / "_starter_pkm")
     # The transcript shows the read before the append.
-    turn = result.state["attempt"]["turn"]
+    attempt = result.state["attempt"]
     calls = [
         (c["name"], c["args"].get("path"))
-        for m in read_messages(deck.store, result.thread_id, turn)
+        for m in transcript.read(deck.store, attempt["turn"], attempt["head"])
         for c in getattr(m, "tool_calls", [])
     ]
     assert calls == [("pkm__search", None), ("pkm__read", SLEEP), ("pkm__append", SLEEP)]

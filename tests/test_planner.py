@@ -16,7 +16,7 @@ from skilldeck import RunResult, Settings, SkillDeck
 from skilldeck.nodes import find_execution_mode
 from skilldeck.nodes.planner import PlannerSkillNode, check_plan, check_view
 from skilldeck.nodes.planner.contract import plan_schema
-from skilldeck.nodes.transcript import read_messages
+from skilldeck.nodes.transcript import read
 from skilldeck.skills import builtin_skills_dir
 from skilldeck.tools import default_registry
 from skilldeck.tools.memory import Memory
@@ -100,8 +100,8 @@ def trajectory(result: RunResult) -> list[dict[str, Any]]:
 
 
 def transcript(deck: SkillDeck, result: RunResult) -> list[Any]:
-    turn = result.state["attempt"]["turn"]
-    return read_messages(deck.store, result.thread_id, turn)
+    attempt = result.state["attempt"]
+    return read(deck.store, attempt["turn"], attempt["head"])
 
 
 # -- the mode and the bundle -------------------------------------------------------------------
@@ -376,8 +376,8 @@ def test_citing_a_message_never_retrieved_fails_with_nothing_merged(recall: Reca
     forged = view(constraints=[("Allergic to peanuts", ["m6"])])  # m6 does not say "spicy"
     _, result = recall([plan("lexical_search", **SPICY), STOP, forged], max_retries=0)
     assert result.status == "failed"
-    assert result.error is not None and result.error["code"] == "CONTRACT_VIOLATION"
-    assert result.error["errors"] == [
+    assert result.error is not None and result.error.code == "CONTRACT_VIOLATION"
+    assert result.error.dump()["errors"] == [
         {"path": "$.constraints[0].evidence[0]", "message": "'m6' was never retrieved"}
     ]
     assert "memory_view" not in result.state and "evidence" not in result.state
@@ -434,4 +434,4 @@ def test_a_run_without_a_user_fails_before_any_tool() -> None:
     result = deck.run({"question": "What food do I avoid?"}, context="recall")
     deck.close()
     assert result.status == "failed" and result.error is not None
-    assert result.error["code"] == "NO_USER"
+    assert result.error.code == "NO_USER"

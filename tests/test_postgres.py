@@ -23,11 +23,11 @@ from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, MEMORY_TEXTS
 from langgraph.graph import END, START, StateGraph
 from servers import Services
 
-from skilldeck import Settings, SkillDeck
+from skilldeck import Resume, Settings, SkillDeck
 from skilldeck.checkpoints import open_async_persistence, open_persistence
 from skilldeck.checkpoints.claims import RUN_LEASE, InterruptClaims, MemoryClaims, PostgresClaims
 from skilldeck.errors import CheckpointError, ErrorCode, ToolError
-from skilldeck.nodes.transcript import read_messages
+from skilldeck.nodes import transcript
 from skilldeck.skills import builtin_skills_dir
 from skilldeck.tools.messages import Message, MessageStore
 
@@ -63,11 +63,11 @@ def _python(code: str, *args: str) -> subprocess.Popen[str]:
 # -- runs across processes -------------------------------------------------------------------------
 RESUME_IN_A_CHILD = f"""
 import json, sys
-from skilldeck import Settings, SkillDeck
+from skilldeck import Resume, Settings, SkillDeck
 settings = Settings(model="scripted:{DEMO_SCRIPT}", files_root="{DEMO_FILES}")
 with SkillDeck(checkpointer=sys.argv[1], settings=settings) as deck:
-    done = deck.resume(sys.argv[2], json.loads(sys.argv[3]))
-    print(json.dumps({{"status": done.status, "error": done.error}}))
+    done = deck.run(Resume(sys.argv[2], json.loads(sys.argv[3])))
+    print(json.dumps({{"status": done.status, "error": done.to_dict()["error"]}}))
 """
 
 
@@ -76,8 +76,9 @@ def test_a_run_paused_in_one_process_is_resumed_in_another(postgres_url: str) ->
         thread = _run_to_card(deck)
         paused = deck.get_thread(thread)
         assert paused.status == "interrupted" and paused.card is not None
-        turn = paused.state["attempt"]["turn"]
-        assert read_messages(deck.store, thread, turn)  # transcripts live in PostgresStore
+        attempt = paused.state["attempt"]
+        # Transcripts live in PostgresStore.
+        assert transcript.read(deck.store, attempt["turn"], attempt["head"])
 
         child = _python(RESUME_IN_A_CHILD, postgres_url, thread, json.dumps(DEMO_ANSWERS))
         out, err = child.communicate(timeout=120)
@@ -100,7 +101,7 @@ def test_the_server_restarting_needs_no_manual_step(private_postgres: Services) 
 
         private_postgres.restart_postgres()  # every pooled connection is now dead
 
-        done = deck.resume(thread, DEMO_ANSWERS)
+        done = deck.run(Resume(thread, DEMO_ANSWERS))
         assert done.status == "finished", done.error
         _run_to_card(deck)
         assert deck.claims.claim(thread, "after-restart")

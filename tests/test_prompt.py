@@ -12,8 +12,8 @@ from conftest import output, write_bundle
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from skilldeck.errors import SkillDeckError
+from skilldeck.nodes import transcript
 from skilldeck.nodes.prompt import SUBMIT_TOOL, render_feedback, render_prompt, state_view
-from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills import SkillBundle, load_bundle
 
 pytestmark = pytest.mark.L1
@@ -186,7 +186,7 @@ def test_preprocess_hint_reaches_the_model(make_deck: Callable[..., Any], skills
     result = deck.run({"q": 1}, context="ctx", matter_id="m-1", user_id="u-secret")
     assert result.status == "finished", result.error
     attempt = result.state["attempt"]
-    messages = read_messages(deck.store, result.thread_id, attempt["turn"])
+    messages = transcript.read(deck.store, attempt["turn"], attempt["head"])
     assert [type(m) for m in messages] == [SystemMessage, HumanMessage, AIMessage]
     assert "Do alpha." in messages[0].content
     user = messages[1].content

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from skilldeck import InvalidAnswersError, Settings, SkillDeck, SkillDeckError
+from skilldeck import InvalidAnswersError, Resume, Settings, SkillDeck, SkillDeckError
 from skilldeck._internal.ids import ID_MAX_LENGTH, ID_PATTERN, check_id, id_problem
 from skilldeck._internal.redact import log_error, safe_reason
 from skilldeck.nodes import validate_answers
@@ -114,7 +114,7 @@ def test_any_model_reply_ends_the_run_or_is_re_asked(
             result = deck.run(context="ctx")
             assert result.status in ("finished", "failed"), result
             if result.status == "failed":
-                assert result.error and result.error["code"] and result.error["message"]
+                assert result.error and result.error.code and result.error.message
             assert deck.get_thread(result.thread_id).status == result.status
 
 
@@ -143,7 +143,7 @@ def test_any_card_answer_is_refused_whole_or_fits(demo: SkillDeck, answers: dict
     assert paused.card is not None
     schema = paused.card["answers_schema"]
     try:
-        done = demo.resume(paused.thread_id, answers, interrupt_id=paused.card["interrupt_id"])
+        done = demo.run(Resume(paused.thread_id, answers, interrupt_id=paused.card["interrupt_id"]))
     except InvalidAnswersError as exc:
         assert exc.errors and all(
             isinstance(e["field_key"], str) and e["message"] for e in exc.errors
@@ -401,7 +401,7 @@ def test_no_secret_a_routing_model_echoes_reaches_an_event_or_a_state(
     said["body"] = f"{before} {secret} {after}"
     result = deck.run("nothing matches zzz", context="auto", user_id="alice")
     assert result.status == "no_skill"
-    assert "the routing model failed" in result.error["message"]  # type: ignore[index]
+    assert "the routing model failed" in result.error.message
     body = {"threadId": f"p{uuid.uuid4().hex}", "runId": "r", "messages": [
         {"id": "m", "role": "user", "content": "nothing matches zzz"}]}  # fmt: skip
     auth = {"Authorization": f"Bearer {KEYS['alice']}"}

@@ -21,8 +21,8 @@ from langchain_core.tools import StructuredTool
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.evals import Task, grade, outcome_of, suite_for_skill
+from skilldeck.nodes import transcript
 from skilldeck.nodes.retrieval.node import compose_paragraphs
-from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.tools import default_registry
 from skilldeck.tools.knowledge import KnowledgeBase
@@ -153,7 +153,7 @@ def test_rules_run_records_every_step_and_cites(make: Callable[..., SkillDeck]) 
     assert state["response"].endswith(state["citations"][0])
     # One tool call record per step, each pointing at its result in the transcript.
     assert [c["name"] for c in attempt["tool_calls"]] == [TABLE, RAG, LOCAL]
-    messages = read_messages(deck.store, result.thread_id, attempt["turn"])
+    messages = transcript.read(deck.store, attempt["turn"], attempt["head"])
     results = [m for m in messages if isinstance(m, ToolMessage)]
     assert [m.name for m in results] == [TABLE, RAG, LOCAL]
     assert "Acme Metals" in str(results[2].content)
@@ -262,7 +262,7 @@ def test_scripted_rewrite_and_answer_with_a_rejected_answer(
     assert "has no <CITATION .../>" in error["message"]
     assert state["calls"]["rag-retrieve"] == 3  # rewrite, answer, answer again
     # Retrieval ran once: the re-ask answered from the stored evidence.
-    messages = read_messages(deck.store, result.thread_id, attempt["turn"])
+    messages = transcript.read(deck.store, attempt["turn"], attempt["head"])
     assert sum(isinstance(m, ToolMessage) for m in messages) == len(trajectory["steps"])
     assert "Your output was rejected" in str(messages[-2].content)
 
@@ -272,7 +272,7 @@ def test_scripted_answer_that_never_cites_fails_the_run(make: Callable[..., Skil
     deck = make([{"output": REWRITE}, uncited, uncited, uncited])
     result = deck.run({"question": "What is a SKU?"}, context="knowledge", matter_id=MATTER)
     assert result.status == "failed"
-    assert result.error is not None and result.error["code"] == "CONTRACT_VIOLATION"
+    assert result.error is not None and result.error.code == "CONTRACT_VIOLATION"
     assert "found" not in result.state  # nothing was merged
 
 

@@ -314,8 +314,8 @@ def test_run_without_candidate_ends_as_no_skill_with_each_reason(
     assert result.state.get("attempt") is None
     assert not result.state.get("calls")
     assert _skills_run(deck, result.thread_id) == []
-    assert result.error is not None and result.error["code"] == "NO_SKILL"
-    reasons = {r["skill"]: r["reason"] for r in result.error["skills"]}
+    assert result.error is not None and result.error.code == "NO_SKILL"
+    reasons = {r["skill"]: r["reason"] for r in result.error.dump()["skills"]}
     assert reasons == {
         "matter-only": "context 'chat' is not in triggers.contexts ('matter')",
         "gated": "triggers.state_conditions: `state.input.q > 5` is false (state.input.q = 1)",
@@ -401,8 +401,8 @@ def test_next_skill_that_is_not_a_candidate_fails_the_run(
 
     assert result.status == "failed"
     assert result.error is not None
-    assert result.error["code"] == "NEXT_SKILL_NOT_CANDIDATE"
-    assert "closed" in result.error["message"]
+    assert result.error.code == "NEXT_SKILL_NOT_CANDIDATE"
+    assert "closed" in result.error.message
     assert result.state.get("attempt") is None
     assert _skills_run(deck, result.thread_id) == []
 
@@ -491,8 +491,8 @@ def test_loop_guard_stops_a_skill_that_changes_nothing(
 
     assert result.status == "failed"
     assert result.error is not None
-    assert result.error["code"] == "LOOP_GUARD"
-    assert "stuck" in result.error["message"]
+    assert result.error.code == "LOOP_GUARD"
+    assert "stuck" in result.error.message
     # it ran exactly loop_limit times, then the guard refused a third run
     assert result.state["calls"] == {"stuck": 2}
 

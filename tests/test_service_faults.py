@@ -45,7 +45,7 @@ from servers import Services
 from serving import ServeProcess, free_port
 
 import skilldeck._internal.postgres as pg_internal
-from skilldeck import Settings, SkillDeck
+from skilldeck import Continue, Resume, Settings, SkillDeck
 from skilldeck.checkpoints import open_persistence
 from skilldeck.checkpoints.claims import RUN_LEASE, owner_gone, process_owner
 from skilldeck.checkpoints.inspect import thread_status
@@ -408,7 +408,7 @@ def test_the_same_run_request_continues_a_run_that_stopped_mid_way(tmp_path: Pat
         assert [row["source"] for row in rows].count("input") == 1 and len(rows) > steps
 
         # Other input is a new turn, as on any thread (a card must be answered first, though).
-        deck.resume("t1", DEMO_ANSWERS)
+        deck.run(Resume("t1", DEMO_ANSWERS))
         other = deck.run({"documents": []}, thread_id="t1", **DEMO)
         assert [row["source"] for row in deck.history("t1")].count("input") == 2
         assert other.state["input"] == {"documents": []}
@@ -437,7 +437,7 @@ def test_a_stopped_run_is_resumable_and_continue_goes_on_from_its_last_checkpoin
             assert read_only is not None
             assert [t.status for t in read_only.list(user_id="u")] == ["resumable"]
 
-        paused = deck.continue_thread("c1")
+        paused = deck.run(Continue("c1"))
         assert paused.status == "interrupted"
         assert paused.state["calls"] == {"litigation-intake": 3}  # no model turn done twice
         rows = deck.history("c1")
@@ -446,14 +446,14 @@ def test_a_stopped_run_is_resumable_and_continue_goes_on_from_its_last_checkpoin
         for thread, status in (("c1", "interrupted"), ("nowhere", None)):
             before = deck.history("c1")
             with pytest.raises((NotResumableError, ThreadNotFoundError)) as caught:
-                deck.continue_thread(thread)
+                deck.run(Continue(thread))
             if status is not None:
                 assert caught.value.code == ErrorCode.NOT_RESUMABLE
                 assert f"is {status!r}, not 'resumable'" in str(caught.value)
             assert deck.history("c1") == before
-        assert deck.resume("c1", DEMO_ANSWERS).status == "finished"
+        assert deck.run(Resume("c1", DEMO_ANSWERS)).status == "finished"
         with pytest.raises(NotResumableError, match="'finished'"):
-            deck.continue_thread("c1")
+            deck.run(Continue("c1"))
 
 
 def test_a_live_run_is_running_not_resumable_and_cannot_be_continued(tmp_path: Path) -> None:
@@ -463,7 +463,7 @@ def test_a_live_run_is_running_not_resumable_and_cannot_be_continued(tmp_path: P
         assert deck.get_thread("c2").status == "running"
         assert [t.thread_id for t in deck.threads(status="running")] == ["c2"]
         with pytest.raises(ThreadBusyError):
-            deck.continue_thread("c2")
+            deck.run(Continue("c2"))
         assert list(events)[-1].event == "card"
 
 
@@ -475,8 +475,8 @@ def test_continue_has_an_async_twin(tmp_path: Path) -> None:
 
     async def main() -> tuple[list[str], str]:
         async with _demo_deck(url) as deck:
-            streamed = [e.event async for e in deck.astream_continue("c3")]
-            invoked = await deck.acontinue_thread("c4")
+            streamed = [e.event async for e in deck.astream(Continue("c3"))]
+            invoked = await deck.arun(Continue("c4"))
             return streamed, invoked.status
 
     streamed, status = asyncio.run(main())
@@ -508,12 +508,12 @@ def test_answers_saved_before_the_process_died_are_kept_by_the_same_run_request(
         assert deck.run(DEMO_INPUT, thread_id="t2", **DEMO).status == "interrupted"
         saver.dying = True
         with pytest.raises(SystemExit):
-            deck.resume("t2", DEMO_ANSWERS)
+            deck.run(Resume("t2", DEMO_ANSWERS))
         saver.dying = False
         stopped = deck.get_thread("t2")
         assert stopped.status == "resumable" and stopped.card is None
         with pytest.raises(NoPendingCardError):
-            deck.resume("t2", DEMO_ANSWERS)
+            deck.run(Resume("t2", DEMO_ANSWERS))
 
         done = deck.run(DEMO_INPUT, thread_id="t2", **DEMO)
         assert done.status == "finished", done.error
@@ -744,9 +744,9 @@ def test_a_resume_that_waited_past_its_lease_gives_up_when_another_answered(
     card = one.run(DEMO_INPUT, thread_id="t", **DEMO).card
     assert card is not None
     # Accepted (the card and the thread are claimed), but its worker is busy elsewhere.
-    waiting = one.stream_resume("t", DEMO_ANSWERS, interrupt_id=card["interrupt_id"])
+    waiting = one.stream(Resume("t", DEMO_ANSWERS, interrupt_id=card["interrupt_id"]))
     clock.advance(LEASE_S + 1)
-    done = two.resume("t", OTHER_ANSWERS, interrupt_id=card["interrupt_id"])  # takes them over
+    done = two.run(Resume("t", OTHER_ANSWERS, interrupt_id=card["interrupt_id"]))  # takes them over
     assert done.status == "finished"
     before = two.history("t")
 
@@ -777,7 +777,7 @@ def test_a_run_that_waited_past_its_lease_leaves_another_processes_card_alone(
         next(waiting)
     assert two.history("u") == before
     # The fresh card is still the pending one: answering it is no STALE_INTERRUPT.
-    done = two.resume("u", DEMO_ANSWERS, interrupt_id=paused.card["interrupt_id"])
+    done = two.run(Resume("u", DEMO_ANSWERS, interrupt_id=paused.card["interrupt_id"]))
     assert done.status == "finished" and done.state["calls"] == {"litigation-intake": 5}
     assert [row["source"] for row in two.history("u")].count("input") == 1
 
@@ -788,7 +788,7 @@ def test_a_request_that_waited_past_its_lease_runs_when_nobody_took_over(
     one, two, clock = two_decks
     card = one.run(DEMO_INPUT, thread_id="v", **DEMO).card
     assert card is not None
-    waiting = one.stream_resume("v", DEMO_ANSWERS, interrupt_id=card["interrupt_id"])
+    waiting = one.stream(Resume("v", DEMO_ANSWERS, interrupt_id=card["interrupt_id"]))
     clock.advance(LEASE_S + 1)
     events = list(waiting)
     assert events[-1].event == "done" and two.get_thread("v").status == "finished"

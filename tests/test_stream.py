@@ -21,10 +21,12 @@ from skilldeck import (
     CheckpointError,
     InvalidAnswersError,
     NoPendingCardError,
+    Resume,
     Settings,
     SkillDeck,
     SkillDeckError,
 )
+from skilldeck._internal.aio import run_sync
 from skilldeck.checkpoints import open_persistence
 from skilldeck.checkpoints.claims import RUN_LEASE
 from skilldeck.errors import AlreadyResumedError, CardPendingError, ThreadBusyError
@@ -109,7 +111,7 @@ def test_stream_yields_typed_events_in_order_then_resume_finishes(demo_deck: Ski
     paused = demo_deck.get_thread(thread)
     assert paused.status == "interrupted" and card.card == paused.card
 
-    resumed = list(demo_deck.stream_resume(thread, DEMO_ANSWERS, interrupt_id=card.interrupt_id))
+    resumed = list(demo_deck.stream(Resume(thread, DEMO_ANSWERS, interrupt_id=card.interrupt_id)))
     assert _shape(resumed) == RESUME_EVENTS
     assert resumed[0].skill == "litigation-intake"  # the card step works for the asking skill
     done = resumed[-1]
@@ -152,11 +154,11 @@ def test_a_bad_request_raises_before_the_first_event(demo_deck: SkillDeck) -> No
     with pytest.raises(CardPendingError, match="waiting for answers"):
         demo_deck.stream(DEMO, thread_id=thread, **RUN)
     with pytest.raises(InvalidAnswersError) as caught:
-        demo_deck.stream_resume(thread, {"profile.defendant.name": "A", "bogus": 1})
+        demo_deck.stream(Resume(thread, {"profile.defendant.name": "A", "bogus": 1}))
     assert {"field_key": "bogus", "message": "this card did not ask for it"} in caught.value.errors
     assert demo_deck.history(thread) == history
     # The failed check took no claim: the right answers go through.
-    assert list(demo_deck.stream_resume(thread, DEMO_ANSWERS))[-1].event == "done"
+    assert list(demo_deck.stream(Resume(thread, DEMO_ANSWERS)))[-1].event == "done"
 
 
 def test_a_failed_run_ends_with_an_error_event(skills_dir: Path, make_deck: Any) -> None:
@@ -186,7 +188,7 @@ def test_stream_passes_metadata_and_callbacks_to_the_model_calls(demo_deck: Skil
 def test_stopping_a_resume_stream_keeps_its_steps_and_frees_the_card(demo_deck: SkillDeck) -> None:
     thread = demo_deck.run(DEMO, **RUN).thread_id
     interrupt = demo_deck.get_thread(thread).card["interrupt_id"]  # type: ignore[index]
-    events = demo_deck.stream_resume(thread, DEMO_ANSWERS)
+    events = demo_deck.stream(Resume(thread, DEMO_ANSWERS))
     assert next(events).event == "step"  # the card step: the answers are checkpointed
     events.close()
     stopped = demo_deck.get_thread(thread)
@@ -202,13 +204,13 @@ def test_a_card_claimed_elsewhere_cannot_be_resumed_until_released(demo_deck: Sk
     history = demo_deck.history(thread)
     assert demo_deck.claims.claim(thread, interrupt)  # another process is answering it
     with pytest.raises(AlreadyResumedError, match="already being answered") as caught:
-        demo_deck.resume(thread, DEMO_ANSWERS)
+        demo_deck.run(Resume(thread, DEMO_ANSWERS))
     assert caught.value.code == "ALREADY_RESUMED"
     with pytest.raises(AlreadyResumedError):
-        demo_deck.stream_resume(thread, DEMO_ANSWERS)
+        demo_deck.stream(Resume(thread, DEMO_ANSWERS))
     assert demo_deck.history(thread) == history
     demo_deck.claims.release(thread, interrupt)
-    assert demo_deck.resume(thread, DEMO_ANSWERS).status == "finished"
+    assert demo_deck.run(Resume(thread, DEMO_ANSWERS)).status == "finished"
 
 
 def test_concurrent_resumes_from_two_decks_apply_the_answers_once(database_url: str) -> None:
@@ -221,7 +223,7 @@ def test_concurrent_resumes_from_two_decks_apply_the_answers_once(database_url: 
     def answer(deck: SkillDeck) -> None:
         barrier.wait()
         try:
-            outcomes.append(deck.resume(thread, DEMO_ANSWERS).status)
+            outcomes.append(deck.run(Resume(thread, DEMO_ANSWERS)).status)
         except (AlreadyResumedError, NoPendingCardError) as exc:
             outcomes.append(exc.code.value)
 
@@ -259,7 +261,7 @@ def test_a_thread_being_run_is_busy_for_another_deck(database_url: str) -> None:
         assert first.history("t") == history
         for event in events:
             if event.event == "card":
-                assert second.resume("t", DEMO_ANSWERS).status == "finished"
+                assert second.run(Resume("t", DEMO_ANSWERS)).status == "finished"
         assert first.get_thread("t").state["calls"] == {"litigation-intake": 5}
     finally:
         first.close()
@@ -298,20 +300,19 @@ def test_a_run_waits_a_moment_for_a_lease_about_to_be_given_back(demo_deck: Skil
     thread = demo_deck.run(DEMO, **RUN).thread_id
     assert demo_deck.claims.claim(thread, RUN_LEASE)  # the run's tail still holds it
     threading.Timer(0.3, demo_deck.claims.release, (thread, RUN_LEASE)).start()
-    assert demo_deck.resume(thread, DEMO_ANSWERS).status == "finished"
+    assert demo_deck.run(Resume(thread, DEMO_ANSWERS)).status == "finished"
 
 
 def test_a_request_checked_against_an_older_checkpoint_is_busy(demo_deck: SkillDeck) -> None:
     """A run that ends between a request's check and its lease: check the request again."""
     thread = demo_deck.run(DEMO, **RUN).thread_id
-    demo_deck.resume(thread, DEMO_ANSWERS)
-    stale = demo_deck._sync.snapshot(thread)
-    args = (DEMO, "matter", "u", "demo-matter", None, None, None)
-    request = demo_deck._start(stale, thread, *args)
-    demo_deck.run({"documents": []}, thread_id=thread, **RUN)  # the thread moves on
+    demo_deck.run(Resume(thread, DEMO_ANSWERS))
+    stale = demo_deck._snapshot(thread)
+    request = demo_deck._start(stale, thread, DEMO, {"context": "matter", **RUN})
+    demo_deck.run({"documents": ["reply.txt"]}, thread_id=thread, **RUN)  # the thread moves on
     history = demo_deck.history(thread)
     with pytest.raises(ThreadBusyError):
-        demo_deck._sync.invoke(request)
+        run_sync(lambda: demo_deck._driver_of(demo_deck.graph).invoke(request))
     assert demo_deck.history(thread) == history
     assert demo_deck.claims.claim(thread, RUN_LEASE)  # given back
 
@@ -327,7 +328,7 @@ def test_async_runs_hold_the_run_lease_too(database_url: str) -> None:
                 _ = [e async for e in deck.astream(DEMO, thread_id="t", **RUN)]
             events.close()  # the run stops after its step and gives the thread back
             paused = await deck.arun(DEMO, thread_id="t", **RUN)  # continues it
-            stream = deck.astream_resume("t", DEMO_ANSWERS)
+            stream = deck.astream(Resume("t", DEMO_ANSWERS))
             assert (await anext(stream)).event == "step"
             with pytest.raises(ThreadBusyError):
                 other.run(DEMO, thread_id="t", **RUN)
@@ -354,8 +355,8 @@ def test_async_api_streams_the_same_events_on_the_async_saver(database_url: str)
             assert isinstance(card, CardEvent)
             resume = [
                 e
-                async for e in deck.astream_resume(
-                    card.thread_id, DEMO_ANSWERS, interrupt_id=card.interrupt_id
+                async for e in deck.astream(
+                    Resume(card.thread_id, DEMO_ANSWERS, interrupt_id=card.interrupt_id)
                 )
             ]
             return run, resume, saver
@@ -375,14 +376,14 @@ def test_arun_and_aresume_share_threads_with_the_sync_api(tmp_path: Path) -> Non
     thread = deck.run(DEMO, **RUN).thread_id
 
     async def answer() -> Any:
-        return await deck.aresume(thread, DEMO_ANSWERS)
+        return await deck.arun(Resume(thread, DEMO_ANSWERS))
 
     assert asyncio.run(answer()).status == "finished"
 
     async def again() -> Any:
         paused = await deck.arun(DEMO, **RUN)
         with pytest.raises(InvalidAnswersError):
-            await deck.aresume(paused.thread_id, {"bogus": 1})
+            await deck.arun(Resume(paused.thread_id, {"bogus": 1}))
         return paused
 
     paused = asyncio.run(again())  # a second event loop gets its own async saver
@@ -396,8 +397,8 @@ def test_concurrent_aresumes_apply_the_answers_once(database_url: str) -> None:
         async with _demo_deck(database_url) as deck:
             paused = await deck.arun(DEMO, **RUN)
             outcomes = await asyncio.gather(
-                deck.aresume(paused.thread_id, DEMO_ANSWERS),
-                deck.aresume(paused.thread_id, DEMO_ANSWERS),
+                deck.arun(Resume(paused.thread_id, DEMO_ANSWERS)),
+                deck.arun(Resume(paused.thread_id, DEMO_ANSWERS)),
                 return_exceptions=True,
             )
             return outcomes, deck.get_thread(paused.thread_id)

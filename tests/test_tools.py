@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.errors import ErrorCode, SkillDeckError, ToolError
-from skilldeck.nodes.transcript import read_messages
+from skilldeck.nodes import transcript
 from skilldeck.tools import ToolRegistry, default_registry, extract_elements, jailed_path
 from skilldeck.tools.elements import MAX_WRITTEN_TEXT
 
@@ -345,7 +345,7 @@ def test_tool_not_in_meta_is_refused(tmp_path: Path, skills_dir: Path) -> None:
     assert parse_calls == []  # never executed
     assert info_calls == [{"q": "complaint.txt", "user_id": "u1", "matter_id": "m1"}]
 
-    messages = read_messages(deck.store, result.thread_id, attempt["turn"])
+    messages = transcript.read(deck.store, attempt["turn"], attempt["head"])
     tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
     refusal = tool_messages[0]
     assert refusal.name == "file__parse" and refusal.status == "error"
@@ -376,7 +376,7 @@ def test_identity_in_tool_args_is_refused_and_bound_from_the_run(
 
     attempt = result.state["attempt"]
     assert [c["status"] for c in attempt["tool_calls"]] == ["error", "ok"]
-    messages = read_messages(deck.store, result.thread_id, attempt["turn"])
+    messages = transcript.read(deck.store, attempt["turn"], attempt["head"])
     forged, ok = [m for m in messages if isinstance(m, ToolMessage)]
     assert forged.status == "error"
     assert "user_id" in forged.content and "bound by the runtime" in forged.content
@@ -403,7 +403,9 @@ def test_a_crashing_tool_is_an_error_for_the_model_not_a_stuck_run(
     result = deck.run(context="ctx")
     assert result.status == "finished", result.error
     assert result.state["attempt"]["tool_calls"][0]["status"] == "error"
-    messages = read_messages(deck.store, result.thread_id, result.state["attempt"]["turn"])
+    messages = transcript.read(
+        deck.store, result.state["attempt"]["turn"], result.state["attempt"]["head"]
+    )
     failure = next(m for m in messages if isinstance(m, ToolMessage))
     # The model hears that the tool failed and how; the exception's own text is for the log.
     assert "probe__explode failed: PermissionError; the details are in the" in failure.content

@@ -27,6 +27,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
+from skilldeck.errors import ModelUnavailableError
+from skilldeck.graph.records import ToolCall, Turn
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.model_call import RetryableModelError
 from skilldeck.nodes.modes import execution_mode
@@ -49,7 +51,6 @@ from skilldeck.nodes.planner_rules import (
     latest_message_ts,
 )
 from skilldeck.nodes.skill import SkillNode, Visit, _describe, parse_output
-from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import OutputLimits
 from skilldeck.tools.messages import format_ts
@@ -147,20 +148,17 @@ class PlannerSkillNode(SkillNode):
     def __call__(
         self, state: dict[str, Any], config: RunnableConfig, store: BaseStore
     ) -> Command[str]:
-        configurable = config.get("configurable", {})
-        thread_id = str(configurable["thread_id"])
-        identity = run_identity(configurable)
-        visit = Visit(state, dict(state.get("calls") or {}), thread_id, store)
-        turn = state.get("turn")
-        if turn and turn.get("skill") == self.name and turn.get("planner") is not None:
+        identity = run_identity(config.get("configurable", {}))
+        visit = Visit.of(state, config, store)
+        turn = visit.view.turn
+        if turn is not None and turn.skill == self.name and turn.mode_state is not None:
             # A re-ask after a rejected view: the loop is done and its evidence is in the turn.
-            conversation = read_messages(store, thread_id, turn["id"])
-            return self._synthesize(visit, dict(turn), conversation, [])
+            return self._synthesize(visit, turn, visit.conversation(turn), [])
         if not identity.get("user_id"):
             message = f"skill {self.name!r} needs a user: start the run with user_id (--user)"
             return self._fail(visit, "NO_USER", message, None)
         try:
-            turn, opening = self.open_turn(state)
+            turn, opening = self.open_turn(visit)
         except Exception as exc:
             return self._fail(visit, "SCRIPT_ERROR", _describe("preprocess.py", exc), None)
         question = (state.get("input") or {}).get("question")
@@ -202,7 +200,7 @@ class PlannerSkillNode(SkillNode):
     def _loop(
         self,
         visit: Visit,
-        turn: dict[str, Any],
+        turn: Turn,
         opening: list[BaseMessage],
         rules: RulesPlanner | None,
         identity: Mapping[str, Any],
@@ -213,17 +211,21 @@ class PlannerSkillNode(SkillNode):
         conversation, unsaved = list(opening), list(opening)
         budget = self.ctx.settings.planner_max_rounds
         stopped = f"the budget of {budget} rounds is used up"
-        turn["trajectory"] = loop.rounds  # the same list: a failure mid-loop records it too
+
+        def so_far(turn: Turn) -> Turn:
+            """``turn`` with the rounds so far (a failure mid-loop records them too)."""
+            return turn.model_copy(update={"trajectory": [dict(r) for r in loop.rounds]})
+
         for number in range(1, budget + 1):
             plan: Any
             may_stop = not history or any(r["tool"] for r in loop.rounds)
             if rules is None:
                 try:
-                    message = self.ask_json(
+                    message, turn = self.ask_json(
                         conversation, visit.calls, turn, "plan", self.plan_schemas[may_stop]
                     )
                 except RetryableModelError as exc:  # the rules plan the rest of the loop
-                    turn["model_error"] = exc.reason
+                    turn = turn.model_copy(update={"model_error": exc.reason})
                     rules = RulesPlanner(
                         str(visit.state.get("input", {}).get("question") or ""),
                         None,
@@ -232,8 +234,10 @@ class PlannerSkillNode(SkillNode):
                     )
                     plan, errors = rules.plan(loop.view()), list[dict[str, str]]()
                     message = AIMessage(_dumps(plan), name="rules")
+                except ModelUnavailableError:
+                    raise  # the thread stops resumable at its last checkpoint
                 except Exception as exc:
-                    return self._model_error(visit, exc, turn)
+                    return self._model_error(visit, exc, so_far(turn))
                 else:
                     plan, errors = _read_json(message, "plan", self.limits)
             else:
@@ -264,19 +268,25 @@ class PlannerSkillNode(SkillNode):
                 conversation.append(message)
                 unsaved.append(message)
                 break
-            ref = f"{turn['id']}/{turn['pos'] + len(unsaved) + 1:06d}"
-            observation = self._observe(loop, step, plan, identity, turn, ref, pending, budget)
+            ref = f"{turn.id}/{turn.length + len(unsaved) + 1:06d}"
+            observation, turn = self._observe(
+                loop, step, plan, identity, turn, ref, pending, budget
+            )
             answer = HumanMessage(_dumps(observation))
             conversation += [message, answer]
-            turn["pos"] = visit.save(turn, [*unsaved, message, answer])
+            turn = visit.save(turn, [*unsaved, message, answer])
             unsaved = []
         limit = self.ctx.settings.planner_max_evidence
         chosen = loop.evidence(limit, self.anchors)
         evidence = [
             {k: loop.hits[i].get(k) for k in ("message_id", "text", "ts", "role")} for i in chosen
         ]
-        turn["round"] = len(loop.rounds)
-        turn["planner"] = {"evidence": evidence, "retrieved": sorted(loop.hits)}
+        turn = so_far(turn).model_copy(
+            update={
+                "round": len(loop.rounds),
+                "mode_state": {"evidence": evidence, "retrieved": sorted(loop.hits)},
+            }
+        )
         prompt = HumanMessage(_synthesis_prompt(stopped, evidence, limit))
         conversation.append(prompt)
         unsaved.append(prompt)
@@ -288,12 +298,13 @@ class PlannerSkillNode(SkillNode):
         step: dict[str, Any],
         plan: Any,
         identity: Mapping[str, Any],
-        turn: dict[str, Any],
+        turn: Turn,
         ref: str,
         pending: list[str],
         budget: int,
-    ) -> dict[str, Any]:
-        """Run a checked plan (or not, if invalid) and describe the outcome for the model."""
+    ) -> tuple[dict[str, Any], Turn]:
+        """Run a checked plan (or not, if invalid): what the model is told of the outcome, and
+        ``turn`` with the call it made."""
         left = budget - step["round"]
         if step["errors"]:
             return {
@@ -302,26 +313,24 @@ class PlannerSkillNode(SkillNode):
                 "valid": False,
                 "errors": step["errors"],
                 "note": "invalid plan: nothing was run, and the round counts against the budget",
-            }
+            }, turn
         tool, args = plan["tool"], plan["args"]
         started = time.perf_counter()
         result = self.ctx.registry.invoke(tool, args, identity)
-        turn["tool_calls"] = [
-            *turn["tool_calls"],
-            {
-                "id": f"{turn['id']}-r{step['round']}",
-                "name": tool,
-                "status": "ok" if result.ok else "error",
-                "ms": round((time.perf_counter() - started) * 1000, 2),
-                "ref": ref,
-            },
-        ]
+        call = ToolCall(
+            id=f"{turn.id}-r{step['round']}",
+            name=tool,
+            status="ok" if result.ok else "error",
+            ms=round((time.perf_counter() - started) * 1000, 2),
+            ref=ref,
+        )
+        turn = turn.model_copy(update={"tool_calls": (*turn.tool_calls, call)})
         step["tool"] = tool
         observation: dict[str, Any] = {"round": step["round"], "rounds_left": left, "tool": tool}
         if not result.ok:
             loop.fail(tool, args)
             step["errors"] = [error("$.tool_result", result.content)]
-            return {**observation, "ok": False, "error": result.content}
+            return {**observation, "ok": False, "error": result.content}, turn
         step["hit_count"], ids = loop.add(tool, args, json.loads(result.content))
         step["anchors"] = ids[:SHOWN]
         missing = loop.pending()
@@ -343,25 +352,30 @@ class PlannerSkillNode(SkillNode):
             "context_missing": bool(missing),
             "neighbors_preferred": step["neighbors_preferred"],
             "note": "; ".join(notes) or None,
-        }
+        }, turn
 
     def _synthesize(
         self,
         visit: Visit,
-        turn: dict[str, Any],
+        turn: Turn,
         conversation: list[BaseMessage],
         unsaved: list[BaseMessage],
     ) -> Command[str]:
         """Ask for ``memory_view`` (or extract it by rules), check its citations, accept it."""
-        evidence: list[dict[str, Any]] = turn["planner"]["evidence"]
+        found: dict[str, Any] = turn.mode_state  # type: ignore[assignment]
+        evidence: list[dict[str, Any]] = found["evidence"]
         if self.ctx.has_model(self.name):
             schema = view_schema([e["message_id"] for e in evidence])
             try:
-                message = self.ask_json(conversation, visit.calls, turn, "memory_view", schema)
+                message, turn = self.ask_json(
+                    conversation, visit.calls, turn, "memory_view", schema
+                )
             except RetryableModelError as exc:  # the rules extract the view instead
-                turn["model_error"] = exc.reason
+                turn = turn.model_copy(update={"model_error": exc.reason})
                 view, errors = extract_view(evidence), list[dict[str, str]]()
                 message = AIMessage(_dumps(view), name="rules")
+            except ModelUnavailableError:
+                raise  # the thread stops resumable at its last checkpoint
             except Exception as exc:
                 return self._model_error(visit, exc, turn)
             else:
@@ -369,10 +383,10 @@ class PlannerSkillNode(SkillNode):
         else:
             view, errors = extract_view(evidence), []
             message = AIMessage(_dumps(view), name="rules")
-        turn["pos"] = visit.save(turn, [*unsaved, message])
+        turn = visit.save(turn, [*unsaved, message])
         if view is not None:
             ids = [e["message_id"] for e in evidence]
-            errors += check_view(view, ids, set(turn["planner"]["retrieved"]))
+            errors += check_view(view, ids, set(found["retrieved"]))
         if errors:
             return self._reject(visit, turn, errors, _RETRY)
         output = {

@@ -30,7 +30,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
-from skilldeck._internal.store_keys import thread_namespace
+from skilldeck.errors import ModelUnavailableError
+from skilldeck.graph.records import ToolCall, Turn
+from skilldeck.nodes import transcript
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.model_call import RetryableModelError
 from skilldeck.nodes.modes import execution_mode
@@ -40,7 +42,6 @@ from skilldeck.nodes.retrieval.plan import LOCAL, RAG, TABLE, Plan, make_plan
 from skilldeck.nodes.retrieval.policy import Invoke, run_policy, source_order
 from skilldeck.nodes.retrieval.rewrite import INTENTS, REWRITE_SCHEMA, Rewrite, rewrite_question
 from skilldeck.nodes.skill import SkillNode, Visit, parse_output
-from skilldeck.nodes.transcript import read_messages
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import compile_schema, format_errors
 from skilldeck.tools.registry import ToolResult, run_identity
@@ -139,15 +140,9 @@ def _evidence_block(index: int, item: Evidence) -> str:
     return f"[{index}] {where}\n{body}\ncite as: {item.citation}"
 
 
-def _store_key(thread_id: str, turn_id: str) -> tuple[str, ...]:
-    return thread_namespace("retrieval", thread_id, turn_id)
-
-
-def _save(visit: Visit, turn: dict[str, Any], new: list[BaseMessage]) -> None:
-    """The turn's new messages go to the store in one write."""
-    if new:
-        turn["pos"] = visit.save(turn, new)
-        new.clear()
+def _evidence_key(turn_id: str) -> tuple[str, ...]:
+    """Where a turn's evidence is kept: the turn's own (a fork that carries the turn finds it)."""
+    return transcript.turn_namespace(turn_id, "evidence")
 
 
 def _tried(steps: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -174,31 +169,32 @@ class RetrievalSkillNode(SkillNode):
     def __call__(
         self, state: dict[str, Any], config: RunnableConfig, store: BaseStore
     ) -> Command[str]:
-        configurable = config.get("configurable", {})
-        thread_id = str(configurable["thread_id"])
-        visit = Visit(state, dict(state.get("calls") or {}), thread_id, store)
-        turn = state.get("turn")
-        if turn and turn.get("skill") == self.name:
+        visit = Visit.of(state, config, store)
+        turn = visit.view.turn
+        if turn is not None and turn.skill == self.name:
             return self._answer_again(visit, turn)
         question = _question(state)
         if question is None:
             message = "input.question is missing: pass the question to answer"
             return self._fail(visit, "INVALID_INPUT", message, None)
-        turn, new = self.open_turn(state)
+        turn, new = self.open_turn(visit)
         try:
-            rewrite, note = self._rewrite(question, new, visit.calls, turn)
+            rewrite, note, turn = self._rewrite(question, new, visit.calls, turn)
+        except ModelUnavailableError:
+            raise  # the thread stops resumable at its last checkpoint
         except Exception as exc:
             return self._model_error(visit, exc, turn)
         # The model sees the rewrite exchange again when it answers; tool calls it does not.
         conversation = list(new)
         plan = make_plan(question, rewrite)
         # Identity is the run's (deck.run binds it into the config), never the input's.
-        identity = run_identity(configurable)
-        invoke = self._invoker(turn, new, identity)
+        identity = run_identity(config.get("configurable", {}))
+        made: list[ToolCall] = []
+        invoke = self._invoker(turn, new, made, identity)
         run = run_policy(plan, self._sources(plan), self._allowed(), invoke)
         shown = select_evidence(plan, run.usable)
         known = {e.citation: e.counts for e in run.gathered}
-        turn["trajectory"] = {
+        trajectory: dict[str, Any] = {
             "question": question,
             "rewrite": {**rewrite.to_dict(), **({"model_error": note} if note else {})},
             "plan": plan.summary(),
@@ -207,57 +203,59 @@ class RetrievalSkillNode(SkillNode):
             "complete": run.answered_by is not None,
             "answer_by": "model" if self.ctx.has_model(self.name) and shown else "rules",
         }
+        turn = turn.model_copy(update={"tool_calls": tuple(made), "trajectory": trajectory})
         store.put(
-            _store_key(thread_id, turn["id"]),
+            _evidence_key(turn.id),
             "evidence",
             {"shown": [e.to_dict() for e in shown], "known": known},
         )
-        if turn["trajectory"]["answer_by"] == "model":
+        if trajectory["answer_by"] == "model":
             ask = HumanMessage(self._answer_ask(plan, run.steps, shown, run.answered_by))
             try:
                 schema = answer_schema(shown)
-                reply = self.ask_json([*conversation, ask], visit.calls, turn, "answer", schema)
+                reply, turn = self.ask_json(
+                    [*conversation, ask], visit.calls, turn, "answer", schema
+                )
             except RetryableModelError as exc:  # the rules write the answer instead
-                turn["trajectory"]["answer_by"] = "rules"
-                turn["trajectory"]["model_error"] = exc.reason
-                answer = self._rules_answer(plan, turn["trajectory"], shown)
+                trajectory = {**trajectory, "answer_by": "rules", "model_error": exc.reason}
+                turn = turn.model_copy(update={"trajectory": trajectory})
+                answer = self._rules_answer(plan, trajectory, shown)
                 new.append(AIMessage(json.dumps({"answer": answer}, ensure_ascii=False)))
-                _save(visit, turn, new)
-                return self._finish(visit, turn, answer, shown, known)
+                return self._finish(visit, visit.save(turn, new), answer, shown, known)
+            except ModelUnavailableError:
+                raise  # the thread stops resumable at its last checkpoint
             except Exception as exc:
-                _save(visit, turn, new)
-                return self._model_error(visit, exc, turn)
-            new += [ask, reply]
-            _save(visit, turn, new)
-            return self._finish(visit, turn, reply, shown, known)
-        answer = self._rules_answer(plan, turn["trajectory"], shown)
+                return self._model_error(visit, exc, visit.save(turn, new))
+            return self._finish(visit, visit.save(turn, [*new, ask, reply]), reply, shown, known)
+        answer = self._rules_answer(plan, trajectory, shown)
         new.append(AIMessage(json.dumps({"answer": answer}, ensure_ascii=False)))
-        _save(visit, turn, new)
-        return self._finish(visit, turn, answer, shown, known)
+        return self._finish(visit, visit.save(turn, new), answer, shown, known)
 
     # -- steps ----------------------------------------------------------------------------
     def _rewrite(
-        self, question: str, new: list[BaseMessage], calls: dict[str, int], turn: dict[str, Any]
-    ) -> tuple[Rewrite, str | None]:
-        """The model's rewrite (JSON) when there is a model, else the rules'.
+        self, question: str, new: list[BaseMessage], calls: dict[str, int], turn: Turn
+    ) -> tuple[Rewrite, str | None, Turn]:
+        """The model's rewrite (JSON) when there is a model, else the rules'; and ``turn``
+        with the call's tokens.
 
         Invalid model output does not stop the policy, which still needs queries: the rules
         rewrite stands in, and why is kept in the trajectory.
         """
         if not self.ctx.has_model(self.name):
-            return rewrite_question(question), None
+            return rewrite_question(question), None, turn
         intents = ", ".join(map(repr, INTENTS))
         ask = HumanMessage(_REWRITE_ASK.format(question=question, intents=intents))
         try:
-            reply = self.ask_json([*new, ask], calls, turn, "rewrite", REWRITE_SCHEMA)
+            reply, turn = self.ask_json([*new, ask], calls, turn, "rewrite", REWRITE_SCHEMA)
         except RetryableModelError as exc:  # the rules stand in for the model
-            return rewrite_question(question), exc.reason
+            return rewrite_question(question), exc.reason, turn
         new += [ask, reply]
         value, errors = parse_output(reply, self.limits)
         errors = errors or format_errors(_REWRITE_VALIDATOR, value)
         if value is not None and not errors:
-            return Rewrite.from_model(value, question), None
-        return rewrite_question(question), "; ".join(f"{e['path']}: {e['message']}" for e in errors)
+            return Rewrite.from_model(value, question), None, turn
+        reason = "; ".join(f"{e['path']}: {e['message']}" for e in errors)
+        return rewrite_question(question), reason, turn
 
     def _allowed(self) -> set[str]:
         """Canonical names of the tools the meta lists: the only ones the policy may call."""
@@ -267,27 +265,32 @@ class RetrievalSkillNode(SkillNode):
         return source_order(self.bundle.tools, self.ctx.registry.resolve, plan.table_first)
 
     def _invoker(
-        self, turn: dict[str, Any], new: list[BaseMessage], identity: Mapping[str, Any]
+        self,
+        turn: Turn,
+        new: list[BaseMessage],
+        made: list[ToolCall],
+        identity: Mapping[str, Any],
     ) -> Invoke:
-        """Tool calls through the registry, bound to the run's identity, into the transcript."""
+        """Tool calls through the registry, bound to the run's identity, into the transcript
+        (``new``) and the turn's calls (``made``)."""
         registry = self.ctx.registry
 
         def invoke(name: str, args: dict[str, Any]) -> ToolResult:
-            call_id = f"{turn['id'][:12]}-{len(turn['tool_calls'])}"
+            call_id = f"{turn.id[:12]}-{len(made)}"
             started = time.perf_counter()
             result = registry.invoke(name, args, identity)
             call = {"name": name, "args": args, "id": call_id, "type": "tool_call"}
             new.append(AIMessage(content="", tool_calls=[call]))
             status = "success" if result.ok else "error"
             new.append(ToolMessage(result.content, tool_call_id=call_id, name=name, status=status))
-            turn["tool_calls"].append(
-                {
-                    "id": call_id,
-                    "name": name,
-                    "status": "ok" if result.ok else "error",
-                    "ms": round((time.perf_counter() - started) * 1000, 2),
-                    "ref": f"{turn['id']}/{turn['pos'] + len(new) - 1:06d}",
-                }
+            made.append(
+                ToolCall(
+                    id=call_id,
+                    name=name,
+                    status="ok" if result.ok else "error",
+                    ms=round((time.perf_counter() - started) * 1000, 2),
+                    ref=f"{turn.id}/{turn.length + len(new) - 1:06d}",
+                )
             )
             return result
 
@@ -322,10 +325,10 @@ class RetrievalSkillNode(SkillNode):
         complete = bool(trajectory["complete"])
         return compose_answer(plan, shown, complete=complete, sources=_tried(trajectory["steps"]))
 
-    def _answer_again(self, visit: Visit, turn: dict[str, Any]) -> Command[str]:
+    def _answer_again(self, visit: Visit, turn: Turn) -> Command[str]:
         """After a rejected answer: answer again from the stored evidence (no new retrieval)."""
-        trajectory = turn.get("trajectory") or {}
-        item = visit.store.get(_store_key(visit.thread_id, turn["id"]), "evidence")
+        trajectory: Mapping[str, Any] = turn.trajectory if isinstance(turn.trajectory, dict) else {}
+        item = visit.store.get(_evidence_key(turn.id), "evidence")
         question = _question(visit.state)
         if item is None or question is None or not trajectory:
             message = "the retrieval turn's evidence is gone from the store; start a new run"
@@ -338,23 +341,24 @@ class RetrievalSkillNode(SkillNode):
             return self._finish(visit, turn, answer, shown, known)
         conversation = [
             m
-            for m in read_messages(visit.store, visit.thread_id, turn["id"])
+            for m in visit.conversation(turn)
             if not isinstance(m, ToolMessage) and not (isinstance(m, AIMessage) and m.tool_calls)
         ]
         try:
             schema = answer_schema(shown)
-            reply = self.ask_json(conversation, visit.calls, turn, "answer", schema)
+            reply, turn = self.ask_json(conversation, visit.calls, turn, "answer", schema)
         except RetryableModelError as exc:
             return self._reject(visit, turn, [{"path": "$", "message": exc.reason}], _RETRY)
+        except ModelUnavailableError:
+            raise  # the thread stops resumable at its last checkpoint
         except Exception as exc:
             return self._model_error(visit, exc, turn)
-        _save(visit, turn, [reply])
-        return self._finish(visit, turn, reply, shown, known)
+        return self._finish(visit, visit.save(turn, [reply]), reply, shown, known)
 
     def _finish(
         self,
         visit: Visit,
-        turn: dict[str, Any],
+        turn: Turn,
         answer: AIMessage | str,
         shown: Sequence[Evidence],
         known: Mapping[str, Any],
@@ -367,7 +371,8 @@ class RetrievalSkillNode(SkillNode):
             if errors or value is None:
                 return self._reject(visit, turn, errors, _RETRY)
             answer = compose_paragraphs(value["paragraphs"])
-        question = str(turn["trajectory"]["question"])
+        trajectory: dict[str, Any] = turn.trajectory  # type: ignore[assignment]
+        question = str(trajectory["question"])
         errors = check_answer(answer, question=question, shown=shown, known=known)
         if errors:
             return self._reject(visit, turn, errors, _RETRY)
@@ -378,7 +383,7 @@ class RetrievalSkillNode(SkillNode):
             "data": {
                 "answer": answer,
                 "citations": citations,
-                "sources_tried": turn["trajectory"]["steps"],
+                "sources_tried": trajectory["steps"],
                 "found": bool(citations),
             },
             "control": {"action": "finish"},

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from skilldeck.graph.records import Turn
+from skilldeck.graph.state import RunView
 from skilldeck.nodes.context import CARD_NODE
 from skilldeck.nodes.model_call import ATTEMPT_KEY
 from skilldeck.nodes.route_model import ROUTER_KEY
@@ -52,16 +54,16 @@ class EventTranslator:
     ) -> None:
         self.thread_id = thread_id
         self.data_keys = data_keys
-        turn = (state or {}).get("turn") or {}
+        before = RunView(state or {})
         # The card node's steps work for the skill that asked the card.
-        self._card_skill = ((state or {}).get("card") or {}).get("skill")
+        self._card_skill = before.card.skill if before.card is not None else None
         self._args: dict[str, dict[str, Any]] = {}
-        self._seen = {str(c["id"]) for c in turn.get("tool_calls", [])}
-        self._remember(turn)
+        self._seen = {c.id for c in before.turn.tool_calls} if before.turn is not None else set()
+        self._remember(before.turn)
 
-    def _remember(self, turn: Mapping[str, Any]) -> None:
-        for call in turn.get("pending") or []:
-            self._args[str(call["id"])] = dict(call.get("args") or {})
+    def _remember(self, turn: Turn | None) -> None:
+        for call in turn.pending if turn is not None else ():
+            self._args[call.id] = dict(call.args)
 
     def feed(self, part: Mapping[str, Any]) -> Iterator[Event]:
         """The events of one ``updates`` or ``messages`` stream part (``version="v2"``)."""
@@ -86,41 +88,44 @@ class EventTranslator:
             yield DeltaEvent(self.thread_id, str(skill), attempt, text)
 
     def _node(self, node: str, update: Mapping[str, Any]) -> Iterator[Event]:
-        turn = update.get("turn") or {}
-        attempt = update.get("attempt") or {}
-        if isinstance(update.get("card"), Mapping):
-            self._card_skill = update["card"].get("skill")
-        skill = node if node in self.data_keys else turn.get("skill") or attempt.get("skill")
+        written = RunView(update)
+        turn, attempt = written.turn, written.attempt
+        if written.card is not None:
+            self._card_skill = written.card.skill
+        skill = node if node in self.data_keys else turn.skill if turn else None
+        if skill is None and attempt is not None:
+            skill = attempt.skill
         if node == CARD_NODE:
             skill = self._card_skill
         yield StepEvent(self.thread_id, node, skill, update.get("status"))
         self._remember(turn)
-        for call in turn.get("tool_calls") or []:
-            call_id = str(call["id"])
-            if call_id in self._seen:
+        for call in turn.tool_calls if turn is not None else ():
+            if call.id in self._seen:
                 continue
-            self._seen.add(call_id)
+            self._seen.add(call.id)
             yield ToolCallEvent(
                 thread_id=self.thread_id,
-                skill=str(turn.get("skill")),
-                name=str(call["name"]),
-                call_id=call_id,
-                status=str(call.get("status")),
-                args=self._args.pop(call_id, None),
-                ms=call.get("ms"),
+                skill=turn.skill if turn is not None else "",
+                name=call.name,
+                call_id=call.id,
+                status=call.status,
+                args=self._args.pop(call.id, None),
+                ms=call.ms,
             )
-        if node in self.data_keys and attempt.get("action") in _RESULT_ACTIONS:
-            accepted = attempt["action"] != "rejected"
+        if node in self.data_keys and attempt is not None and attempt.action in _RESULT_ACTIONS:
+            accepted = attempt.action != "rejected"
             yield SkillResultEvent(
                 thread_id=self.thread_id,
                 skill=node,
-                action=str(attempt["action"]),
-                attempt=int(attempt.get("attempt") or 1),
+                action=attempt.action,
+                attempt=attempt.attempt,
                 response=update.get("response") if accepted else None,
                 data={k: v for k, v in update.items() if k in self.data_keys[node]},
                 profile=dict(update.get("profile") or {}) if accepted else {},
-                validation_errors=list(attempt.get("validation_errors") or []),
-                model=attempt.get("model"),
+                validation_errors=[
+                    {"path": e.path, "message": e.message} for e in attempt.validation_errors
+                ],
+                model=attempt.model,
             )
 
 
@@ -137,14 +142,17 @@ def terminal_event(result: RunResult) -> CardEvent | ErrorEvent | DoneEvent:
             errors=list(card.get("errors", [])),
             answers_schema=card.get("answers_schema"),
         )
-    if result.status in ("failed", "no_skill"):
-        error = dict(result.error or {})
+    if result.status in ("failed", "no_skill") or result.error is not None:
+        error = result.error
+        details = {} if error is None else error.dump()
+        for key in ("code", "message", "skill"):
+            details.pop(key, None)
         return ErrorEvent(
             thread_id=result.thread_id,
-            code=str(error.pop("code", "RUN_FAILED")),
-            message=str(error.pop("message", "the run failed")),
-            skill=error.pop("skill", None),
-            details=error,
+            code=error.code if error is not None else "RUN_FAILED",
+            message=error.message if error is not None else "the run failed",
+            skill=error.skill if error is not None else None,
+            details=details,
         )
     return DoneEvent(
         thread_id=result.thread_id,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.prompt import Confirm, Prompt
 
+from skilldeck import Resume
 from skilldeck.cli._output import (
     bounds_hint,
     exit_for,
@@ -179,7 +180,7 @@ def resume(
         with open_deck(skills, checkpoint, model, existing=True, trust=trust) as deck:
             thread_id = deck.resolve_thread(thread)
             with _ctrl_c(deck, lambda: thread_id, _again(skills, checkpoint, model, trust)):
-                result = deck.resume(thread_id, values, interrupt_id=interrupt_id)
+                result = deck.run(Resume(thread_id, values, interrupt_id=interrupt_id))
     print_result(result, as_json)
     exit_for(result)
 
@@ -453,7 +454,7 @@ def demo(
             if not as_json:
                 out.print(f"[bold]resume[/] with answers {json.dumps(given, ensure_ascii=False)}")
             try:
-                result = deck.resume(result.thread_id, given)
+                result = deck.run(Resume(result.thread_id, given))
             except InvalidAnswersError as exc:
                 if answers is not None or as_json:
                     raise

@@ -73,7 +73,7 @@ from skilldeck.server.schemas import (
 )
 from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse
 from skilldeck.settings import Settings
-from skilldeck.types import RunResult
+from skilldeck.types import Continue, Resume, RunResult
 
 __all__ = ["create_app"]
 
@@ -458,7 +458,7 @@ def create_app(
                 user_id=user,
                 matter_id=body.matter_id,
                 next_skill=body.next_skill,
-                stream_deltas=body.stream_deltas,
+                deltas=body.stream_deltas,
             ),
         )
 
@@ -472,11 +472,9 @@ def create_app(
         return await threads.stream(
             thread_id,
             user,
-            lambda: deck.stream_resume(
-                thread_id,
-                body.answers,
-                interrupt_id=body.interrupt_id,
-                stream_deltas=body.stream_deltas,
+            lambda: deck.stream(
+                Resume(thread_id, body.answers, interrupt_id=body.interrupt_id),
+                deltas=body.stream_deltas,
             ),
         )
 
@@ -491,7 +489,7 @@ def create_app(
             raise NotResumableError(thread_id, "new")
         deltas = body is not None and body.stream_deltas
         return await threads.stream(
-            thread_id, user, lambda: deck.stream_continue(thread_id, stream_deltas=deltas)
+            thread_id, user, lambda: deck.stream(Continue(thread_id), deltas=deltas)
         )
 
     @app.get(
@@ -561,13 +559,11 @@ def create_app(
                     thread_id=thread_id,
                     user_id=user,
                     matter_id=asked["matter_id"],
-                    stream_deltas=True,
+                    deltas=True,
                 )
             else:
-                events = deck.stream_resume(
-                    thread_id, asked["answers"], interrupt_id=asked["interrupt_id"],
-                    stream_deltas=True,
-                )  # fmt: skip
+                answers = Resume(thread_id, asked["answers"], interrupt_id=asked["interrupt_id"])
+                events = deck.stream(answers, deltas=True)
 
             def state() -> dict[str, Any]:
                 return deck.get_thread(thread_id).state
