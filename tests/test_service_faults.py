@@ -32,6 +32,7 @@ from conftest import (
     DEMO_ANSWERS,
     DEMO_FILES,
     DEMO_SCRIPT,
+    FakeClock,
     output,
     own_matter,
     serve_command,
@@ -553,17 +554,18 @@ def test_the_claim_of_a_dead_process_is_taken_over_after_the_grace(database_url:
         stdout=subprocess.PIPE,
         text=True,
     )
-    persistence = open_persistence(database_url)
+    clock = FakeClock()
+    persistence = open_persistence(database_url, claim_clock=clock)
     try:
         assert alive.stdout is not None and alive.stdout.readline().strip() == "True"
         claims = persistence.claims
-        claims.dead_owner_grace_s = 0.5
+        assert not claims.claim("thread", "card")  # within the grace
+        clock.elapse(database_url, claims.dead_owner_grace_s + 1)
         deadline = time.monotonic() + 10
-        while not claims.claim("thread", "card"):  # once the owner is seen gone
+        while not claims.claim("thread", "card"):  # once PostgreSQL sees the session gone
             assert time.monotonic() < deadline, "the dead process's claim was never freed"
             time.sleep(0.1)
         assert not claims.claim("thread", "card")  # now ours, and ours is alive
-        time.sleep(0.6)
         assert not claims.claim("thread", "live-card")  # a live owner keeps it for the lease
     finally:
         alive.communicate("", timeout=30)
@@ -593,15 +595,16 @@ def test_a_sqlite_claim_of_a_reused_pid_counts_as_dead(tmp_path: Path) -> None:
     assert not owner_gone(f"other-host:/{pid}/{start}0") and not owner_gone(f"{host}/{pid}/")
     assert not owner_gone(None) and not owner_gone("not an owner")
 
-    persistence = open_persistence(f"sqlite:///{tmp_path / 'c.sqlite'}")
+    clock = FakeClock()
+    persistence = open_persistence(f"sqlite:///{tmp_path / 'c.sqlite'}", claim_clock=clock)
     try:
         claims = persistence.claims
-        claims.dead_owner_grace_s = 0.3
         assert claims.claim("thread", "card")
         with sqlite3.connect(tmp_path / "c.sqlite") as conn:
             conn.execute("UPDATE skilldeck_interrupt_claims SET owner = ?", (reused,))
+        clock.advance(claims.dead_owner_grace_s - 1)
         assert not claims.claim("thread", "card")  # within the grace
-        time.sleep(0.4)
+        clock.advance(2)
         assert claims.claim("thread", "card")
         assert not claims.claim("thread", "card")
     finally:
@@ -668,15 +671,17 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
     )
     settings = Settings(model=f"scripted:{gate / 'script.yaml'}")
     folder = gate / "gate"
+    clock = FakeClock()
     with SkillDeck(folder, checkpointer=database_url, settings=settings, trust=[folder]) as deck:
-        deck.claims.dead_owner_grace_s = 0.5
+        deck.claims.clock = clock
         try:
             deadline = time.monotonic() + 60
             while deck._sync.snapshot("busy") is None or len(deck.history("busy")) < 2:
                 assert child.poll() is None and time.monotonic() < deadline, child.stderr
                 time.sleep(0.05)  # the run's first step is checkpointed; the skill waits
             before = deck.history("busy")
-            time.sleep(0.6)  # past the grace: a live owner keeps its lease
+            # past the grace (within the lease): a live owner keeps its lease
+            clock.elapse(database_url, deck.claims.dead_owner_grace_s + 1)
             with pytest.raises(ThreadBusyError, match="'busy' is in progress") as caught:
                 deck.run({}, context="ctx", thread_id="busy")
             assert caught.value.code == ErrorCode.THREAD_BUSY
@@ -685,6 +690,7 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
             child.kill()
             child.communicate(timeout=30)
         (gate / "closed").unlink()
+        clock.elapse(database_url, deck.claims.dead_owner_grace_s + 1)  # the grace, once dead
         deadline = time.monotonic() + 15
         while True:
             try:
@@ -700,19 +706,6 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
 
 
 # -- issue 32, finding 5: a request accepted long before it runs -------------------------------
-class FakeClock:
-    """The time claims and leases go by, moved by the test: a lease runs out without a sleep."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 LEASE_S = 5.0
 OTHER_ANSWERS = {**DEMO_ANSWERS, "profile.defendant.name": "Other Answer Ltd."}
 
