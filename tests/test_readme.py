@@ -61,6 +61,7 @@ def test_the_quickstart_is_what_ci_runs() -> None:
         assert f"tests/markdown_blocks.py command {n}" in ci
 
 
+@pytest.mark.wheel
 def test_the_first_hour_leaves_nothing_for_git_to_show(tmp_path: Path) -> None:
     """What the quickstart and the console block leave in the repository's root, and what the
     demo writes where its state lives there (SKILLDECK_HOME=. or a .skilldeck/), is ignored."""
@@ -112,6 +113,7 @@ def test_python_block(
     eval_example.run_print_check(example)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("block", RUN_HERE, ids=str)
 def test_shell_block(block: Block, tmp_path: Path) -> None:
     done = run_block(block.code, tmp_path)

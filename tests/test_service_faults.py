@@ -147,6 +147,7 @@ def answered_cards(http: httpx.Client, thread: str) -> list[dict[str, Any]]:
 
 
 # -- two servers, one database ----------------------------------------------------------------
+@pytest.mark.server
 def test_a_run_on_one_server_is_answered_on_the_other(
     serve: Callable[..., list[Server]], postgres_url: str
 ) -> None:
@@ -166,6 +167,7 @@ def test_a_run_on_one_server_is_answered_on_the_other(
         assert answered_cards(first, thread) == [DEMO_ANSWERS]
 
 
+@pytest.mark.server
 def test_kill_9_after_a_card_then_a_new_server_resumes_it_exactly_once(
     serve: Callable[..., list[Server]], postgres_url: str
 ) -> None:
@@ -272,6 +274,7 @@ def test_kill_9_mid_run_then_restarted_the_thread_is_resumable_and_continue_fini
         assert http.get(f"/threads/{thread}").json()["state"]["note"] == "kept"
 
 
+@pytest.mark.server
 def test_a_postgres_restart_between_run_and_resume_needs_no_manual_step(
     serve: Callable[..., list[Server]], private_postgres: Services
 ) -> None:
@@ -542,6 +545,7 @@ sys.stdin.read()  # alive until the test closes stdin
 """
 
 
+@pytest.mark.subprocess
 def test_the_claim_of_a_dead_process_is_taken_over_after_the_grace(database_url: str) -> None:
     """PostgreSQL sees the claiming session end; SQLite sees the claiming process gone."""
     dead = subprocess.run(
@@ -572,6 +576,7 @@ def test_the_claim_of_a_dead_process_is_taken_over_after_the_grace(database_url:
         persistence.close()
 
 
+@pytest.mark.subprocess
 def test_a_claim_is_not_taken_over_before_the_grace(database_url: str) -> None:
     dead = subprocess.run(
         [sys.executable, "-c", CLAIM_AND_DIE, database_url], capture_output=True, text=True
@@ -659,6 +664,7 @@ def gate(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.subprocess
 def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database_url: str) -> None:
     """Another process's run of the thread answers ThreadBusyError, changing nothing, while the
     run's process lives (past the grace too); once it is killed, the grace later the same
@@ -807,6 +813,7 @@ def test_a_taken_over_claim_is_neither_renewed_nor_released_by_its_old_holder(
         two.close()
 
 
+@pytest.mark.server
 def test_after_a_restart_the_pool_drops_every_dead_connection_at_once(
     private_postgres: Services,
 ) -> None:
@@ -826,6 +833,7 @@ def test_after_a_restart_the_pool_drops_every_dead_connection_at_once(
         pool.close()
 
 
+@pytest.mark.server
 def test_a_database_that_is_gone_answers_503_and_comes_back_by_itself(
     postgres_url: str, postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
