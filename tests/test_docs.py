@@ -98,6 +98,7 @@ def test_output_examples_follow_the_contract(block: Block, tmp_path: Path) -> No
     assert check_field_keys(questions, bundle.provides, bundle.data_keys) == []
 
 
+@pytest.mark.subprocess
 def test_the_commands_run_in_order(tmp_path: Path) -> None:
     """The shell blocks, in order, in one folder holding the doc's files (as a reader who
     follows the page has them)."""

@@ -102,6 +102,7 @@ def test_the_model_is_not_called_again_for_one_card(
     assert demo_deck.get_thread(result.thread_id).state["calls"] == {"litigation-intake": 5}
 
 
+@pytest.mark.subprocess
 def test_resume_from_a_new_process_and_a_new_deck(tmp_path: Path) -> None:
     db = tmp_path / "shared.sqlite"
     code = f"""

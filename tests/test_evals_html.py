@@ -12,7 +12,7 @@ from servers import CHROMIUM_INSTALL, program
 
 from skilldeck.evals import load_suite, run_suite, write_reports
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.browser]
 
 ARGS = [
     "--no-sandbox",

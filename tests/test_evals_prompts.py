@@ -14,6 +14,8 @@ from skilldeck import Settings
 from skilldeck.evals import run_suite
 from skilldeck.evals.suites import suite_for_skill
 
+pytestmark = pytest.mark.L2
+
 
 @pytest.mark.parametrize("skill", ["card-agent", "pkm-agent", "litigation-intake"])
 def test_no_prompt_of_an_eval_trial_names_its_case(skill: str, tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from skilldeck.skills.examples import EXAMPLES_FILE, Examples
 from skilldeck.skills.loader import inspect_bundle
 from skilldeck.tools.embeddings import default_embedding_function
 
+pytestmark = pytest.mark.L2
+
 FINAL = output(data={"note": "x"})["output"]
 
 

@@ -25,6 +25,8 @@ from skilldeck.skills.contract import (
 from skilldeck.skills.grammar import for_grammar
 from skilldeck.skills.loader import load_skills
 
+pytestmark = pytest.mark.L2
+
 MISSING = object()
 
 SAVE_OR_SKIP: dict[str, Any] = {

@@ -18,6 +18,8 @@ from skilldeck.tools.messages import Message, MessageStore
 from skilldeck.tools.text import Tokenizer
 from skilldeck.tools.vectors import VectorIndex, _UserVectors, open_chroma
 
+pytestmark = pytest.mark.L2
+
 MB = 1024 * 1024
 ALL = {"role": "any", "time_range": {"since": "2020-01-01T00:00:00Z"}}
 

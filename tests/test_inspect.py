@@ -31,7 +31,7 @@ pytestmark = pytest.mark.L2
 DEMO = {"documents": ["complaint.txt"]}
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.server)])
 def deck(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SkillDeck]:
     """The demo deck on a memory, SQLite or PostgreSQL checkpointer."""
     url = {
@@ -188,7 +188,7 @@ def test_bad_thread_or_checkpoint_is_a_clear_error(deck: SkillDeck) -> None:
     assert len(list_threads(deck)) == 2
 
 
-@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.server)])
 def test_reading_a_thread_needs_none_of_its_skills(
     store: str, skills_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

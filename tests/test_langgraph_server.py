@@ -28,7 +28,7 @@ from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 from serving import free_port
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.server]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A second user, added after the README's setup (which makes alice and her matter).

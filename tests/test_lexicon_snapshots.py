@@ -33,7 +33,7 @@ def _history(user: str, count: int, start: int = 0) -> list[Message]:
     return out
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.server)])
 def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgres":
         return str(request.getfixturevalue("postgres_url"))

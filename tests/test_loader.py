@@ -636,6 +636,7 @@ def test_estimate_tokens(text: str, tokens: int) -> None:
     assert estimate_tokens(text) == tokens
 
 
+@pytest.mark.subprocess
 def test_token_estimate_does_not_import_tiktoken() -> None:
     code = "import skilldeck.skills.tokens, sys; print('tiktoken' in sys.modules)"
     out = subprocess.run(

@@ -353,6 +353,7 @@ persistence.close()
 """
 
 
+@pytest.mark.subprocess
 def test_concurrent_writers_in_two_processes_lose_no_field(database_url: str) -> None:
     persistence = open_persistence(database_url)
     persistence.threads.add_matter("m", "ann")

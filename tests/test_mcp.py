@@ -27,7 +27,7 @@ from skilldeck.checkpoints.inspect import transcript
 from skilldeck.errors import BundleError, SkillDeckError
 from skilldeck.settings import Settings
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.subprocess]
 
 SERVER = Path(__file__).parent / "mcp_server.py"
 FINISH = {"response": "done", "profile": {}, "data": {}, "control": {"action": "finish"}}

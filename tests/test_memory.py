@@ -43,7 +43,7 @@ def _messages(user: str = "u1", thread: str = "t1") -> list[Message]:
     return [Message(i, user, thread, role, ts, text) for i, role, ts, text in TEXTS]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.server)])
 def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where a test's message store lives: a SQLite file, or a fresh PostgreSQL database."""
     if request.param == "postgres":

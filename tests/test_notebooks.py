@@ -19,7 +19,7 @@ from typing import Any
 import nbformat
 import pytest
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.notebook]
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 NAMES = ("quickstart", "inspect_runs", "eval_report")

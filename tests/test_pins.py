@@ -26,6 +26,8 @@ from skilldeck.skills.pins import (
     result_fields,
 )
 
+pytestmark = pytest.mark.L2
+
 NOTE = {"note": {"type": "string", "x-state": "input.ref"}}
 
 

@@ -25,7 +25,7 @@ import pytest
 from markdown_blocks import blocks
 from shell import run_block
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.L2, pytest.mark.wheel]
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "plugins.md"

@@ -14,12 +14,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, MEMORY_TEXTS
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, MEMORY_TEXTS, FakeClock
 from langgraph.graph import END, START, StateGraph
 from servers import Services
 
@@ -71,6 +71,7 @@ with SkillDeck(checkpointer=sys.argv[1], settings=settings) as deck:
 """
 
 
+@pytest.mark.subprocess
 def test_a_run_paused_in_one_process_is_resumed_in_another(postgres_url: str) -> None:
     with _demo_deck(postgres_url) as deck:
         thread = _run_to_card(deck)
@@ -169,32 +170,50 @@ def claims_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return "memory://"
 
 
+LEASE_S = 60.0
+
+
 @pytest.fixture
-def claims(claims_url: str) -> Iterator[InterruptClaims]:
-    persistence = open_persistence(claims_url, claim_lease_s=0.5)
-    yield persistence.claims
+def lease_clock(claims_url: str) -> Iterator[tuple[InterruptClaims, Callable[[float], None]]]:
+    """Claims with a lease of ``LEASE_S`` and a function that lets time pass for them: a fake
+    clock's (memory, SQLite), or on PostgreSQL, whose server dates the claims, the claims'
+    dates moved back."""
+    clock = FakeClock()
+    persistence = open_persistence(claims_url, claim_lease_s=LEASE_S, claim_clock=clock)
+    yield persistence.claims, lambda seconds: clock.elapse(claims_url, seconds)
     persistence.close()
 
 
+@pytest.fixture
+def claims(lease_clock: tuple[InterruptClaims, Callable[[float], None]]) -> InterruptClaims:
+    return lease_clock[0]
+
+
 def test_a_claim_is_won_once_released_or_taken_over_after_its_lease(
-    claims: InterruptClaims,
+    lease_clock: tuple[InterruptClaims, Callable[[float], None]],
 ) -> None:
+    claims, elapse = lease_clock
     assert claims.claim("t1", "i1") is True
     assert claims.claim("t1", "i1") is False
     assert claims.claim("t1", "i2") is True and claims.claim("t2", "i1") is True
     claims.release("t1", "i1")  # a resume that failed cleanly gives its claim back
     assert asyncio.run(claims.aclaim("t1", "i1")) is True
     assert asyncio.run(claims.aclaim("t1", "i1")) is False
-    time.sleep(0.7)  # the owner died: after the lease, one caller may take the claim over
+    elapse(LEASE_S - 1)
+    assert claims.claim("t1", "i1") is False  # the lease still holds
+    elapse(2)  # the owner died: after the lease, one caller may take the claim over
     assert claims.claim("t1", "i1") is True
     assert claims.claim("t1", "i1") is False
 
 
-def test_a_renewed_claim_outlives_its_first_lease(claims: InterruptClaims) -> None:
+def test_a_renewed_claim_outlives_its_first_lease(
+    lease_clock: tuple[InterruptClaims, Callable[[float], None]],
+) -> None:
+    claims, elapse = lease_clock
     assert claims.claim("t1", RUN_LEASE)
-    time.sleep(0.3)
+    elapse(LEASE_S / 2)
     assert claims.renew("t1", RUN_LEASE)
-    time.sleep(0.3)  # 0.6 s after the claim, 0.3 s after the renewal
+    elapse(LEASE_S * 3 / 4)  # past the first lease, within the renewed one
     assert not claims.claim("t1", RUN_LEASE)
     assert asyncio.run(claims.arenew("t1", RUN_LEASE))
     assert not claims.renew("t1", "never-claimed")
@@ -247,6 +266,7 @@ persistence.close()
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_concurrent_claims_in_processes_have_one_winner(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,19 +45,23 @@ def test_every_code_block_has_a_runner() -> None:
 
 def test_the_quickstart_is_what_ci_runs() -> None:
     """The first command installs what the demo needs (the core, no extra) and runs it; the
-    second adds the test tools and runs the tests."""
+    second adds the test tools and runs every test, then lists the slowest."""
     setup, tests = quickstart()
     assert setup.startswith(
         "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && skilldeck demo "
         "--answers"
     )
     assert "[" not in setup.split(" && skilldeck demo")[0]  # no extra
-    assert tests.startswith('. .venv/bin/activate && pip install -e ".[dev]" && python -m pytest')
+    assert re.fullmatch(
+        r'\. \.venv/bin/activate && pip install -e "\.\[dev\]" && python -m pytest --durations=\d+',
+        tests,
+    ), tests
     ci = (ROOT / ".ci" / "run").read_text("utf-8")
     for n in (1, 2):
         assert f"tests/markdown_blocks.py command {n}" in ci
 
 
+@pytest.mark.wheel
 def test_the_first_hour_leaves_nothing_for_git_to_show(tmp_path: Path) -> None:
     """What the quickstart and the console block leave in the repository's root, and what the
     demo writes where its state lives there (SKILLDECK_HOME=. or a .skilldeck/), is ignored."""
@@ -108,6 +113,7 @@ def test_python_block(
     eval_example.run_print_check(example)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("block", RUN_HERE, ids=str)
 def test_shell_block(block: Block, tmp_path: Path) -> None:
     done = run_block(block.code, tmp_path)

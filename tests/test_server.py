@@ -553,6 +553,7 @@ def _read_events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]
             yield name, json.loads(line.removeprefix("data: ")), time.monotonic()
 
 
+@pytest.mark.server
 def test_uvicorn_streams_events_as_they_happen(served: str) -> None:
     with httpx.Client(base_url=served, headers=auth(), timeout=30) as http:
         thread = http.post("/threads").json()["thread_id"]
@@ -574,6 +575,7 @@ def test_uvicorn_streams_events_as_they_happen(served: str) -> None:
         assert names(sse(done.text))[-1] == "done"
 
 
+@pytest.mark.server
 def test_a_client_that_disconnects_mid_stream_does_not_stop_the_run(served: str) -> None:
     with httpx.Client(base_url=served, headers=auth(), timeout=30) as http:
         thread = http.post("/threads").json()["thread_id"]
@@ -592,6 +594,7 @@ def test_a_client_that_disconnects_mid_stream_does_not_stop_the_run(served: str)
         assert http.get(f"/threads/{thread}").json()["state"]["note"] == "written"
 
 
+@pytest.mark.server
 def test_a_client_that_reconnects_with_last_event_id_gets_what_it_missed(served: str) -> None:
     with httpx.Client(base_url=served, headers=auth(), timeout=30) as http:
         thread = http.post("/threads").json()["thread_id"]

@@ -32,6 +32,7 @@ from conftest import (
     DEMO_ANSWERS,
     DEMO_FILES,
     DEMO_SCRIPT,
+    FakeClock,
     output,
     own_matter,
     serve_command,
@@ -146,6 +147,7 @@ def answered_cards(http: httpx.Client, thread: str) -> list[dict[str, Any]]:
 
 
 # -- two servers, one database ----------------------------------------------------------------
+@pytest.mark.server
 def test_a_run_on_one_server_is_answered_on_the_other(
     serve: Callable[..., list[Server]], postgres_url: str
 ) -> None:
@@ -165,6 +167,7 @@ def test_a_run_on_one_server_is_answered_on_the_other(
         assert answered_cards(first, thread) == [DEMO_ANSWERS]
 
 
+@pytest.mark.server
 def test_kill_9_after_a_card_then_a_new_server_resumes_it_exactly_once(
     serve: Callable[..., list[Server]], postgres_url: str
 ) -> None:
@@ -271,6 +274,7 @@ def test_kill_9_mid_run_then_restarted_the_thread_is_resumable_and_continue_fini
         assert http.get(f"/threads/{thread}").json()["state"]["note"] == "kept"
 
 
+@pytest.mark.server
 def test_a_postgres_restart_between_run_and_resume_needs_no_manual_step(
     serve: Callable[..., list[Server]], private_postgres: Services
 ) -> None:
@@ -541,6 +545,7 @@ sys.stdin.read()  # alive until the test closes stdin
 """
 
 
+@pytest.mark.subprocess
 def test_the_claim_of_a_dead_process_is_taken_over_after_the_grace(database_url: str) -> None:
     """PostgreSQL sees the claiming session end; SQLite sees the claiming process gone."""
     dead = subprocess.run(
@@ -553,23 +558,25 @@ def test_the_claim_of_a_dead_process_is_taken_over_after_the_grace(database_url:
         stdout=subprocess.PIPE,
         text=True,
     )
-    persistence = open_persistence(database_url)
+    clock = FakeClock()
+    persistence = open_persistence(database_url, claim_clock=clock)
     try:
         assert alive.stdout is not None and alive.stdout.readline().strip() == "True"
         claims = persistence.claims
-        claims.dead_owner_grace_s = 0.5
+        assert not claims.claim("thread", "card")  # within the grace
+        clock.elapse(database_url, claims.dead_owner_grace_s + 1)
         deadline = time.monotonic() + 10
-        while not claims.claim("thread", "card"):  # once the owner is seen gone
+        while not claims.claim("thread", "card"):  # once PostgreSQL sees the session gone
             assert time.monotonic() < deadline, "the dead process's claim was never freed"
             time.sleep(0.1)
         assert not claims.claim("thread", "card")  # now ours, and ours is alive
-        time.sleep(0.6)
         assert not claims.claim("thread", "live-card")  # a live owner keeps it for the lease
     finally:
         alive.communicate("", timeout=30)
         persistence.close()
 
 
+@pytest.mark.subprocess
 def test_a_claim_is_not_taken_over_before_the_grace(database_url: str) -> None:
     dead = subprocess.run(
         [sys.executable, "-c", CLAIM_AND_DIE, database_url], capture_output=True, text=True
@@ -593,15 +600,16 @@ def test_a_sqlite_claim_of_a_reused_pid_counts_as_dead(tmp_path: Path) -> None:
     assert not owner_gone(f"other-host:/{pid}/{start}0") and not owner_gone(f"{host}/{pid}/")
     assert not owner_gone(None) and not owner_gone("not an owner")
 
-    persistence = open_persistence(f"sqlite:///{tmp_path / 'c.sqlite'}")
+    clock = FakeClock()
+    persistence = open_persistence(f"sqlite:///{tmp_path / 'c.sqlite'}", claim_clock=clock)
     try:
         claims = persistence.claims
-        claims.dead_owner_grace_s = 0.3
         assert claims.claim("thread", "card")
         with sqlite3.connect(tmp_path / "c.sqlite") as conn:
             conn.execute("UPDATE skilldeck_interrupt_claims SET owner = ?", (reused,))
+        clock.advance(claims.dead_owner_grace_s - 1)
         assert not claims.claim("thread", "card")  # within the grace
-        time.sleep(0.4)
+        clock.advance(2)
         assert claims.claim("thread", "card")
         assert not claims.claim("thread", "card")
     finally:
@@ -656,6 +664,7 @@ def gate(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.subprocess
 def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database_url: str) -> None:
     """Another process's run of the thread answers ThreadBusyError, changing nothing, while the
     run's process lives (past the grace too); once it is killed, the grace later the same
@@ -668,15 +677,17 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
     )
     settings = Settings(model=f"scripted:{gate / 'script.yaml'}")
     folder = gate / "gate"
+    clock = FakeClock()
     with SkillDeck(folder, checkpointer=database_url, settings=settings, trust=[folder]) as deck:
-        deck.claims.dead_owner_grace_s = 0.5
+        deck.claims.clock = clock
         try:
             deadline = time.monotonic() + 60
             while deck._sync.snapshot("busy") is None or len(deck.history("busy")) < 2:
                 assert child.poll() is None and time.monotonic() < deadline, child.stderr
                 time.sleep(0.05)  # the run's first step is checkpointed; the skill waits
             before = deck.history("busy")
-            time.sleep(0.6)  # past the grace: a live owner keeps its lease
+            # past the grace (within the lease): a live owner keeps its lease
+            clock.elapse(database_url, deck.claims.dead_owner_grace_s + 1)
             with pytest.raises(ThreadBusyError, match="'busy' is in progress") as caught:
                 deck.run({}, context="ctx", thread_id="busy")
             assert caught.value.code == ErrorCode.THREAD_BUSY
@@ -685,6 +696,7 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
             child.kill()
             child.communicate(timeout=30)
         (gate / "closed").unlink()
+        clock.elapse(database_url, deck.claims.dead_owner_grace_s + 1)  # the grace, once dead
         deadline = time.monotonic() + 15
         while True:
             try:
@@ -700,19 +712,6 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
 
 
 # -- issue 32, finding 5: a request accepted long before it runs -------------------------------
-class FakeClock:
-    """The time claims and leases go by, moved by the test: a lease runs out without a sleep."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 LEASE_S = 5.0
 OTHER_ANSWERS = {**DEMO_ANSWERS, "profile.defendant.name": "Other Answer Ltd."}
 
@@ -814,6 +813,7 @@ def test_a_taken_over_claim_is_neither_renewed_nor_released_by_its_old_holder(
         two.close()
 
 
+@pytest.mark.server
 def test_after_a_restart_the_pool_drops_every_dead_connection_at_once(
     private_postgres: Services,
 ) -> None:
@@ -833,6 +833,7 @@ def test_after_a_restart_the_pool_drops_every_dead_connection_at_once(
         pool.close()
 
 
+@pytest.mark.server
 def test_a_database_that_is_gone_answers_503_and_comes_back_by_itself(
     postgres_url: str, postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

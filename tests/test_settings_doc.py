@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from skilldeck import Settings
 from skilldeck.settings import settings_reference
+
+pytestmark = pytest.mark.L2
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
 

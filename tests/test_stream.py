@@ -7,12 +7,11 @@ import dataclasses
 import json
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, output, write_bundle
+from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT, FakeClock, output, write_bundle
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -269,23 +268,24 @@ def test_a_thread_being_run_is_busy_for_another_deck(database_url: str) -> None:
 
 
 def test_a_run_renews_its_lease_and_stops_once_it_lost_it(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'lease.sqlite'}"
+    url, clock, lease = f"sqlite:///{tmp_path / 'lease.sqlite'}", FakeClock(), 60.0
     settings = Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES))
-    deck = SkillDeck(checkpointer=open_persistence(url, claim_lease_s=1.0), settings=settings)
-    other = open_persistence(url, claim_lease_s=1.0)
+    mine = open_persistence(url, claim_lease_s=lease, claim_clock=clock)
+    deck = SkillDeck(checkpointer=mine, settings=settings)
+    other = open_persistence(url, claim_lease_s=lease, claim_clock=clock)
     try:
         events = deck.stream(DEMO, thread_id="t", **RUN)
-        for _ in range(4):  # 1.6 s in all: the lease would have run out unless renewed
+        for _ in range(4):  # 1.6 leases in all: the lease would have run out unless renewed
             next(events)
-            time.sleep(0.4)
+            clock.advance(lease * 0.4)
             assert not other.claims.claim("t", RUN_LEASE)
         with sqlite3.connect(tmp_path / "lease.sqlite") as conn:  # taken over elsewhere
-            taken = ("elsewhere:/1/1", time.time(), "elsewhere")
+            taken = ("elsewhere:/1/1", clock(), "elsewhere")
             conn.execute(
                 "UPDATE skilldeck_interrupt_claims SET owner = ?, claimed_at = ?, holder = ?",
                 taken,
             )
-        time.sleep(0.4)
+        clock.advance(lease * 0.4)  # the run's next renewal finds the lease gone
         with pytest.raises(ThreadBusyError):
             list(events)
         assert deck.get_thread("t").status == "running"  # stopped after its step

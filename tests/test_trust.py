@@ -225,6 +225,7 @@ def test_eval_setup_and_rules_of_an_untrusted_bundle_are_never_imported(
     assert _ran(markers) == ["plain.rules"]
 
 
+@pytest.mark.subprocess
 def test_a_mcp_json_beside_untrusted_bundles_starts_nothing(tmp_path: Path, markers: Path) -> None:
     skills = tmp_path / "skills"
     write_bundle(skills, "agent", meta={"tools": ["mcp:evil/run"]})

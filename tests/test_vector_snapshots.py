@@ -43,7 +43,7 @@ def embedder() -> Any:
     return default_embedding_function()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.server)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MessageStore]:
     where = (
         str(request.getfixturevalue("postgres_url"))

@@ -22,7 +22,7 @@ from skilldeck import demo
 from skilldeck.evals import load_suite, run_suite, suite_for_skill
 from skilldeck.skills import builtin_skills_dir
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.wheel]
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each built-in skill with the model its cases run on ("" for the rule-based paths).
