@@ -353,7 +353,7 @@ def transcript(deck: SkillDeck, thread_id: str) -> list[dict[str, Any]]:
     Raises:
         ThreadNotFoundError: the thread is unknown.
     """
-    from skilldeck.nodes import transcript as transcripts
+    import skilldeck.nodes.transcript as transcripts
 
     turns: dict[str, dict[str, Any]] = {}
     heads: dict[str, str | None] = {}

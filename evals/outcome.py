@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+import skilldeck.nodes.transcript as transcript
 from skilldeck.graph.records import Turn
 from skilldeck.graph.state import RunView
-from skilldeck.nodes import transcript
 from skilldeck.nodes.prompt import SUBMIT_TOOL
 
 if TYPE_CHECKING:

@@ -175,7 +175,7 @@ def outcome_of(
         state=result.state if result is not None else {},
         workspace=workspace,
         card=dict(result.card) if result is not None and result.card else None,
-        error=error or (result.error if result is not None else None),
+        error=error or (result.error.dump() if result is not None and result.error else None),
         changes=diff_files(before, snapshot(workspace)) if before is not None else (),
         transcript=transcript,
         tool_calls=calls,

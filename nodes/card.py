@@ -52,7 +52,7 @@ def _value_schema(question: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def answers_schema(
-    questions: Sequence[Mapping[str, Any]], fields: Mapping[str, Mapping[str, Any]] | None = None
+    questions: Sequence[Mapping[str, Any]], fields: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """JSON Schema of the answers object ``{field_key: value}`` a card expects: each answer
     of its question's ``input_type``, and valid for the schema of the field it writes

@@ -28,6 +28,7 @@ from langgraph.graph import END
 from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
+import skilldeck.nodes.transcript as transcript
 from skilldeck._internal.paths import deep_merge
 from skilldeck._internal.redact import log_error
 from skilldeck.errors import ModelUnavailableError, PromptTooLongError, SkillDeckError
@@ -43,20 +44,14 @@ from skilldeck.graph.records import (
     issues,
 )
 from skilldeck.graph.state import RunView
-from skilldeck.nodes import transcript
 from skilldeck.nodes.context import CARD_NODE, TOOLS_NODE, NodeContext
 from skilldeck.nodes.examples import ExampleMatcher
-from skilldeck.nodes.model_call import (
-    DEADLINE_KEY,
-    DeadlineError,
-    ModelCaller,
-    RetryableModelError,
-    cut_off_reply,
-)
+from skilldeck.nodes.model_call import DEADLINE_KEY, ModelCaller, RetryableModelError, cut_off_reply
 from skilldeck.nodes.offer import offered
 from skilldeck.nodes.output_modes import SUBMIT_TOOL
 from skilldeck.nodes.prompt import render_feedback, render_system, render_user
 from skilldeck.nodes.router import route
+from skilldeck.nodes.transport import DeadlineError
 from skilldeck.scripted import INVALID_KEY, TURN_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.contract import (
@@ -409,7 +404,7 @@ class SkillNode:
             return self._fail(visit, "SCRIPT_ERROR", verdict["message"], turn)
         if verdict["action"] == "retry":
             return self._reject(visit, turn, verdict["errors"], verdict.get("retry_prompt"), source)
-        action = "ask_user" if verdict["action"] == "ask_user" else control["action"]
+        action: AttemptAction = "ask_user" if verdict["action"] == "ask_user" else control["action"]
         commit(visit.store, visit.thread_id, turn.id)  # the attempt's file changes stand
         update: dict[str, Any] = {
             **output["data"],

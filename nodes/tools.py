@@ -19,9 +19,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
+import skilldeck.nodes.transcript as transcript
 from skilldeck.graph.records import ToolCall, ToolStatus
 from skilldeck.graph.state import RunView
-from skilldeck.nodes import transcript
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.offer import offered
 from skilldeck.skills.pins import result_fields

@@ -24,8 +24,14 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import httpx
+import httpx2
 import openai
-from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception, stop_after_attempt
+from tenacity import (
+    RetryCallState,
+    RetryError,
+    Retrying,
+    retry_if_exception,
+)
 
 from skilldeck._internal.redact import log_error, safe_reason
 from skilldeck.errors import ModelUnavailableError
@@ -44,12 +50,17 @@ log = logging.getLogger("skilldeck")
 #: Statuses that mean "not now" rather than "not this request": a timeout, a conflict the
 #: server resolves by itself, too early, too many requests; and every 5xx.
 _RETRY_STATUSES = frozenset({408, 409, 425, 429})
-#: Failures before any status: the connection, the read or the call's own timeout.
+#: Failures before any status: the connection, the read or the call's own timeout. The OpenAI
+#: SDK wraps its transport's errors (``httpx2`` in its recent releases, ``httpx`` before) in
+#: ``APIConnectionError``; a client that calls either directly raises their own.
 _NO_REPLY = (
     TimeoutError,
     httpx.TimeoutException,
     httpx.NetworkError,
     httpx.RemoteProtocolError,
+    httpx2.TimeoutException,
+    httpx2.NetworkError,
+    httpx2.RemoteProtocolError,
     openai.APIConnectionError,  # APITimeoutError included
 )
 
@@ -153,8 +164,10 @@ def call_with_retries(
         asked = retry_after(exc) if exc is not None else None
         return asked if asked is not None else policy.backoff(state.attempt_number)
 
-    def out_of_time(state: RetryCallState) -> bool:
-        return clock() + (state.upcoming_sleep or 0.0) > end
+    def stop(state: RetryCallState) -> bool:
+        """Out of attempts, or the next wait would end past the budget or the deadline."""
+        out_of_time = clock() + (state.upcoming_sleep or 0.0) > end
+        return state.attempt_number >= policy.attempts or out_of_time
 
     def told(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
@@ -167,7 +180,7 @@ def call_with_retries(
 
     retrying = Retrying(
         retry=retry_if_exception(is_transport_failure),
-        stop=stop_after_attempt(policy.attempts) | out_of_time,
+        stop=stop,
         wait=wait,
         sleep=sleep,
         before_sleep=told,

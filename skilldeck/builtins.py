@@ -7,8 +7,11 @@ engine core imports none of them, so an installed plugin's families and modes st
 these do.
 """
 
-from skilldeck.evals.graders import card, pkm, recall
-from skilldeck.nodes import planner, retrieval
+import skilldeck.evals.graders.card
+import skilldeck.evals.graders.pkm
+import skilldeck.evals.graders.recall
+import skilldeck.nodes.planner
+import skilldeck.nodes.retrieval
 from skilldeck.tools import (
     cards,
     elements,
@@ -36,6 +39,10 @@ MODULES = {
         matters,
         skill_files,
     ),
-    "execution modes": (planner, retrieval),
-    "graders and eval environments": (card, pkm, recall),
+    "execution modes": (skilldeck.nodes.planner, skilldeck.nodes.retrieval),
+    "graders and eval environments": (
+        skilldeck.evals.graders.card,
+        skilldeck.evals.graders.pkm,
+        skilldeck.evals.graders.recall,
+    ),
 }

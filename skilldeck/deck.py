@@ -19,6 +19,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command, StateSnapshot
 
+import skilldeck.nodes.transcript as transcript
 from skilldeck._internal.aio import LoopGraphs, iterate_sync, on_private_loop, run_sync
 from skilldeck._internal.driver import (
     Driver,
@@ -74,7 +75,6 @@ from skilldeck.nodes import (
     decide,
     find_execution_mode,
     start_update,
-    transcript,
     validate_answers,
 )
 from skilldeck.services import Lazy, embedding_function, open_knowledge, open_memory

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -310,12 +310,12 @@ def _fail_as_recorded(turn: Mapping[str, Any], where: str, index: int) -> None:
     scripted failure as it meets a real one (a timeout or a 5xx is the transport's to retry; a
     cut-off returns, see ``_generate``)."""
     kind = str(turn["error"])
-    request = httpx.Request("POST", f"scripted://{where}[{index}]")
+    request = httpx2.Request("POST", f"scripted://{where}[{index}]")
     if kind == "timeout":
         raise openai.APITimeoutError(request=request)
     if kind == "unavailable":
         status = int(turn.get("status", 503))
-        response = httpx.Response(status, request=request)
+        response = httpx2.Response(status, request=request)
         message = f"recorded endpoint failure ({where}[{index}])"
         raise openai.InternalServerError(message, response=response, body=None)
     if kind != "length":

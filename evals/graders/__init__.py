@@ -6,7 +6,8 @@ recall's) register from skilldeck's built-in plugin like any installed plugin's 
 :mod:`skilldeck.plugins`).
 """
 
-from skilldeck.evals.graders import base, generic
+import skilldeck.evals.graders.base as base
+import skilldeck.evals.graders.generic as generic
 from skilldeck.evals.graders.base import *  # noqa: F403
 
 __all__ = ["generic"]

@@ -30,9 +30,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
+import skilldeck.nodes.transcript as transcript
 from skilldeck.errors import ModelUnavailableError
 from skilldeck.graph.records import ToolCall, Turn
-from skilldeck.nodes import transcript
 from skilldeck.nodes.context import NodeContext
 from skilldeck.nodes.model_call import RetryableModelError
 from skilldeck.nodes.modes import execution_mode

@@ -84,7 +84,7 @@ def run_sync(make: Callable[[], Awaitable[T]], *, threads: bool = False) -> T:
     helper thread's private loop."""
     if _loop_running():
         with ThreadPoolExecutor(1, thread_name_prefix="skilldeck-sync") as pool:
-            return pool.submit(run_sync, make, threads=threads).result()
+            return pool.submit(lambda: run_sync(make, threads=threads)).result()
 
     async def run() -> T:
         return await make()

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -214,9 +214,7 @@ class Driver:
                         won = await self.claims.aclaim(*claim, request.holder)
                 if not won:
                     raise lost
-                undo.push_async_callback(
-                    asyncio.to_thread, self.claims.release, *claim, request.holder
-                )
+                undo.push_async_callback(self._release, claim, request.holder)
             latest = await self._latest(request.thread_id)
             if request.moved(latest):
                 raise request.overtaken()
@@ -224,7 +222,10 @@ class Driver:
             await asyncio.to_thread(self._started, request)
             undo.pop_all()
 
-    async def _drive(self, request: Prepared) -> AsyncIterator[Any]:
+    async def _release(self, claim: Claim, holder: str) -> None:
+        await asyncio.to_thread(self.claims.release, *claim, holder)
+
+    async def _drive(self, request: Prepared) -> AsyncGenerator[Any, None]:
         """The graph's stream parts, then the thread as the run left it (a
         :class:`RunResult`); the request's claims are given back however it ends."""
         lease = _Lease(self.claims, request.thread_id)

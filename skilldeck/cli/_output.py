@@ -16,6 +16,7 @@ from rich.table import Table
 from skilldeck.cli._shared import EXIT_FAILED, err, out
 
 if TYPE_CHECKING:
+    from skilldeck.graph.records import RunError
     from skilldeck.types import Card, CardQuestion, RunResult
 
 __all__ = [
@@ -107,11 +108,11 @@ def print_card(card: Card) -> None:
     out.print(f"interrupt_id: {card['interrupt_id']}", highlight=False)
 
 
-def _print_no_skill(error: dict[str, Any]) -> None:
-    out.print(error.get("message", "no skill could run"), highlight=False, soft_wrap=True)
+def _print_no_skill(error: RunError) -> None:
+    out.print(error.message or "no skill could run", highlight=False, soft_wrap=True)
     table = Table("skill", "why it did not run", title="skills considered", show_lines=True)
-    for row in error.get("skills") or []:
-        table.add_row(row["skill"], row["reason"])
+    for row in error.skills:
+        table.add_row(row.skill, row.reason)
     if table.row_count:
         out.print(table)
 
@@ -136,7 +137,7 @@ def print_result(result: RunResult, as_json: bool, *, waiting: bool = True) -> N
     elif result.status == "no_skill" and result.error:
         _print_no_skill(result.error)
     elif result.error:
-        out.print_json(data=result.error, default=str)
+        out.print_json(data=result.error.dump(), default=str)
     else:
         shown = {k: v for k, v in result.state.items() if k not in _BOOKKEEPING}
         out.print_json(data=shown, default=str)
