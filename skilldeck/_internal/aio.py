@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -89,7 +89,22 @@ def run_sync(make: Callable[[], Awaitable[T]], *, threads: bool = False) -> T:
     async def run() -> T:
         return await make()
 
-    return _private_loop(threads).run_until_complete(run())
+    return _complete(_private_loop(threads), run())
+
+
+def _complete(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) -> T:
+    """``work`` run to its end on ``loop``. An interruption (Ctrl-C raises KeyboardInterrupt
+    in the loop's thread) cancels it and lets it finish cancelling first, so its ``finally``
+    blocks run: a run gives back its thread's claims before the process exits."""
+    task = loop.create_task(work)
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(task)
+        raise
 
 
 def iterate_sync(make: Callable[[], AsyncIterator[T]], *, threads: bool = False) -> Iterator[T]:
@@ -104,7 +119,7 @@ def iterate_sync(make: Callable[[], AsyncIterator[T]], *, threads: bool = False)
     try:
         while True:
             try:
-                item = loop.run_until_complete(_next(items))
+                item = _complete(loop, _next(items))
             except StopAsyncIteration:
                 return
             yield item
