@@ -173,7 +173,8 @@ class Rewrite:
     by: str = "rules"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The rewrite as JSON-native values (lists), as the run's records keep it."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> Rewrite:
