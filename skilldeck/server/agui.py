@@ -192,6 +192,7 @@ def agui_request(body: RunAgentInput) -> AguiRequest:
 
 
 def _resume_request(entry: ResumeEntry) -> AguiResume | AguiRefusal:
+    """The answers of a ``resume`` entry, or a refusal of one that carries none."""
     if entry.status != "resolved":
         return AguiRefusal(
             "RESUME_CANCELLED",
@@ -212,8 +213,8 @@ def _text(content: Any) -> str:
     return " ".join(str(getattr(p, "text", "")) for p in parts if getattr(p, "text", None))
 
 
-#: The thread's state when its run ends (for ``STATE_SNAPSHOT``).
-ThreadState = Callable[[], dict[str, Any]]
+#: Reads the thread's state when its run ends (for ``STATE_SNAPSHOT``).
+ReadState = Callable[[], dict[str, Any]]
 
 
 def refused(thread_id: str, run_id: str, refusal: AguiRefusal) -> Iterator[BaseEvent]:
@@ -223,48 +224,67 @@ def refused(thread_id: str, run_id: str, refusal: AguiRefusal) -> Iterator[BaseE
 
 
 def agui_events(
-    thread_id: str, run_id: str, events: Iterator[Event], state: ThreadState
+    thread_id: str, run_id: str, events: Iterator[Event], state: ReadState
 ) -> Iterator[BaseEvent]:
     """The AG-UI events of a run's skilldeck events; ``state()`` is the thread's state at the
     end (its ``STATE_SNAPSHOT``)."""
     yield RunStartedEvent(thread_id=thread_id, run_id=run_id)
-    # One text message per model reply: a reply's deltas come together, and any other event
-    # (a tool call, a step) ends the reply they belong to.
-    message: str | None = None
-    source: tuple[str, int | None] | None = None
-    replies = 0
+    replies = _Replies(run_id)
     for event in events:
-        here = (event.skill, event.attempt) if isinstance(event, DeltaEvent) else None
-        if message is not None and here != source:
-            yield TextMessageEndEvent(message_id=message)
-            message = None
-        if isinstance(event, DeltaEvent):
-            if message is None:
-                replies += 1
-                message, source = f"{run_id}-reply-{replies}", here
-                yield TextMessageStartEvent(message_id=message, role="assistant")
-            yield TextMessageContentEvent(message_id=message, delta=event.text)
-        elif isinstance(event, StepEvent):
+        yield from replies.add(event)
+        if isinstance(event, StepEvent):
             yield StepStartedEvent(step_name=event.node)
             yield StepFinishedEvent(step_name=event.node)
         elif isinstance(event, ToolCallEvent):
-            yield ToolCallStartEvent(tool_call_id=event.call_id, tool_call_name=event.name)
-            yield ToolCallArgsEvent(tool_call_id=event.call_id, delta=json.dumps(event.args or {}))
-            yield ToolCallEndEvent(tool_call_id=event.call_id)
-            yield ToolCallResultEvent(
-                message_id=f"{event.call_id}-result",
-                tool_call_id=event.call_id,
-                content=event.status,
-                role="tool",
-            )
+            yield from _tool_call(event)
         elif isinstance(event, CardEvent | DoneEvent | ErrorEvent):
             yield from _end(thread_id, run_id, event, state)
-    if message is not None:
-        yield TextMessageEndEvent(message_id=message)
+    yield from replies.end()
+
+
+class _Replies:
+    """The text messages of a run's model replies, one per reply: a reply's deltas come
+    together, and any other event (a tool call, a step) ends the reply they belong to."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.count = 0
+        self.message: str | None = None  # the message open now, and the reply it is of
+        self.source: tuple[str, int | None] | None = None
+
+    def add(self, event: Event) -> Iterator[BaseEvent]:
+        """End the open message unless ``event`` goes on with it; a delta's text."""
+        here = (event.skill, event.attempt) if isinstance(event, DeltaEvent) else None
+        if here != self.source:
+            yield from self.end()
+        if isinstance(event, DeltaEvent):
+            if self.message is None:
+                self.count += 1
+                self.message, self.source = f"{self.run_id}-reply-{self.count}", here
+                yield TextMessageStartEvent(message_id=self.message, role="assistant")
+            yield TextMessageContentEvent(message_id=self.message, delta=event.text)
+
+    def end(self) -> Iterator[BaseEvent]:
+        """End the open message, if any."""
+        if self.message is not None:
+            yield TextMessageEndEvent(message_id=self.message)
+        self.message = self.source = None
+
+
+def _tool_call(event: ToolCallEvent) -> Iterator[BaseEvent]:
+    yield ToolCallStartEvent(tool_call_id=event.call_id, tool_call_name=event.name)
+    yield ToolCallArgsEvent(tool_call_id=event.call_id, delta=json.dumps(event.args or {}))
+    yield ToolCallEndEvent(tool_call_id=event.call_id)
+    yield ToolCallResultEvent(
+        message_id=f"{event.call_id}-result",
+        tool_call_id=event.call_id,
+        content=event.status,
+        role="tool",
+    )
 
 
 def _end(
-    thread_id: str, run_id: str, event: CardEvent | DoneEvent | ErrorEvent, state: ThreadState
+    thread_id: str, run_id: str, event: CardEvent | DoneEvent | ErrorEvent, state: ReadState
 ) -> Iterator[BaseEvent]:
     if isinstance(event, ErrorEvent):
         yield RunErrorEvent(message=event.message, code=event.code)
