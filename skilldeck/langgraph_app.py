@@ -36,11 +36,11 @@ from typing import Any
 from langgraph_sdk import Auth
 from langgraph_sdk.auth.types import StudioUser
 
+from skilldeck._internal.ids import id_problem
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import SkillDeckError
 from skilldeck.server.keys import API_KEYS_ENV, ApiKeys
 from skilldeck.settings import Settings
-from skilldeck.tools.files import MATTER_ID
 
 __all__ = ["auth", "graph"]
 
@@ -163,8 +163,9 @@ async def _create_run(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Fil
         raise _refuse(422, "the input and the configurable name different matter_ids: name one")
     matter = named.pop() if named else None
     if matter is not None:
-        if not isinstance(matter, str) or not MATTER_ID.fullmatch(matter):
-            raise _refuse(422, "matter_id must be one folder name: letters, digits and . _ : -")
+        problem = id_problem(matter)
+        if problem is not None:
+            raise _refuse(422, f"matter_id {problem}")
         if not await asyncio.to_thread(_may_use, user, matter):
             raise _refuse(404, f"matter {matter!r} not found for this API key")
     for values in (configurable, context):
