@@ -17,6 +17,8 @@ from jsonschema import Draft202012Validator
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.server import create_app, hash_key
+from skilldeck.server.agui import agui_events
+from skilldeck.types import DeltaEvent, DoneEvent, StepEvent, ToolCallEvent
 
 pytestmark = pytest.mark.L2
 
@@ -105,3 +107,48 @@ def test_bad_agui_requests_are_refused_before_a_stream(http: TestClient) -> None
     theirs = http.post("/agui", headers=auth("bob"), json=run)
     assert theirs.status_code == 404 and theirs.json()["error"]["code"] == "THREAD_NOT_FOUND"
     assert http.post("/agui", json=run).status_code == 401
+
+
+def test_each_model_reply_is_one_text_message_ended_by_any_other_event() -> None:
+    # A reply is a (skill, attempt)'s run of deltas: a step, a tool call, another attempt or
+    # another skill ends it, and the run's end ends the last one before its snapshot.
+    def delta(skill: str, attempt: int | None, text: str) -> DeltaEvent:
+        return DeltaEvent(thread_id="t", skill=skill, attempt=attempt, text=text)
+
+    said = agui_events(
+        "t",
+        "r",
+        iter([
+            delta("a", 1, "x"), delta("a", 1, "y"),
+            StepEvent(thread_id="t", node="skill"),
+            delta("a", 1, "z"), delta("a", 2, "w"),
+            ToolCallEvent(thread_id="t", skill="a", name="f", call_id="c1", status="ok"),
+            delta("b", None, "v"),
+            DoneEvent(thread_id="t", status="finished"),
+        ]),
+        lambda: {"status": "finished"},
+    )  # fmt: skip
+    shown = [
+        (e.type.value, getattr(e, "message_id", None), getattr(e, "delta", None))
+        for e in said
+        if e.type.value.startswith("TEXT_MESSAGE")
+        or e.type.value in ("STEP_STARTED", "TOOL_CALL_START", "STATE_SNAPSHOT")
+    ]
+    assert shown == [
+        ("TEXT_MESSAGE_START", "r-reply-1", None),
+        ("TEXT_MESSAGE_CONTENT", "r-reply-1", "x"),
+        ("TEXT_MESSAGE_CONTENT", "r-reply-1", "y"),
+        ("TEXT_MESSAGE_END", "r-reply-1", None),
+        ("STEP_STARTED", None, None),
+        ("TEXT_MESSAGE_START", "r-reply-2", None),
+        ("TEXT_MESSAGE_CONTENT", "r-reply-2", "z"),
+        ("TEXT_MESSAGE_END", "r-reply-2", None),
+        ("TEXT_MESSAGE_START", "r-reply-3", None),
+        ("TEXT_MESSAGE_CONTENT", "r-reply-3", "w"),
+        ("TEXT_MESSAGE_END", "r-reply-3", None),
+        ("TOOL_CALL_START", None, None),
+        ("TEXT_MESSAGE_START", "r-reply-4", None),
+        ("TEXT_MESSAGE_CONTENT", "r-reply-4", "v"),
+        ("TEXT_MESSAGE_END", "r-reply-4", None),
+        ("STATE_SNAPSHOT", None, None),
+    ]

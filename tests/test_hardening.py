@@ -609,7 +609,7 @@ def test_one_users_backlog_neither_blocks_another_user_nor_grows_past_its_limit(
 ) -> None:
     deck, closed = gated
     with TestClient(create_app(deck, api_keys=HASHES, workers=2)) as client:
-        queue = client.app.state.threads.queue  # type: ignore[attr-defined]
+        queue = client.app.state.service.runs.queue  # type: ignore[attr-defined]
         answers: dict[str, Any] = {}
 
         def post(name: str, user: str, context: str) -> threading.Thread:
@@ -973,8 +973,8 @@ def test_agui_ids_past_the_one_rule_are_refused_422_before_anything_runs(
     assert answer.status_code == 422, answer.text[:500]
     assert answer.json()["error"]["code"] == "INVALID_REQUEST"
     assert len(answer.content) < 5000  # the refusal does not echo the id back
-    app_threads = client.app.state.threads  # type: ignore[attr-defined]
-    assert deck.index.get("agui-ids") is None and app_threads.logs.held == 0
+    runs = client.app.state.service.runs  # type: ignore[attr-defined]
+    assert deck.index.get("agui-ids") is None and runs.logs.held == 0
     ok = client.post("/agui", headers=auth("alice"), json=_agui("agui-ids", "r" * 128))
     assert ok.status_code == 200  # the longest id is fine
 
@@ -1009,7 +1009,7 @@ def test_run_logs_hold_at_most_their_budget_over_many_runs(
     agui_app: tuple[TestClient, SkillDeck], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, _ = agui_app
-    logs = client.app.state.threads.logs  # type: ignore[attr-defined]
+    logs = client.app.state.service.runs.logs  # type: ignore[attr-defined]
     assert logs.budget == 200_000
     peaks: list[int] = []
     real_append = RunLog.append

@@ -4,6 +4,7 @@ process (streaming, client disconnect) and schemathesis on the app's own OpenAPI
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
@@ -194,6 +195,74 @@ def test_health_and_openapi_document_every_route(client: TestClient) -> None:
     assert {"RunRequest", "ResumeRequest", "ThreadView", "ErrorBody"} <= set(
         spec["components"]["schemas"]
     )
+
+
+#: Each operation of the service: the name its operationId starts with, its tag, and the
+#: statuses it documents.
+STREAMED = "200 401 403 404 408 409 413 422 429 503"
+OPERATIONS = {
+    ("GET", "/health"): ("health", "service", "200 503"),
+    ("GET", "/skills"): ("list_skills", "service", "200 401"),
+    ("POST", "/threads"): ("create_thread", "threads", "201 401 403 408 413 429"),
+    ("GET", "/threads"): ("list_threads", "threads", "200 401 422"),
+    ("GET", "/threads/{thread_id}"): ("get_thread", "threads", "200 401 404 422"),
+    ("GET", "/threads/{thread_id}/history"): ("history", "threads", "200 401 404 422"),
+    ("GET", "/threads/{thread_id}/stream"): ("follow", "threads", "200 401 404 422"),
+    ("POST", "/threads/{thread_id}/runs"): ("start_run", "threads", STREAMED),
+    ("POST", "/threads/{thread_id}/resume"): ("resume", "threads", STREAMED),
+    ("POST", "/threads/{thread_id}/continue"): ("continue_thread", "threads", STREAMED),
+    ("POST", "/agui"): ("agui", "agui", STREAMED),
+}
+
+
+def test_each_operation_keeps_its_id_tag_and_documented_statuses(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    found = {
+        (method.upper(), path): (op["operationId"], op["tags"], sorted(op["responses"]))
+        for path, ops in spec["paths"].items()
+        for method, op in ops.items()
+    }
+    assert found == {
+        (method, path): (re.sub(r"\W", "_", name + path) + f"_{method.lower()}", [tag], s.split())
+        for (method, path), (name, tag, s) in OPERATIONS.items()
+    }
+    error_body = {"schema": {"$ref": "#/components/schemas/ErrorBody"}}
+    for (method, path), (_, _, statuses) in OPERATIONS.items():
+        op = spec["paths"][path][method.lower()]
+        for status in statuses.split()[1:]:  # every error is the JSON error body, streams' too
+            if status == "422" and statuses != STREAMED:
+                continue  # FastAPI's own entry (HTTPValidationError) for its parameter checks
+            assert op["responses"][status]["content"] == {"application/json": error_body}
+        streams = statuses == STREAMED or path.endswith("/stream")
+        media = {"text/event-stream"} if streams else {"application/json"}
+        assert set(op["responses"][statuses[:3]]["content"]) == media, (method, path)
+        keyed = op.get("security") == [{"HTTPBearer": []}, {"APIKeyHeader": []}]
+        assert keyed == (path != "/health"), (method, path)
+
+
+def test_two_apps_mounted_side_by_side_each_serve_their_own_deck_and_keys(
+    demo_deck: SkillDeck, tmp_path: Path
+) -> None:
+    other = _deck(f"sqlite:///{tmp_path / 'other.sqlite'}")
+    only_bob = {h: user for h, user in HASHES.items() if user == "bob"}
+    parent = FastAPI()
+    parent.mount("/a", create_app(demo_deck, api_keys=HASHES))
+    parent.mount("/b", create_app(other, api_keys=only_bob))
+    try:
+        with TestClient(parent) as test_client:
+            thread = test_client.post("/a/threads", headers=auth()).json()["thread_id"]
+            assert error_of(test_client.post("/b/threads", headers=auth()), 401)
+            assert error_of(test_client.get(f"/b/threads/{thread}", headers=auth("bob")), 404)
+            theirs = test_client.post("/b/threads", headers=auth("bob")).json()["thread_id"]
+            assert [t.thread_id for t in other.threads(user_id="bob")] == [theirs]
+            assert [t.thread_id for t in demo_deck.threads(user_id="alice")] == [thread]
+            run = test_client.post(f"/a/threads/{thread}/runs", headers=auth(), json=RUN)
+            assert names(sse(run.text))[-1] == "card"
+            assert test_client.get(f"/a/threads/{thread}/stream", headers=auth()).status_code == 200
+            refused = test_client.get(f"/b/threads/{theirs}/stream", headers=auth("bob"))
+            assert error_of(refused, 404)["code"] == "NO_RUN_STREAM"  # /a's run logs are /a's
+    finally:
+        other.close()
 
 
 def test_skills_lists_each_skill_with_its_contexts_and_whether_it_needs_a_matter(

@@ -15,12 +15,14 @@ card claims, routing), so it is not used.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ag_ui.core import (
     BaseEvent,
     Interrupt,
+    ResumeEntry,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedEvent,
@@ -44,6 +46,7 @@ from pydantic import Field, field_validator
 from skilldeck._internal.ids import Identifier, check_id, id_problem
 from skilldeck.errors import SkillDeckError
 from skilldeck.nodes.router import AUTO_CONTEXT
+from skilldeck.server.runlog import Protocol
 from skilldeck.types import (
     CardEvent,
     DeltaEvent,
@@ -54,7 +57,18 @@ from skilldeck.types import (
     ToolCallEvent,
 )
 
-__all__ = ["AguiInput", "agui_events", "agui_request", "encode_agui", "refused"]
+__all__ = [
+    "AGUI_EVENTS",
+    "AguiInput",
+    "AguiRefusal",
+    "AguiRequest",
+    "AguiResume",
+    "AguiRun",
+    "agui_events",
+    "agui_request",
+    "encode_agui",
+    "refused",
+]
 
 _ENCODER = EventEncoder()
 
@@ -62,6 +76,12 @@ _ENCODER = EventEncoder()
 def encode_agui(event: BaseEvent, id: str) -> bytes:
     """One AG-UI event as an SSE message, with its id (for ``Last-Event-ID``)."""
     return f"id: {id}\n{_ENCODER.encode(event)}".encode()
+
+
+#: How a run's AG-UI events go on the wire; a failed run ends with ``RUN_ERROR``.
+AGUI_EVENTS = Protocol(
+    encode_agui, lambda thread_id, code, reason: RunErrorEvent(message=str(reason), code=code)
+)
 
 
 #: The longest ``forwardedProps.context``, as in a run request's ``context``.
@@ -107,47 +127,58 @@ def _check_ids(where: str, named: Mapping[str, Any]) -> None:
             raise ValueError(f"{where}.{name} {problem}")
 
 
-def agui_request(body: RunAgentInput) -> tuple[str, dict[str, Any]]:
-    """The deck call an AG-UI input stands for: ``("run", {input, context, matter_id})``,
-    ``("resume", {answers, interrupt_id})``, or ``("refuse", {code, message})`` for an input
-    that is valid AG-UI but asks nothing a deck can do (the run ends with ``RUN_ERROR`` and
-    nothing changes).
+@dataclass(frozen=True)
+class AguiRun:
+    """An AG-UI input that starts a run: its input, the context it runs in, its matter."""
+
+    input: dict[str, Any]
+    context: str
+    matter_id: str | None
+
+
+@dataclass(frozen=True)
+class AguiResume:
+    """An AG-UI input that answers the thread's pending card."""
+
+    answers: dict[str, Any]
+    interrupt_id: str | None
+
+
+@dataclass(frozen=True)
+class AguiRefusal:
+    """An AG-UI input that is valid AG-UI but asks nothing a deck can do: the run ends with
+    ``RUN_ERROR`` (``code``, ``message``) and nothing changes."""
+
+    code: str
+    message: str
+
+
+#: What an AG-UI input asks of the deck.
+AguiRequest = AguiRun | AguiResume | AguiRefusal
+
+
+def agui_request(body: RunAgentInput) -> AguiRequest:
+    """What an AG-UI input asks of the deck: a run, the answers to its card, or nothing it
+    can do (a refusal).
 
     Raises:
         SkillDeckError: ``forwardedProps.matter_id`` is not an id, or ``forwardedProps.context``
             is not a short string (answered 422 before anything is stored or claimed).
     """
     if body.resume:
-        entry = body.resume[0]
-        if entry.status != "resolved":
-            return "refuse", {
-                "code": "RESUME_CANCELLED",
-                "message": f"the card {entry.interrupt_id!r} was not answered (status "
-                f"{entry.status!r}); it stays pending: resume it with status 'resolved' and "
-                "the answers as the payload",
-            }
-        if not isinstance(entry.payload, Mapping):
-            return "refuse", {
-                "code": "INVALID_ANSWERS",
-                "message": "a resume payload is the card's answers: {field_key: value}",
-            }
-        return "resume", {"answers": dict(entry.payload), "interrupt_id": entry.interrupt_id}
+        return _resume_request(body.resume[0])
     props = body.forwarded_props if isinstance(body.forwarded_props, Mapping) else {}
     given = props.get("input")
     if given is not None and not isinstance(given, Mapping):
-        return "refuse", {
-            "code": "INVALID_INPUT",
-            "message": "forwardedProps.input must be an object",
-        }
+        return AguiRefusal("INVALID_INPUT", "forwardedProps.input must be an object")
     run_input = dict(given or {})
     said = [m for m in body.messages if getattr(m, "role", None) == "user"]
     if said and "request" not in run_input:
         run_input["request"] = _text(said[-1].content)
     if not run_input:
-        return "refuse", {
-            "code": "NOTHING_TO_RUN",
-            "message": "nothing to run: send a user message, or forwardedProps.input",
-        }
+        return AguiRefusal(
+            "NOTHING_TO_RUN", "nothing to run: send a user message, or forwardedProps.input"
+        )
     matter_id = props.get("matter_id")
     if matter_id is not None:
         check_id("forwardedProps.matter_id", matter_id)
@@ -157,7 +188,22 @@ def agui_request(body: RunAgentInput) -> tuple[str, dict[str, Any]]:
             f"forwardedProps.context must be a string of at most {MAX_CONTEXT} characters "
             f"(a context the skills run in, or {AUTO_CONTEXT!r})"
         )
-    return "run", {"input": run_input, "context": context, "matter_id": matter_id}
+    return AguiRun(run_input, context, matter_id)
+
+
+def _resume_request(entry: ResumeEntry) -> AguiResume | AguiRefusal:
+    """The answers of a ``resume`` entry, or a refusal of one that carries none."""
+    if entry.status != "resolved":
+        return AguiRefusal(
+            "RESUME_CANCELLED",
+            f"the card {entry.interrupt_id!r} was not answered (status {entry.status!r}); it "
+            "stays pending: resume it with status 'resolved' and the answers as the payload",
+        )
+    if not isinstance(entry.payload, Mapping):
+        return AguiRefusal(
+            "INVALID_ANSWERS", "a resume payload is the card's answers: {field_key: value}"
+        )
+    return AguiResume(dict(entry.payload), entry.interrupt_id)
 
 
 def _text(content: Any) -> str:
@@ -167,55 +213,78 @@ def _text(content: Any) -> str:
     return " ".join(str(getattr(p, "text", "")) for p in parts if getattr(p, "text", None))
 
 
-def refused(thread_id: str, run_id: str, code: str, message: str) -> Iterator[BaseEvent]:
+#: Reads the thread's state when its run ends (for ``STATE_SNAPSHOT``).
+ReadState = Callable[[], dict[str, Any]]
+
+
+def refused(thread_id: str, run_id: str, refusal: AguiRefusal) -> Iterator[BaseEvent]:
     """The AG-UI events of an input that asks nothing a deck can do: nothing ran."""
     yield RunStartedEvent(thread_id=thread_id, run_id=run_id)
-    yield RunErrorEvent(message=message, code=code)
+    yield RunErrorEvent(message=refusal.message, code=refusal.code)
 
 
 def agui_events(
-    thread_id: str, run_id: str, events: Iterator[Event], state: Any
+    thread_id: str, run_id: str, events: Iterator[Event], state: ReadState
 ) -> Iterator[BaseEvent]:
     """The AG-UI events of a run's skilldeck events; ``state()`` is the thread's state at the
     end (its ``STATE_SNAPSHOT``)."""
     yield RunStartedEvent(thread_id=thread_id, run_id=run_id)
-    # One text message per model reply: a reply's deltas come together, and any other event
-    # (a tool call, a step) ends the reply they belong to.
-    message: str | None = None
-    source: tuple[str, int | None] | None = None
-    replies = 0
+    replies = _Replies(run_id)
     for event in events:
-        here = (event.skill, event.attempt) if isinstance(event, DeltaEvent) else None
-        if message is not None and here != source:
-            yield TextMessageEndEvent(message_id=message)
-            message = None
-        if isinstance(event, DeltaEvent):
-            if message is None:
-                replies += 1
-                message, source = f"{run_id}-reply-{replies}", here
-                yield TextMessageStartEvent(message_id=message, role="assistant")
-            yield TextMessageContentEvent(message_id=message, delta=event.text)
-        elif isinstance(event, StepEvent):
+        yield from replies.add(event)
+        if isinstance(event, StepEvent):
             yield StepStartedEvent(step_name=event.node)
             yield StepFinishedEvent(step_name=event.node)
         elif isinstance(event, ToolCallEvent):
-            yield ToolCallStartEvent(tool_call_id=event.call_id, tool_call_name=event.name)
-            yield ToolCallArgsEvent(tool_call_id=event.call_id, delta=json.dumps(event.args or {}))
-            yield ToolCallEndEvent(tool_call_id=event.call_id)
-            yield ToolCallResultEvent(
-                message_id=f"{event.call_id}-result",
-                tool_call_id=event.call_id,
-                content=event.status,
-                role="tool",
-            )
+            yield from _tool_call(event)
         elif isinstance(event, CardEvent | DoneEvent | ErrorEvent):
             yield from _end(thread_id, run_id, event, state)
-    if message is not None:
-        yield TextMessageEndEvent(message_id=message)
+    yield from replies.end()
+
+
+class _Replies:
+    """The text messages of a run's model replies, one per reply: a reply's deltas come
+    together, and any other event (a tool call, a step) ends the reply they belong to."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.count = 0
+        self.message: str | None = None  # the message open now, and the reply it is of
+        self.source: tuple[str, int | None] | None = None
+
+    def add(self, event: Event) -> Iterator[BaseEvent]:
+        """End the open message unless ``event`` goes on with it; a delta's text."""
+        here = (event.skill, event.attempt) if isinstance(event, DeltaEvent) else None
+        if here != self.source:
+            yield from self.end()
+        if isinstance(event, DeltaEvent):
+            if self.message is None:
+                self.count += 1
+                self.message, self.source = f"{self.run_id}-reply-{self.count}", here
+                yield TextMessageStartEvent(message_id=self.message, role="assistant")
+            yield TextMessageContentEvent(message_id=self.message, delta=event.text)
+
+    def end(self) -> Iterator[BaseEvent]:
+        """End the open message, if any."""
+        if self.message is not None:
+            yield TextMessageEndEvent(message_id=self.message)
+        self.message = self.source = None
+
+
+def _tool_call(event: ToolCallEvent) -> Iterator[BaseEvent]:
+    yield ToolCallStartEvent(tool_call_id=event.call_id, tool_call_name=event.name)
+    yield ToolCallArgsEvent(tool_call_id=event.call_id, delta=json.dumps(event.args or {}))
+    yield ToolCallEndEvent(tool_call_id=event.call_id)
+    yield ToolCallResultEvent(
+        message_id=f"{event.call_id}-result",
+        tool_call_id=event.call_id,
+        content=event.status,
+        role="tool",
+    )
 
 
 def _end(
-    thread_id: str, run_id: str, event: CardEvent | DoneEvent | ErrorEvent, state: Any
+    thread_id: str, run_id: str, event: CardEvent | DoneEvent | ErrorEvent, state: ReadState
 ) -> Iterator[BaseEvent]:
     if isinstance(event, ErrorEvent):
         yield RunErrorEvent(message=event.message, code=event.code)

@@ -1,48 +1,48 @@
-"""The service's authentication: the caller's user_id from their API key (a FastAPI
-dependency, and :func:`header_key` for the ASGI layer, which checks the key of a request with a
-body before reading the body). Keys and their file are in :mod:`skilldeck.server.keys`."""
+"""The service's authentication: the caller's user_id from their API key (the FastAPI
+dependency :func:`current_user`, and :func:`header_key` for the ASGI layer, which checks the key
+of a request with a body before reading the body). Keys and their file are in
+:mod:`skilldeck.server.keys`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from typing import Annotated
 
 from fastapi import Depends
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from skilldeck.server.keys import ApiKeys
+from skilldeck.server.errors import Unauthorized
+from skilldeck.server.service import CurrentService
 
-__all__ = ["MISSING_KEY", "UNKNOWN_KEY", "Unauthorized", "current_user", "header_key"]
+__all__ = ["MISSING_KEY", "UNKNOWN_KEY", "current_user", "header_key"]
 
 MISSING_KEY = "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
 UNKNOWN_KEY = "unknown API key: check the key, or ask for a new one"
 
-
-class Unauthorized(Exception):
-    """No API key, or an unknown one (HTTP 401)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+# The two ways to send a key, each declared in the OpenAPI document; neither refuses by itself
+# (a missing key is answered with the error body every other error has).
+_BEARER = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
+_API_KEY_HEADER = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key.")
 
 
-def current_user(keys: ApiKeys) -> Callable[..., str]:
-    """A FastAPI dependency giving the caller's user_id (declares both key schemes)."""
-    bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
-    header = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key.")
+def current_user(
+    service: CurrentService,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+    api_key: Annotated[str | None, Depends(_API_KEY_HEADER)],
+) -> str:
+    """The caller's user_id (a FastAPI dependency): the user of the ``Bearer`` key, else of
+    ``X-API-Key``, among the app's keys.
 
-    def user(
-        credentials: HTTPAuthorizationCredentials | None = Depends(bearer),  # noqa: B008
-        api_key: str | None = Depends(header),
-    ) -> str:
-        key = credentials.credentials if credentials is not None else api_key
-        if not key:
-            raise Unauthorized(MISSING_KEY)
-        found = keys.user_for(key)
-        if found is None:
-            raise Unauthorized(UNKNOWN_KEY)
-        return found
-
-    return user
+    Raises:
+        Unauthorized: no key, or an unknown one.
+    """
+    key = credentials.credentials if credentials is not None else api_key
+    if not key:
+        raise Unauthorized(MISSING_KEY)
+    found = service.keys.user_for(key)
+    if found is None:
+        raise Unauthorized(UNKNOWN_KEY)
+    return found
 
 
 def header_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:

@@ -7,24 +7,25 @@ carry the card with its ``errors``); request errors of the HTTP layer get their 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+import fastapi.routing
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
-from starlette.routing import Match, Route
+from starlette.routing import Match
 
 from skilldeck._internal.postgres import connection_errors
 from skilldeck._internal.redact import log_error
 from skilldeck.errors import ErrorCode, SkillDeckError
-from skilldeck.server.auth import Unauthorized
 from skilldeck.server.schemas import ErrorBody
 
 __all__ = [
     "NotFound",
     "TooManyRequests",
+    "Unauthorized",
     "error_response",
     "install_error_handlers",
     "responses",
@@ -76,6 +77,14 @@ _RETRY = {"Retry-After": "1"}
 
 # HTTP-layer codes for statuses raised by FastAPI/Starlette themselves.
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
+
+
+class Unauthorized(Exception):
+    """No API key, or an unknown one (HTTP 401)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class NotFound(Exception):
@@ -183,10 +192,20 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 def _allowed(request: Request) -> list[str]:
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
-            methods |= set(route.methods or ())
+    for route in _route_table(request.app):
+        allowed = getattr(route, "methods", None)  # a mount has none
+        if allowed and route.matches(request.scope)[0] != Match.NONE:
+            methods |= set(allowed)
     return sorted(methods)
+
+
+def _route_table(app: FastAPI) -> Iterable[Any]:
+    """Every route of ``app``, its included routers' too: older FastAPI copied them into
+    ``app.router.routes``; newer versions keep each included router as one entry there, whose
+    routes :func:`fastapi.routing.iter_route_contexts` lists."""
+    iter_route_contexts = getattr(fastapi.routing, "iter_route_contexts", None)
+    routes = app.router.routes
+    return routes if iter_route_contexts is None else iter_route_contexts(routes)
 
 
 async def _internal(request: Request, exc: Exception) -> JSONResponse:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -49,21 +50,36 @@ class BodyLimit:
         self.limits = OutputLimits(max_bytes=max_bytes, max_depth=max_depth)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared in (None, b"0") and b"transfer-encoding" not in headers:
+        if scope["type"] != "http" or not _sends_body(scope):
             await self.app(scope, receive, send)  # no body: nothing to read here
             return
+        refusal = self._refuse_by_headers(scope)
+        body = await self._read_checked(receive) if refusal is None else refusal
+        if isinstance(body, _Refusal):
+            await _answer(send, body)
+            return
+        pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def replay() -> Message:
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+    def _refuse_by_headers(self, scope: Scope) -> _Refusal | None:
+        """Refuse, before reading any of the body, a caller without a known API key (401)
+        and a body whose declared length is over the limit (413)."""
         key = header_key(scope.get("headers") or [])
         if self.keys.user_for(key) is None:
-            await self._answer(send, 401, "UNAUTHORIZED", UNKNOWN_KEY if key else MISSING_KEY)
-            return
+            return _Refusal(401, "UNAUTHORIZED", UNKNOWN_KEY if key else MISSING_KEY)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await self._refuse(send)
-            return
+            return self._too_large()
+        return None
+
+    async def _read_checked(self, receive: Receive) -> bytes | _Refusal:
+        """The body, if it arrives within the deadline (else 408), within the limit (else
+        413), and is JSON a run may take (else 422; a body that is not JSON at all is left
+        to the app's own answer)."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 body = await self._read(receive)
@@ -72,21 +88,13 @@ class BodyLimit:
                 f"the request body did not arrive within {self.timeout_s:g} s "
                 "(SKILLDECK_BODY_TIMEOUT_S); send it at once"
             )
-            await self._answer(send, 408, "REQUEST_TIMEOUT", message)
-            return
+            return _Refusal(408, "REQUEST_TIMEOUT", message)
         if body is None:
-            await self._refuse(send)
-            return
+            return self._too_large()
         problem = json_problem(bytes(body), self.limits) if body else None
         if problem is not None:
-            await self._answer(send, 422, "INVALID_REQUEST", f"invalid request: {problem}")
-            return
-        pending: list[Message] = [{"type": "http.request", "body": bytes(body), "more_body": False}]
-
-        async def replay() -> Message:
-            return pending.pop() if pending else await receive()
-
-        await self.app(scope, replay, send)
+            return _Refusal(422, "INVALID_REQUEST", f"invalid request: {problem}")
+        return bytes(body)
 
     async def _read(self, receive: Receive) -> bytearray | None:
         """The body; ``None`` once it is larger than the limit."""
@@ -101,22 +109,38 @@ class BodyLimit:
             if not message.get("more_body", False):
                 return body
 
-    async def _refuse(self, send: Send) -> None:
+    def _too_large(self) -> _Refusal:
         message = (
             f"the request body is larger than {self.max_bytes} bytes; send smaller input "
             "(large documents belong in the matter's files)"
         )
-        await self._answer(send, 413, "PAYLOAD_TOO_LARGE", message)
+        return _Refusal(413, "PAYLOAD_TOO_LARGE", message)
 
-    async def _answer(self, send: Send, status: int, code: str, message: str) -> None:
-        body = json.dumps({"error": {"code": code, "message": message}}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        if status == 401:
-            headers.append((b"www-authenticate", b"Bearer"))
-        if status != 422:  # the body was not read (to its end): the connection cannot go on
-            headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+
+@dataclass(frozen=True)
+class _Refusal:
+    """A request :class:`BodyLimit` answers itself, with the JSON error body."""
+
+    status: int
+    code: str
+    message: str
+
+
+def _sends_body(scope: Scope) -> bool:
+    headers = dict(scope.get("headers") or [])
+    return headers.get(b"content-length") not in (None, b"0") or b"transfer-encoding" in headers
+
+
+async def _answer(send: Send, refusal: _Refusal) -> None:
+    error = {"code": refusal.code, "message": refusal.message}
+    body = json.dumps({"error": error}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if refusal.status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    if refusal.status != 422:  # the body was not read (to its end): the connection cannot go on
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def json_problem(body: bytes, limits: OutputLimits) -> str | None:

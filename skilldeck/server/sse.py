@@ -14,9 +14,25 @@ from starlette.responses import StreamingResponse
 
 from skilldeck.types import Event
 
-__all__ = ["MEDIA_TYPE", "EventStreamResponse", "format_event", "format_sse"]
+__all__ = ["EVENTS_RESPONSE", "MEDIA_TYPE", "EventStreamResponse", "format_event", "format_sse"]
 
 MEDIA_TYPE = "text/event-stream"
+
+#: The OpenAPI entry of a route that streams a run's events.
+EVENTS_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-Sent Events: `step`, `tool_call`, `skill_result` (and `delta`, "
+        "the models' text, with `stream_deltas`), then exactly one `card`, `done` or `error`. "
+        "Each event has an `id`; each `data` line is the event as JSON.",
+        "content": {
+            MEDIA_TYPE: {
+                "schema": {"type": "string"},
+                "example": "id: 1f2e3d4c5b6a-8\nevent: card\n"
+                'data: {"event": "card", "thread_id": "..."}\n\n',
+            }
+        },
+    }
+}
 
 
 def format_sse(name: str, data: Any, id: str | None = None) -> bytes:
