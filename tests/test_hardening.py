@@ -11,6 +11,7 @@ import os
 import sqlite3
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,10 +34,11 @@ from skilldeck.cli import app as cli
 from skilldeck.errors import BundleError, MatterRequiredError, ModelConfigError, ToolError
 from skilldeck.nodes.route_model import RouteModelError
 from skilldeck.scripted import load_script
-from skilldeck.server import create_app, hash_key
+from skilldeck.server import create_app, hash_key, limits
 from skilldeck.server.fairness import RunQueue
 from skilldeck.server.runlog import SKILLDECK_EVENTS, RunLog, RunLogs
 from skilldeck.skills import builtin_skills_dir, load_skills
+from skilldeck.skills.contract import PATH_PART_CHARS, OutputLimits
 from skilldeck.tools import ToolRegistry, default_registry
 from skilldeck.tools.cards import save_card
 from skilldeck.tools.skill_files import skill_file_tool
@@ -1192,3 +1194,47 @@ def test_a_card_field_key_nested_too_deep_is_re_asked(skills_dir: Path, tmp_path
         (question,) = paused.card["questions"]
         done = deck.resume(paused.thread_id, {question["field_key"]: "yes"})
         assert done.status == "finished", done.error
+
+
+# -- attacker review, H1: checking a body's limits costs memory linear in its size ---------------
+def test_a_long_key_over_many_children_is_checked_in_memory_linear_in_its_size() -> None:
+    key = "K" * 40_000
+    value = {key: {**{str(i): 0 for i in range(4_000)}, "last": float("inf")}}
+    tracemalloc.start()
+    try:
+        (problem,) = OutputLimits().problems(value, "body")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # an 83 KB value: a path string per node held 4,000 copies of the key (about 160 MB)
+    assert peak < 2_000_000, f"{peak} bytes at peak"
+    assert problem["path"] == f"body.{'K' * (PATH_PART_CHARS - 1)}….last"
+    assert problem["message"] == "inf is not a JSON number"
+
+
+def test_a_large_body_is_checked_off_the_event_loop(
+    demo_deck: SkillDeck, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked_on_loop: list[bool] = []
+    check = limits.json_problem
+
+    def watched(body: bytes, bounds: OutputLimits) -> str | None:
+        try:
+            asyncio.get_running_loop()
+            checked_on_loop.append(True)
+        except RuntimeError:
+            checked_on_loop.append(False)
+        return check(body, bounds)
+
+    monkeypatch.setattr(limits, "json_problem", watched)
+    big = json.dumps({"context": "matter", "input": {"n": ["x" * 100] * 1_000}})
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+        answer = client.post(
+            f"/threads/{thread}/runs",
+            content=big.replace('"x', '"\\ud800', 1),
+            headers={**auth("alice"), "content-type": "application/json"},
+        )
+    assert answer.status_code == 422, answer.text
+    assert "lone UTF-16 surrogate" in answer.json()["error"]["message"]
+    assert checked_on_loop == [False]

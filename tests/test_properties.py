@@ -33,6 +33,7 @@ from skilldeck.server import create_app, hash_key
 from skilldeck.server.agui import AguiInput
 from skilldeck.server.schemas import ResumeRequest, RunRequest
 from skilldeck.skills.conditions import ConditionError, parse_condition
+from skilldeck.skills.contract import PATH_PART_CHARS, OutputLimits
 from skilldeck.tools import default_registry
 
 pytestmark = pytest.mark.L2
@@ -410,3 +411,33 @@ def test_no_secret_a_routing_model_echoes_reaches_an_event_or_a_state(
     assert '"RUN_ERROR"' in events
     shown = json.dumps([result.to_dict(), deck.history(result.thread_id)]) + events + thread
     assert secret not in shown
+
+
+@BOUNDED
+@given(
+    where=st.lists(
+        st.text(st.characters(exclude_categories=("Cs",)), max_size=150) | st.integers(0, 3),
+        max_size=8,
+    ),
+    around=JSON,
+    bad=st.sampled_from([float("inf"), 2**70, "\ud800"]),
+)
+def test_a_values_problem_is_reported_at_its_place_with_every_key_cut(
+    where: list[str | int], around: Any, bad: Any
+) -> None:
+    """Whatever surrounds a value past the limits, the one problem reported is that value's,
+    at its path, each key in it at most ``PATH_PART_CHARS`` long."""
+    value, parts = bad, []
+    for key in reversed(where):
+        if isinstance(key, int):
+            value = [*([around] if key else []), value]  # the bad value's index: 0 or 1
+            parts.append(f"[{int(bool(key))}]")
+        else:
+            value = {key: value}
+            parts.append("." + (key if len(key) <= PATH_PART_CHARS else key[:63] + "…"))
+    clean = OutputLimits().problems(around) == []
+    problems = OutputLimits(max_depth=64).problems(value, "body")
+    assert len(problems) == 1
+    if clean:
+        assert problems[0]["path"] == "body" + "".join(reversed(parts))
+    assert all(len(p) <= PATH_PART_CHARS + 1 for p in re.split(r"[.\[]", problems[0]["path"]))
