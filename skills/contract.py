@@ -23,6 +23,7 @@ from typing import Any
 
 import jsonschema_rs
 
+from skilldeck._internal.text import cut
 from skilldeck.skills.grammar import for_grammar
 
 __all__ = [
@@ -561,12 +562,9 @@ def _path(where: str, link: _Link | None) -> str:
         link, key = link
         parts.append(key)
     return where + "".join(
-        f"[{p}]" if isinstance(p, int) else f".{_cut(str(p))}" for p in reversed(parts)
+        f"[{p}]" if isinstance(p, int) else f".{cut(str(p), PATH_PART_CHARS)}"
+        for p in reversed(parts)
     )
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= PATH_PART_CHARS else text[: PATH_PART_CHARS - 1] + "…"
 
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1

@@ -35,6 +35,7 @@ from skilldeck.errors import BundleError, MatterRequiredError, ModelConfigError,
 from skilldeck.nodes.route_model import RouteModelError
 from skilldeck.scripted import load_script
 from skilldeck.server import create_app, hash_key, limits
+from skilldeck.server.errors import LOC_PART_CHARS, MAX_LISTED_ERRORS
 from skilldeck.server.fairness import RunQueue
 from skilldeck.server.runlog import SKILLDECK_EVENTS, RunLog, RunLogs
 from skilldeck.skills import builtin_skills_dir, load_skills
@@ -1238,3 +1239,47 @@ def test_a_large_body_is_checked_off_the_event_loop(
     assert answer.status_code == 422, answer.text
     assert "lone UTF-16 surrogate" in answer.json()["error"]["message"]
     assert checked_on_loop == [False]
+
+
+# -- attacker review, H2: a 422 is bounded whatever the body --------------------------------------
+_LONG = "K" * 20_000
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("runs", {"context": "matter", "input": {_LONG: [1e300] * 200}}),
+        ("resume", {"answers": {_LONG: [{"n": -1e300}] * 200}}),
+        ("continue", {f"{_LONG[:2_000]}{i}": 1 for i in range(100)}),
+        ("agui", _agui("t-422", "r1", messages=[{"role": "user", "content": 5}] * 2_000)),
+    ],
+)
+def test_a_422_lists_a_bounded_number_of_bounded_errors(
+    demo_deck: SkillDeck, route: str, body: dict[str, Any]
+) -> None:
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+        path = "/agui" if route == "agui" else f"/threads/{thread}/{route}"
+        answer = client.post(path, headers=auth("alice"), json=body)
+    assert answer.status_code == 422, answer.text[:500]
+    error = answer.json()["error"]
+    assert error["code"] == "INVALID_REQUEST"
+    # before: one error per union branch per value, each with the 20,000-character key (24 MB)
+    assert len(answer.content) < 16_000, len(answer.content)
+    assert len(error["errors"]) == MAX_LISTED_ERRORS and error["more_errors"] > 0
+    assert all(len(part) <= LOC_PART_CHARS for e in error["errors"] for part in e["loc"])
+    assert f"(and {MAX_LISTED_ERRORS + error['more_errors'] - 3} more)" in error["message"]
+
+
+def test_one_bad_json_value_is_one_error_naming_its_json_type(demo_deck: SkillDeck) -> None:
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+        body = {"context": "matter", "input": {"n": [1, 2.5, None, 1e300, {"m": -1e300}]}}
+        answer = client.post(f"/threads/{thread}/runs", headers=auth("alice"), json=body)
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert [(e["loc"], e["type"]) for e in error["errors"]] == [
+        (["body", "input", "n", "array", "3", "number"], "less_than_equal"),
+        (["body", "input", "n", "array", "4", "object", "m", "number"], "greater_than_equal"),
+    ]
+    assert error["more_errors"] == 0

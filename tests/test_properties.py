@@ -31,6 +31,12 @@ from skilldeck._internal.redact import log_error, safe_reason
 from skilldeck.nodes import validate_answers
 from skilldeck.server import create_app, hash_key
 from skilldeck.server.agui import AguiInput
+from skilldeck.server.errors import (
+    LOC_PART_CHARS,
+    MAX_LISTED_ERRORS,
+    MESSAGE_CHARS,
+    public_validation_errors,
+)
 from skilldeck.server.schemas import ResumeRequest, RunRequest
 from skilldeck.skills.conditions import ConditionError, parse_condition
 from skilldeck.skills.contract import PATH_PART_CHARS, OutputLimits
@@ -441,3 +447,34 @@ def test_a_values_problem_is_reported_at_its_place_with_every_key_cut(
     if clean:
         assert problems[0]["path"] == "body" + "".join(reversed(parts))
     assert all(len(p) <= PATH_PART_CHARS + 1 for p in re.split(r"[.\[]", problems[0]["path"]))
+
+
+@BOUNDED
+@given(
+    body=st.dictionaries(
+        st.text(max_size=300),
+        st.recursive(
+            SCALARS | st.sampled_from([1e300, -1e300, (1, 2), {1, 2}]),
+            lambda inner: st.lists(inner, max_size=30) | st.dictionaries(st.text(), inner),
+            max_leaves=60,
+        ),
+        max_size=8,
+    )
+)
+def test_any_invalid_body_gets_a_bounded_422(body: dict[str, Any]) -> None:
+    """Whatever keys and values a client sends, the 422 lists at most ``MAX_LISTED_ERRORS``
+    errors, each ``loc`` part and message cut, and counts the rest."""
+    try:
+        RunRequest.model_validate({"context": "matter", **body})
+    except ValidationError as exc:
+        errors = exc.errors()
+    else:
+        return
+    public = public_validation_errors(errors)
+    listed = public["errors"]
+    assert len(listed) == min(len(errors), MAX_LISTED_ERRORS)
+    assert public["more_errors"] == len(errors) - len(listed)
+    assert all(len(str(part)) <= LOC_PART_CHARS for e in listed for part in e["loc"])
+    assert all(len(e["message"]) <= MESSAGE_CHARS for e in listed)
+    longest_loc = max((len(e["loc"]) for e in listed), default=0)
+    assert len(public["message"]) <= 100 + 3 * (longest_loc * (LOC_PART_CHARS + 1) + MESSAGE_CHARS)

@@ -7,7 +7,7 @@ carry the card with its ``errors``); request errors of the HTTP layer get their 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,6 +18,7 @@ from starlette.routing import Match, Route
 
 from skilldeck._internal.postgres import connection_errors
 from skilldeck._internal.redact import log_error
+from skilldeck._internal.text import cut
 from skilldeck.errors import ErrorCode, SkillDeckError
 from skilldeck.server.auth import Unauthorized
 from skilldeck.server.schemas import ErrorBody
@@ -27,6 +28,7 @@ __all__ = [
     "TooManyRequests",
     "error_response",
     "install_error_handlers",
+    "public_validation_errors",
     "responses",
     "status_of",
 ]
@@ -159,12 +161,39 @@ async def _too_many(request: Request, exc: Exception) -> JSONResponse:
 
 async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    problems = [
-        {"loc": [str(p) for p in e.get("loc", ())], "message": str(e.get("msg")), "type": e["type"]}
-        for e in exc.errors()
+    return error_response(422, "INVALID_REQUEST", **public_validation_errors(exc.errors()))
+
+
+#: What a 422 lists of a body's validation errors: at most ``MAX_LISTED_ERRORS`` (the rest are
+#: counted in ``more_errors``), each part of a ``loc`` cut to ``LOC_PART_CHARS`` characters and
+#: each message to ``MESSAGE_CHARS``. A client's keys are in the ``loc``s: unbounded, a 21 KB
+#: body of one long key over 200 bad values was answered with 24 MB.
+MAX_LISTED_ERRORS = 20
+LOC_PART_CHARS = 64
+MESSAGE_CHARS = 200
+_IN_MESSAGE = 3
+
+
+def public_validation_errors(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The public part of a 422 for pydantic's ``errors``: ``message`` (the first three, in
+    words), ``errors`` (``{loc, message, type}`` each) and ``more_errors`` (how many were left
+    out), within the bounds above whatever the client sent."""
+    listed = [
+        {
+            "loc": [cut(str(part), LOC_PART_CHARS) for part in e.get("loc", ())],
+            "message": cut(str(e.get("msg")), MESSAGE_CHARS),
+            "type": cut(str(e.get("type")), LOC_PART_CHARS),
+        }
+        for e in errors[:MAX_LISTED_ERRORS]
     ]
-    where = ", ".join(".".join(p["loc"]) + f": {p['message']}" for p in problems[:3])
-    return error_response(422, "INVALID_REQUEST", f"invalid request: {where}", errors=problems)
+    where = ", ".join(".".join(p["loc"]) + f": {p['message']}" for p in listed[:_IN_MESSAGE])
+    more = len(errors) - len(listed)
+    suffix = f" (and {len(errors) - _IN_MESSAGE} more)" if len(errors) > _IN_MESSAGE else ""
+    return {
+        "message": f"invalid request: {where}{suffix}",
+        "errors": listed,
+        "more_errors": more,
+    }
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
