@@ -43,6 +43,7 @@ from skilldeck.skills.contract import PATH_PART_CHARS, OutputLimits
 from skilldeck.tools import ToolRegistry, default_registry
 from skilldeck.tools.cards import save_card
 from skilldeck.tools.skill_files import skill_file_tool
+from skilldeck.types import DeltaEvent
 
 pytestmark = pytest.mark.L2
 
@@ -1060,16 +1061,16 @@ def test_a_run_that_outgrows_the_run_log_is_cut_off_and_goes_on(tmp_path: Path) 
 
 def test_runs_that_cannot_get_room_in_the_run_log_are_refused_503() -> None:
     async def fill() -> None:
-        logs = RunLogs(budget=2_000)
+        logs = RunLogs(budget=5_000)
         opened = []
         with pytest.raises(SkillDeckError) as full:
             for i in range(100):
-                opened.append(logs.open(f"t{i}"))
+                opened.append(logs.open(f"t{i}", "alice"))
         assert full.value.code == "RUN_LOG_FULL" and logs.held <= logs.budget
         for log in opened:
             logs.drop(log)
         assert logs.held == 0
-        assert logs.open("again").reserve > 0
+        assert logs.open("again", "alice").reserve > 0
 
     asyncio.run(fill())
 
@@ -1283,3 +1284,98 @@ def test_one_bad_json_value_is_one_error_naming_its_json_type(demo_deck: SkillDe
         (["body", "input", "n", "array", "4", "object", "m", "number"], "greater_than_equal"),
     ]
     assert error["more_errors"] == 0
+
+
+# -- attacker review, M1 and L1: the run log is shared fairly and counts what it costs ----------
+def _delta(n: int = 200) -> DeltaEvent:
+    return DeltaEvent("t", "skill", 1, "x" * n)
+
+
+def _honest(logs: RunLogs) -> None:
+    """The count of held bytes is the logs' sizes plus the reserves of running ones."""
+    kept = set(logs._logs.values()) | set(logs._running)
+    reserved = sum(lg.reserve for lg in kept if not lg.done and not lg.cut)
+    assert logs.held == sum(lg.size for lg in kept) + reserved
+    assert logs.held <= logs.budget
+
+
+def test_one_users_running_logs_never_refuse_another_users_run() -> None:
+    async def starve() -> None:
+        logs = RunLogs(budget=1_000_000)
+        mine = [logs.open(f"a{i}", "alice") for i in range(4)]
+        for log in mine:
+            logs.publish(log)
+        for _ in range(2_000):  # alice's four runs stream 2.2 MB of deltas
+            for log in mine:
+                log.append(_delta())
+            _honest(logs)
+        assert any(log.cut for log in mine)
+        theirs = logs.open("b", "bob")  # before: 503 RUN_LOG_FULL
+        logs.publish(theirs)
+        for _ in range(1_000):
+            theirs.append(_delta())
+            for log in mine:
+                log.append(_delta())
+        _honest(logs)
+        assert not theirs.cut  # bob's 280 KB fit his half of the budget
+        assert sum(log.size for log in mine) <= logs.budget // 2 + 4 * mine[0].reserve
+        assert all(log.cut for log in mine)  # alice's logs past her half were cut off
+        for log in [*mine, theirs]:
+            log.close()
+        _honest(logs)
+        assert logs._users == {}
+
+    asyncio.run(starve())
+
+
+def test_a_cut_log_keeps_only_what_its_readers_have_not_read() -> None:
+    async def read() -> None:
+        logs = RunLogs(budget=200_000)
+        log = logs.open("a", "alice")
+        logs.publish(log)
+        for _ in range(100):
+            log.append(_delta())
+        reader = log.follow()
+        first = [await anext(reader) for _ in range(40)]
+        while not log.cut:
+            log.append(_delta())
+        _honest(logs)
+        assert log.first == 40  # the 40 read are let go, the unread kept for the reader
+        rest = [m async for m in _until_done(log, reader)]
+        assert b"RUN_LOG_FULL" in rest[-1] and len(first) + len(rest) == log.first + 1
+        assert len(log.messages) == 1 and log.size < 2_000  # the last event only
+        late = [m async for m in _until_done(log, log.follow())]
+        assert len(late) == 1 and b"RUN_LOG_FULL" in late[0]
+        _honest(logs)
+
+    asyncio.run(read())
+
+
+async def _until_done(log: RunLog, reader: Any) -> Any:
+    log.close()
+    async for message in reader:
+        yield message
+
+
+def test_run_logs_count_what_they_cost_in_memory() -> None:
+    from ag_ui.core import RunErrorEvent, RunStartedEvent
+
+    from skilldeck.server.app import AGUI_EVENTS
+
+    async def refuse_many() -> tuple[int, int]:
+        logs = RunLogs(budget=64_000_000)
+        tracemalloc.start()
+        try:
+            for i in range(5_000):
+                log = logs.open(f"t{i:08d}", "alice", AGUI_EVENTS)
+                logs.publish(log)
+                log.append(RunStartedEvent(thread_id=f"t{i:08d}", run_id="r"))
+                log.append(RunErrorEvent(message="nothing to run", code="NOTHING_TO_RUN"))
+                log.close()
+            used, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        return used, logs.held
+
+    used, held = asyncio.run(refuse_many())
+    assert used <= held * 1.15, f"{used} bytes used, {held} counted"  # before: 7x
