@@ -1379,3 +1379,37 @@ def test_run_logs_count_what_they_cost_in_memory() -> None:
 
     used, held = asyncio.run(refuse_many())
     assert used <= held * 1.15, f"{used} bytes used, {held} counted"  # before: 7x
+
+
+# -- attacker review, L4: the LangGraph server holds users to their matter quota -----------------
+def test_the_langgraph_server_holds_a_claiming_user_to_the_matter_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_sdk import Auth
+
+    from skilldeck import langgraph_app
+
+    class Caller:
+        identity, display_name, is_authenticated, permissions = "alice", "alice", True, ()
+
+    def run_on(matter: str) -> Any:
+        value = {"kwargs": {"input": {"matter_id": matter}}, "metadata": {}}
+        ctx = Auth.types.AuthContext(
+            permissions=[], user=Caller(), resource="threads", action="create_run"
+        )
+        return asyncio.run(langgraph_app._create_run(ctx, value))
+
+    monkeypatch.setenv("SKILLDECK_CHECKPOINT_URL", f"sqlite:///{tmp_path / 'c.sqlite'}")
+    monkeypatch.setenv("SKILLDECK_MATTER_POLICY", "claim")
+    monkeypatch.setenv("SKILLDECK_MAX_MATTERS_PER_USER", "2")
+    langgraph_app._matters.cache_clear()
+    try:
+        assert run_on("matter-1") == run_on("matter-2") == {"owner": "alice"}
+        with pytest.raises(Auth.exceptions.HTTPException) as refused:
+            run_on("matter-3")  # before: alice claimed it, past her quota of 2
+        assert refused.value.status_code == 403
+        assert "SKILLDECK_MAX_MATTERS_PER_USER" in str(refused.value.detail)
+        index, _ = langgraph_app._matters()
+        assert index.matter("matter-3") is None and index.matter("matter-1") == ("alice", ())
+    finally:
+        langgraph_app._matters.cache_clear()
