@@ -74,6 +74,7 @@ class ErrorCode(StrEnum):
     RUN_LOG_FULL = "RUN_LOG_FULL"
     STALE_RUN = "STALE_RUN"
     NOT_RESUMABLE = "NOT_RESUMABLE"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
 
 
 class SkillDeckError(Exception):

@@ -1413,3 +1413,35 @@ def test_the_langgraph_server_holds_a_claiming_user_to_the_matter_quota(
         assert index.matter("matter-3") is None and index.matter("matter-1") == ("alice", ())
     finally:
         langgraph_app._matters.cache_clear()
+
+
+# -- attacker review, L5: no run is accepted once the process shuts down --------------------------
+def test_a_run_asked_for_while_the_queue_shuts_down_is_refused_and_claims_nothing(
+    demo_deck: SkillDeck,
+) -> None:
+    queue = RunQueue(workers=1, per_user=1, queued_per_user=1)
+    ran: list[str] = []
+    slot = queue.reserve("alice")  # set up before the shutdown: it still runs
+    closing = threading.Thread(target=queue.shutdown)
+    closing.start()
+    for _ in range(500):
+        if queue._closing:
+            break
+        time.sleep(0.01)
+    with pytest.raises(SkillDeckError) as refused:
+        queue.reserve("bob")
+    assert refused.value.code == "SHUTTING_DOWN"
+    slot.submit(lambda: ran.append("alice"))
+    closing.join(30)
+    assert ran == ["alice"] and not closing.is_alive()
+
+    own_matter(demo_deck, "demo-matter", "alice")
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+        client.app.state.threads.shutdown()  # type: ignore[attr-defined]
+        body = {"context": "matter", "matter_id": "demo-matter", "input": {"documents": []}}
+        answer = client.post(f"/threads/{thread}/runs", headers=auth("alice"), json=body)
+        assert answer.status_code == 503 and answer.headers["retry-after"]
+        assert answer.json()["error"]["code"] == "SHUTTING_DOWN"
+        assert client.get(f"/threads/{thread}", headers=auth("alice")).json()["status"] == "new"
+        assert demo_deck.claims.live([thread]) == set()  # no run lease held

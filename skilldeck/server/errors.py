@@ -54,6 +54,7 @@ _STATUS = {
     # The operator's to fix (`skilldeck serve` refuses to start with such a skill).
     ErrorCode.UNTRUSTED_SCRIPTS: 503,
     ErrorCode.RUN_LOG_FULL: 503,
+    ErrorCode.SHUTTING_DOWN: 503,
 }
 
 _DESCRIPTIONS = {
@@ -70,7 +71,8 @@ _DESCRIPTIONS = {
     "retry after Retry-After seconds.",
     500: "An internal error; the server log has the details.",
     503: "The checkpoint database or the model is unavailable, the run logs are full "
-    "(RUN_LOG_FULL; retry after Retry-After), or a skill's scripts are not trusted by the server.",
+    "(RUN_LOG_FULL; retry after Retry-After), the process is shutting down (SHUTTING_DOWN; "
+    "retry), or a skill's scripts are not trusted by the server.",
 }
 
 # A database that is down is usually back within seconds (a restart, a failover).
