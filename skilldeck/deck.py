@@ -763,11 +763,13 @@ class SkillDeck:
     def _check_matter(self, context: str, matter_id: str | None) -> None:
         """A matter id is an id (:func:`~skilldeck._internal.ids.check_id`: one folder name);
         a run without one may not reach skills whose tools work in a matter's files or record
-        (they would have no matter to work in)."""
+        (they would have no matter to work in). Context ``auto`` may reach every skill (the
+        router picks by description, and again after each skill), so each is checked."""
         if matter_id is not None:
             check_id("matter_id", matter_id)
         else:
-            needing = [b.name for b in self.bundles if context in b.contexts and self._in_matter(b)]
+            reachable = [b for b in self.bundles if context in (AUTO_CONTEXT, *b.contexts)]
+            needing = [b.name for b in reachable if self._in_matter(b)]
             if needing:
                 raise MatterRequiredError(context, needing)
 

@@ -1445,3 +1445,23 @@ def test_a_run_asked_for_while_the_queue_shuts_down_is_refused_and_claims_nothin
         assert answer.json()["error"]["code"] == "SHUTTING_DOWN"
         assert client.get(f"/threads/{thread}", headers=auth("alice")).json()["status"] == "new"
         assert demo_deck.claims.live([thread]) == set()  # no run lease held
+
+
+# -- attacker review, L2: context auto reaches no matter-bound skill without a matter -------------
+def test_an_auto_run_without_a_matter_is_refused_when_auto_could_reach_a_matters_skill(
+    demo_deck: SkillDeck,
+) -> None:
+    own_matter(demo_deck, "demo-matter", "bob")
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        for request in ("save a note to my pkm", "card for fact"):
+            thread = client.post("/threads", headers=auth("bob")).json()["thread_id"]
+            body = {"input": {"request": request}, "context": "auto"}
+            answer = client.post(f"/threads/{thread}/runs", headers=auth("bob"), json=body)
+            assert answer.status_code == 422, answer.text[:300]  # before: 200, pkm-agent ran
+            error = answer.json()["error"]
+            assert error["code"] == "MATTER_REQUIRED"
+            assert "pkm-agent" in error["message"] and "card-agent" in error["message"]
+            assert client.get(f"/threads/{thread}", headers=auth("bob")).json()["status"] == "new"
+    with pytest.raises(MatterRequiredError):
+        demo_deck.run({"request": "save a note to my pkm"}, context="auto", user_id="bob")
+    assert [t.status for t in demo_deck.threads()] == ["new", "new"]  # the two POST /threads made
