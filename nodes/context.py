@@ -41,6 +41,9 @@ class NodeContext:
     #: by words), and its name.
     embed: Callable[[list[str]], Sequence[Any]] | None = None
     embed_name: str = ""
+    #: The skills whose tools work in the run's matter: the router never picks one for a run
+    #: without a matter (a context that names one is refused before it starts).
+    matter_skills: frozenset[str] = frozenset()
 
     @cached_property
     def ranker(self) -> LexicalRanker:

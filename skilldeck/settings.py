@@ -194,8 +194,9 @@ class Settings(BaseSettings):
         ge=0.01,
         description="Memory the service's run logs (each thread's latest run's events, for "
         "clients that reconnect) may hold together: finished runs' logs are dropped oldest "
-        "first; a run whose events do not fit even then has its stream cut off with an error "
-        "event RUN_LOG_FULL (the run goes on; GET /threads/{id} shows where it stands).",
+        "first; one user's running logs hold at most the budget divided by the users with a "
+        "run going; a run whose events do not fit has its stream cut off with an error event "
+        "RUN_LOG_FULL (the run goes on; GET /threads/{id} shows where it stands).",
     )
     files_root: str | None = Field(
         default=None,

@@ -23,6 +23,7 @@ from typing import Any
 
 import jsonschema_rs
 
+from skilldeck._internal.text import cut
 from skilldeck.skills.grammar import for_grammar
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "FIELD_KEY_MAX_LENGTH",
     "INPUT_TYPES",
     "NUMBER_INPUTS",
+    "PATH_PART_CHARS",
     "QUESTION_SCHEMA",
     "REVIEW_TYPES",
     "Errors",
@@ -512,29 +514,57 @@ class OutputLimits:
     max_depth: int = 32
 
     def problems(self, value: Any, where: str = "$") -> list[dict[str, str]]:
-        """What in ``value`` (parsed JSON) is past the limits; empty when nothing is."""
-        stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+        """What in ``value`` (parsed JSON) is past the limits; empty when nothing is.
+
+        The walk keeps a link to each node's parent, not its path: a path string per node
+        would cost memory quadratic in the input (a long key over many children). Only the
+        path of the problem reported is built, with each key cut to ``PATH_PART_CHARS``."""
+        stack: list[tuple[Any, _Link | None, int]] = [(value, None, 0)]
         while stack:
-            item, path, depth = stack.pop()
-            if depth > self.max_depth:
-                return [{"path": path, "message": f"nested deeper than {self.max_depth} levels"}]
-            if isinstance(item, str):
-                if _SURROGATE.search(item):
-                    return [{"path": path, "message": "text holds a lone UTF-16 surrogate"}]
-                continue
-            if isinstance(item, bool) or item is None:
-                continue
-            if isinstance(item, int) and not _INT_MIN <= item <= _INT_MAX:
-                return [{"path": path, "message": "integer out of the 64-bit range"}]
-            if isinstance(item, float) and not math.isfinite(item):
-                return [{"path": path, "message": f"{item} is not a JSON number"}]
+            item, link, depth = stack.pop()
+            message = self._problem(item, depth)
+            if message is not None:
+                return [{"path": _path(where, link), "message": message}]
             if isinstance(item, Mapping):
-                if any(_SURROGATE.search(str(k)) for k in item):
-                    return [{"path": path, "message": "a key holds a lone UTF-16 surrogate"}]
-                stack += [(v, f"{path}.{k}", depth + 1) for k, v in item.items()]
+                stack += [(v, (link, k), depth + 1) for k, v in item.items()]
             elif isinstance(item, list | tuple):
-                stack += [(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item)]
+                stack += [(v, (link, i), depth + 1) for i, v in enumerate(item)]
         return []
+
+    def _problem(self, item: Any, depth: int) -> str | None:
+        """What is wrong with ``item`` itself (not its children), if anything."""
+        if depth > self.max_depth:
+            return f"nested deeper than {self.max_depth} levels"
+        if isinstance(item, str):
+            return "text holds a lone UTF-16 surrogate" if _SURROGATE.search(item) else None
+        if isinstance(item, bool) or item is None:
+            return None
+        if isinstance(item, int) and not _INT_MIN <= item <= _INT_MAX:
+            return "integer out of the 64-bit range"
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{item} is not a JSON number"
+        if isinstance(item, Mapping) and any(_SURROGATE.search(str(k)) for k in item):
+            return "a key holds a lone UTF-16 surrogate"
+        return None
+
+
+#: A node's place in the walk of :meth:`OutputLimits.problems`: its parent's link and its key.
+_Link = tuple[Any, str | int]
+#: How much of one key a reported path shows (a key can be as long as the whole input).
+PATH_PART_CHARS = 64
+
+
+def _path(where: str, link: _Link | None) -> str:
+    """The path of the node ``link`` points to, below ``where``, each key cut to
+    ``PATH_PART_CHARS`` characters."""
+    parts: list[str | int] = []
+    while link is not None:
+        link, key = link
+        parts.append(key)
+    return where + "".join(
+        f"[{p}]" if isinstance(p, int) else f".{cut(str(p), PATH_PART_CHARS)}"
+        for p in reversed(parts)
+    )
 
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1

@@ -11,6 +11,7 @@ import os
 import sqlite3
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,13 +34,16 @@ from skilldeck.cli import app as cli
 from skilldeck.errors import BundleError, MatterRequiredError, ModelConfigError, ToolError
 from skilldeck.nodes.route_model import RouteModelError
 from skilldeck.scripted import load_script
-from skilldeck.server import create_app, hash_key
+from skilldeck.server import create_app, hash_key, limits
+from skilldeck.server.errors import LOC_PART_CHARS, MAX_LISTED_ERRORS
 from skilldeck.server.fairness import RunQueue
 from skilldeck.server.runlog import SKILLDECK_EVENTS, RunLog, RunLogs
 from skilldeck.skills import builtin_skills_dir, load_skills
+from skilldeck.skills.contract import PATH_PART_CHARS, OutputLimits
 from skilldeck.tools import ToolRegistry, default_registry
 from skilldeck.tools.cards import save_card
 from skilldeck.tools.skill_files import skill_file_tool
+from skilldeck.types import DeltaEvent
 
 pytestmark = pytest.mark.L2
 
@@ -1057,16 +1061,16 @@ def test_a_run_that_outgrows_the_run_log_is_cut_off_and_goes_on(tmp_path: Path) 
 
 def test_runs_that_cannot_get_room_in_the_run_log_are_refused_503() -> None:
     async def fill() -> None:
-        logs = RunLogs(budget=2_000)
+        logs = RunLogs(budget=5_000)
         opened = []
         with pytest.raises(SkillDeckError) as full:
             for i in range(100):
-                opened.append(logs.open(f"t{i}"))
+                opened.append(logs.open(f"t{i}", "alice"))
         assert full.value.code == "RUN_LOG_FULL" and logs.held <= logs.budget
         for log in opened:
             logs.drop(log)
         assert logs.held == 0
-        assert logs.open("again").reserve > 0
+        assert logs.open("again", "alice").reserve > 0
 
     asyncio.run(fill())
 
@@ -1192,3 +1196,281 @@ def test_a_card_field_key_nested_too_deep_is_re_asked(skills_dir: Path, tmp_path
         (question,) = paused.card["questions"]
         done = deck.run(Resume(paused.thread_id, {question["field_key"]: "yes"}))
         assert done.status == "finished", done.error
+
+
+# -- attacker review, H1: checking a body's limits costs memory linear in its size ---------------
+def test_a_long_key_over_many_children_is_checked_in_memory_linear_in_its_size() -> None:
+    key = "K" * 40_000
+    value = {key: {**{str(i): 0 for i in range(4_000)}, "last": float("inf")}}
+    tracemalloc.start()
+    try:
+        (problem,) = OutputLimits().problems(value, "body")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # an 83 KB value: a path string per node held 4,000 copies of the key (about 160 MB)
+    assert peak < 2_000_000, f"{peak} bytes at peak"
+    assert problem["path"] == f"body.{'K' * (PATH_PART_CHARS - 1)}….last"
+    assert problem["message"] == "inf is not a JSON number"
+
+
+def test_a_large_body_is_checked_off_the_event_loop(
+    demo_deck: SkillDeck, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked_on_loop: list[bool] = []
+    check = limits.json_problem
+
+    def watched(body: bytes, bounds: OutputLimits) -> str | None:
+        try:
+            asyncio.get_running_loop()
+            checked_on_loop.append(True)
+        except RuntimeError:
+            checked_on_loop.append(False)
+        return check(body, bounds)
+
+    monkeypatch.setattr(limits, "json_problem", watched)
+    big = json.dumps({"context": "matter", "input": {"n": ["x" * 100] * 1_000}})
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+        answer = client.post(
+            f"/threads/{thread}/runs",
+            content=big.replace('"x', '"\\ud800', 1),
+            headers={**auth("alice"), "content-type": "application/json"},
+        )
+    assert answer.status_code == 422, answer.text
+    assert "lone UTF-16 surrogate" in answer.json()["error"]["message"]
+    assert checked_on_loop == [False]
+
+
+# -- attacker review, H2: a 422 is bounded whatever the body --------------------------------------
+_LONG = "K" * 20_000
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("runs", {"context": "matter", "input": {_LONG: [1e300] * 200}}),
+        ("resume", {"answers": {_LONG: [{"n": -1e300}] * 200}}),
+        ("continue", {f"{_LONG[:2_000]}{i}": 1 for i in range(100)}),
+        ("agui", _agui("t-422", "r1", messages=[{"role": "user", "content": 5}] * 2_000)),
+    ],
+)
+def test_a_422_lists_a_bounded_number_of_bounded_errors(
+    demo_deck: SkillDeck, route: str, body: dict[str, Any]
+) -> None:
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+        path = "/agui" if route == "agui" else f"/threads/{thread}/{route}"
+        answer = client.post(path, headers=auth("alice"), json=body)
+    assert answer.status_code == 422, answer.text[:500]
+    error = answer.json()["error"]
+    assert error["code"] == "INVALID_REQUEST"
+    # before: one error per union branch per value, each with the 20,000-character key (24 MB)
+    assert len(answer.content) < 16_000, len(answer.content)
+    assert len(error["errors"]) == MAX_LISTED_ERRORS and error["more_errors"] > 0
+    assert all(len(part) <= LOC_PART_CHARS for e in error["errors"] for part in e["loc"])
+    assert f"(and {MAX_LISTED_ERRORS + error['more_errors'] - 3} more)" in error["message"]
+
+
+def test_one_bad_json_value_is_one_error_naming_its_json_type(demo_deck: SkillDeck) -> None:
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+        body = {"context": "matter", "input": {"n": [1, 2.5, None, 1e300, {"m": -1e300}]}}
+        answer = client.post(f"/threads/{thread}/runs", headers=auth("alice"), json=body)
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert [(e["loc"], e["type"]) for e in error["errors"]] == [
+        (["body", "input", "n", "array", "3", "number"], "less_than_equal"),
+        (["body", "input", "n", "array", "4", "object", "m", "number"], "greater_than_equal"),
+    ]
+    assert error["more_errors"] == 0
+
+
+# -- attacker review, M1 and L1: the run log is shared fairly and counts what it costs ----------
+def _delta(n: int = 200) -> DeltaEvent:
+    return DeltaEvent("t", "skill", 1, "x" * n)
+
+
+def _honest(logs: RunLogs) -> None:
+    """The count of held bytes is the logs' sizes plus the reserves of running ones."""
+    kept = set(logs._logs.values()) | set(logs._running)
+    reserved = sum(lg.reserve for lg in kept if not lg.done and not lg.cut)
+    assert logs.held == sum(lg.size for lg in kept) + reserved
+    assert logs.held <= logs.budget
+
+
+def test_one_users_running_logs_never_refuse_another_users_run() -> None:
+    async def starve() -> None:
+        logs = RunLogs(budget=1_000_000)
+        mine = [logs.open(f"a{i}", "alice") for i in range(4)]
+        for log in mine:
+            logs.publish(log)
+        for _ in range(2_000):  # alice's four runs stream 2.2 MB of deltas
+            for log in mine:
+                log.append(_delta())
+            _honest(logs)
+        assert any(log.cut for log in mine)
+        theirs = logs.open("b", "bob")  # before: 503 RUN_LOG_FULL
+        logs.publish(theirs)
+        for _ in range(1_000):
+            theirs.append(_delta())
+            for log in mine:
+                log.append(_delta())
+        _honest(logs)
+        assert not theirs.cut  # bob's 280 KB fit his half of the budget
+        assert sum(log.size for log in mine) <= logs.budget // 2 + 4 * mine[0].reserve
+        assert all(log.cut for log in mine)  # alice's logs past her half were cut off
+        for log in [*mine, theirs]:
+            log.close()
+        _honest(logs)
+        assert logs._users == {}
+
+    asyncio.run(starve())
+
+
+def test_a_cut_log_keeps_only_what_its_readers_have_not_read() -> None:
+    async def read() -> None:
+        logs = RunLogs(budget=200_000)
+        log = logs.open("a", "alice")
+        logs.publish(log)
+        for _ in range(100):
+            log.append(_delta())
+        reader = log.follow()
+        first = [await anext(reader) for _ in range(40)]
+        while not log.cut:
+            log.append(_delta())
+        _honest(logs)
+        assert log.first == 40  # the 40 read are let go, the unread kept for the reader
+        rest = [m async for m in _until_done(log, reader)]
+        assert b"RUN_LOG_FULL" in rest[-1] and len(first) + len(rest) == log.first + 1
+        assert len(log.messages) == 1 and log.size < 2_000  # the last event only
+        late = [m async for m in _until_done(log, log.follow())]
+        assert len(late) == 1 and b"RUN_LOG_FULL" in late[0]
+        _honest(logs)
+
+    asyncio.run(read())
+
+
+async def _until_done(log: RunLog, reader: Any) -> Any:
+    log.close()
+    async for message in reader:
+        yield message
+
+
+def test_run_logs_count_what_they_cost_in_memory() -> None:
+    from ag_ui.core import RunErrorEvent, RunStartedEvent
+
+    from skilldeck.server.app import AGUI_EVENTS
+
+    async def refuse_many() -> tuple[int, int]:
+        logs = RunLogs(budget=64_000_000)
+        tracemalloc.start()
+        try:
+            for i in range(5_000):
+                log = logs.open(f"t{i:08d}", "alice", AGUI_EVENTS)
+                logs.publish(log)
+                log.append(RunStartedEvent(thread_id=f"t{i:08d}", run_id="r"))
+                log.append(RunErrorEvent(message="nothing to run", code="NOTHING_TO_RUN"))
+                log.close()
+            used, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        return used, logs.held
+
+    used, held = asyncio.run(refuse_many())
+    assert used <= held * 1.15, f"{used} bytes used, {held} counted"  # before: 7x
+
+
+# -- attacker review, L4: the LangGraph server holds users to their matter quota -----------------
+def test_the_langgraph_server_holds_a_claiming_user_to_the_matter_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_sdk import Auth
+
+    from skilldeck import langgraph_app
+
+    class Caller:
+        identity, display_name, is_authenticated, permissions = "alice", "alice", True, ()
+
+    def run_on(matter: str) -> Any:
+        value = {"kwargs": {"input": {"matter_id": matter}}, "metadata": {}}
+        ctx = Auth.types.AuthContext(
+            permissions=[], user=Caller(), resource="threads", action="create_run"
+        )
+        return asyncio.run(langgraph_app._create_run(ctx, value))
+
+    monkeypatch.setenv("SKILLDECK_CHECKPOINT_URL", f"sqlite:///{tmp_path / 'c.sqlite'}")
+    monkeypatch.setenv("SKILLDECK_MATTER_POLICY", "claim")
+    monkeypatch.setenv("SKILLDECK_MAX_MATTERS_PER_USER", "2")
+    langgraph_app._matters.cache_clear()
+    try:
+        assert run_on("matter-1") == run_on("matter-2") == {"owner": "alice"}
+        with pytest.raises(Auth.exceptions.HTTPException) as refused:
+            run_on("matter-3")  # before: alice claimed it, past her quota of 2
+        assert refused.value.status_code == 403
+        assert "SKILLDECK_MAX_MATTERS_PER_USER" in str(refused.value.detail)
+        index, _ = langgraph_app._matters()
+        assert index.matter("matter-3") is None and index.matter("matter-1") == ("alice", ())
+    finally:
+        langgraph_app._matters.cache_clear()
+
+
+# -- attacker review, L5: no run is accepted once the process shuts down --------------------------
+def test_a_run_asked_for_while_the_queue_shuts_down_is_refused_and_claims_nothing(
+    demo_deck: SkillDeck,
+) -> None:
+    queue = RunQueue(workers=1, per_user=1, queued_per_user=1)
+    ran: list[str] = []
+    slot = queue.reserve("alice")  # set up before the shutdown: it still runs
+    closing = threading.Thread(target=queue.shutdown)
+    closing.start()
+    for _ in range(500):
+        if queue._closing:
+            break
+        time.sleep(0.01)
+    with pytest.raises(SkillDeckError) as refused:
+        queue.reserve("bob")
+    assert refused.value.code == "SHUTTING_DOWN"
+    slot.submit(lambda: ran.append("alice"))
+    closing.join(30)
+    assert ran == ["alice"] and not closing.is_alive()
+
+    own_matter(demo_deck, "demo-matter", "alice")
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
+        client.app.state.threads.shutdown()  # type: ignore[attr-defined]
+        body = {"context": "matter", "matter_id": "demo-matter", "input": {"documents": []}}
+        answer = client.post(f"/threads/{thread}/runs", headers=auth("alice"), json=body)
+        assert answer.status_code == 503 and answer.headers["retry-after"]
+        assert answer.json()["error"]["code"] == "SHUTTING_DOWN"
+        assert client.get(f"/threads/{thread}", headers=auth("alice")).json()["status"] == "new"
+        assert demo_deck.claims.live([thread]) == set()  # no run lease held
+
+
+# -- attacker review, L2: context auto reaches no matter-bound skill without a matter -------------
+def test_an_auto_run_without_a_matter_never_reaches_a_skill_that_works_in_one(
+    demo_deck: SkillDeck,
+) -> None:
+    matter_skills = set(demo_deck.matter_skills())
+    assert {"pkm-agent", "card-agent"} <= matter_skills
+    with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
+        for request in ("save a note to my pkm", "card for fact"):
+            thread = client.post("/threads", headers=auth("bob")).json()["thread_id"]
+            body = {"input": {"request": request, "content": "buy milk"}, "context": "auto"}
+            answer = client.post(f"/threads/{thread}/runs", headers=auth("bob"), json=body)
+            assert answer.status_code == 200, answer.text[:300]
+            state = client.get(f"/threads/{thread}", headers=auth("bob")).json()["state"]
+            ran = {a["skill"] for a in [state.get("attempt") or {}] if a}
+            assert not ran & matter_skills, ran  # before: pkm-agent / card-agent ran
+    note = {"request": "save a note to my pkm", "content": "buy milk"}
+    result = demo_deck.run(note, context="auto", user_id="bob")
+    assert (result.state.get("attempt") or {}).get("skill") not in matter_skills
+    if result.status == "no_skill":
+        reasons = {row["skill"]: row["reason"] for row in result.error["skills"]}
+        assert "work in a matter" in reasons["pkm-agent"]
+    # The route table says why; with a matter, the same request reaches the matter's skill.
+    without = demo_deck.route(note, user_id="bob")
+    reasons = {row.skill: row.reason for row in without.skills}
+    assert "work in a matter" in reasons["pkm-agent"], reasons
+    with_matter = demo_deck.route(note, user_id="bob", matter_id="m1")
+    assert with_matter.skill == "pkm-agent", with_matter

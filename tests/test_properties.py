@@ -31,8 +31,15 @@ from skilldeck._internal.redact import log_error, safe_reason
 from skilldeck.nodes import validate_answers
 from skilldeck.server import create_app, hash_key
 from skilldeck.server.agui import AguiInput
+from skilldeck.server.errors import (
+    LOC_PART_CHARS,
+    MAX_LISTED_ERRORS,
+    MESSAGE_CHARS,
+    public_validation_errors,
+)
 from skilldeck.server.schemas import ResumeRequest, RunRequest
 from skilldeck.skills.conditions import ConditionError, parse_condition
+from skilldeck.skills.contract import PATH_PART_CHARS, OutputLimits
 from skilldeck.tools import default_registry
 
 pytestmark = pytest.mark.L2
@@ -410,3 +417,64 @@ def test_no_secret_a_routing_model_echoes_reaches_an_event_or_a_state(
     assert '"RUN_ERROR"' in events
     shown = json.dumps([result.to_dict(), deck.history(result.thread_id)]) + events + thread
     assert secret not in shown
+
+
+@BOUNDED
+@given(
+    where=st.lists(
+        st.text(st.characters(exclude_categories=("Cs",)), max_size=150) | st.integers(0, 3),
+        max_size=8,
+    ),
+    around=JSON,
+    bad=st.sampled_from([float("inf"), 2**70, "\ud800"]),
+)
+def test_a_values_problem_is_reported_at_its_place_with_every_key_cut(
+    where: list[str | int], around: Any, bad: Any
+) -> None:
+    """Whatever surrounds a value past the limits, the one problem reported is that value's,
+    at its path, each key in it at most ``PATH_PART_CHARS`` long."""
+    value, parts = bad, []
+    for key in reversed(where):
+        if isinstance(key, int):
+            value = [*([around] if key else []), value]  # the bad value's index: 0 or 1
+            parts.append(f"[{int(bool(key))}]")
+        else:
+            value = {key: value}
+            parts.append("." + (key if len(key) <= PATH_PART_CHARS else key[:63] + "…"))
+    clean = OutputLimits().problems(around) == []
+    problems = OutputLimits(max_depth=64).problems(value, "body")
+    assert len(problems) == 1
+    if clean:
+        assert problems[0]["path"] == "body" + "".join(reversed(parts))
+    assert all(len(p) <= PATH_PART_CHARS + 1 for p in re.split(r"[.\[]", problems[0]["path"]))
+
+
+@BOUNDED
+@given(
+    body=st.dictionaries(
+        st.text(max_size=300),
+        st.recursive(
+            SCALARS | st.sampled_from([1e300, -1e300, (1, 2), {1, 2}]),
+            lambda inner: st.lists(inner, max_size=30) | st.dictionaries(st.text(), inner),
+            max_leaves=60,
+        ),
+        max_size=8,
+    )
+)
+def test_any_invalid_body_gets_a_bounded_422(body: dict[str, Any]) -> None:
+    """Whatever keys and values a client sends, the 422 lists at most ``MAX_LISTED_ERRORS``
+    errors, each ``loc`` part and message cut, and counts the rest."""
+    try:
+        RunRequest.model_validate({"context": "matter", **body})
+    except ValidationError as exc:
+        errors = exc.errors()
+    else:
+        return
+    public = public_validation_errors(errors)
+    listed = public["errors"]
+    assert len(listed) == min(len(errors), MAX_LISTED_ERRORS)
+    assert public["more_errors"] == len(errors) - len(listed)
+    assert all(len(str(part)) <= LOC_PART_CHARS for e in listed for part in e["loc"])
+    assert all(len(e["message"]) <= MESSAGE_CHARS for e in listed)
+    longest_loc = max((len(e["loc"]) for e in listed), default=0)
+    assert len(public["message"]) <= 100 + 3 * (longest_loc * (LOC_PART_CHARS + 1) + MESSAGE_CHARS)

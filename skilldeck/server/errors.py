@@ -7,7 +7,7 @@ carry the card with its ``errors``); request errors of the HTTP layer get their 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import fastapi.routing
@@ -19,6 +19,7 @@ from starlette.routing import Match
 
 from skilldeck._internal.postgres import connection_errors
 from skilldeck._internal.redact import log_error
+from skilldeck._internal.text import cut
 from skilldeck.errors import ErrorCode, SkillDeckError
 from skilldeck.server.schemas import ErrorBody
 
@@ -28,6 +29,7 @@ __all__ = [
     "Unauthorized",
     "error_response",
     "install_error_handlers",
+    "public_validation_errors",
     "responses",
     "status_of",
 ]
@@ -53,6 +55,7 @@ _STATUS = {
     # The operator's to fix (`skilldeck serve` refuses to start with such a skill).
     ErrorCode.UNTRUSTED_SCRIPTS: 503,
     ErrorCode.RUN_LOG_FULL: 503,
+    ErrorCode.SHUTTING_DOWN: 503,
 }
 
 _DESCRIPTIONS = {
@@ -69,7 +72,8 @@ _DESCRIPTIONS = {
     "retry after Retry-After seconds.",
     500: "An internal error; the server log has the details.",
     503: "The checkpoint database or the model is unavailable, the run logs are full "
-    "(RUN_LOG_FULL; retry after Retry-After), or a skill's scripts are not trusted by the server.",
+    "(RUN_LOG_FULL; retry after Retry-After), the process is shutting down (SHUTTING_DOWN; "
+    "retry), or a skill's scripts are not trusted by the server.",
 }
 
 # A database that is down is usually back within seconds (a restart, a failover).
@@ -168,12 +172,39 @@ async def _too_many(request: Request, exc: Exception) -> JSONResponse:
 
 async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    problems = [
-        {"loc": [str(p) for p in e.get("loc", ())], "message": str(e.get("msg")), "type": e["type"]}
-        for e in exc.errors()
+    return error_response(422, "INVALID_REQUEST", **public_validation_errors(exc.errors()))
+
+
+#: What a 422 lists of a body's validation errors: at most ``MAX_LISTED_ERRORS`` (the rest are
+#: counted in ``more_errors``), each part of a ``loc`` cut to ``LOC_PART_CHARS`` characters and
+#: each message to ``MESSAGE_CHARS``. A client's keys are in the ``loc``s: unbounded, a 21 KB
+#: body of one long key over 200 bad values was answered with 24 MB.
+MAX_LISTED_ERRORS = 20
+LOC_PART_CHARS = 64
+MESSAGE_CHARS = 200
+_IN_MESSAGE = 3
+
+
+def public_validation_errors(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The public part of a 422 for pydantic's ``errors``: ``message`` (the first three, in
+    words), ``errors`` (``{loc, message, type}`` each) and ``more_errors`` (how many were left
+    out), within the bounds above whatever the client sent."""
+    listed = [
+        {
+            "loc": [cut(str(part), LOC_PART_CHARS) for part in e.get("loc", ())],
+            "message": cut(str(e.get("msg")), MESSAGE_CHARS),
+            "type": cut(str(e.get("type")), LOC_PART_CHARS),
+        }
+        for e in errors[:MAX_LISTED_ERRORS]
     ]
-    where = ", ".join(".".join(p["loc"]) + f": {p['message']}" for p in problems[:3])
-    return error_response(422, "INVALID_REQUEST", f"invalid request: {where}", errors=problems)
+    where = ", ".join(".".join(p["loc"]) + f": {p['message']}" for p in listed[:_IN_MESSAGE])
+    more = len(errors) - len(listed)
+    suffix = f" (and {len(errors) - _IN_MESSAGE} more)" if len(errors) > _IN_MESSAGE else ""
+    return {
+        "message": f"invalid request: {where}{suffix}",
+        "errors": listed,
+        "more_errors": more,
+    }
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

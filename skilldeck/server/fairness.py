@@ -23,6 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from skilldeck.checkpoints.claims import Clock
+from skilldeck.errors import ErrorCode, SkillDeckError
 from skilldeck.server.errors import TooManyRequests
 
 __all__ = ["CreationRate", "RunQueue", "Slot"]
@@ -55,6 +56,7 @@ class RunQueue:
         self._served: dict[str, int] = {}
         self._turns = 0
         self._busy = 0
+        self._closing = False  # shutdown began: no run is accepted any more
 
     def reserve(self, user: str) -> Slot:
         """A place in ``user``'s queue for a run about to be set up (its request checked, its
@@ -62,8 +64,16 @@ class RunQueue:
 
         Raises:
             TooManyRequests: the user already has as many runs waiting as they may.
+            SkillDeckError: ``SHUTTING_DOWN``: the process is shutting down; a run accepted
+                now would hold its thread's claims with no worker left to run it.
         """
         with self._lock:
+            if self._closing:
+                raise SkillDeckError(
+                    "this service process is shutting down; nothing was started: retry (on "
+                    "another process, or once it is back)",
+                    code=ErrorCode.SHUTTING_DOWN,
+                )
             pending = len(self._waiting.get(user, ())) + self._reserved[user]
             free = max(0, self.per_user - self._running[user])  # would start at once
             if pending >= free + self.queued_per_user:
@@ -132,8 +142,10 @@ class RunQueue:
                 self._lock.notify_all()
 
     def shutdown(self) -> None:
-        """Wait for every accepted run, waiting ones too, to reach its card or end."""
+        """Refuse new runs, and wait for every accepted run, waiting ones too, to reach its
+        card or end."""
         with self._lock:
+            self._closing = True
             self._lock.wait_for(lambda: not (self._waiting or self._busy or self._reserved))
         self._executor.shutdown(wait=True)
 

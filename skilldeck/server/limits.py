@@ -91,7 +91,7 @@ class BodyLimit:
             return _Refusal(408, "REQUEST_TIMEOUT", message)
         if body is None:
             return self._too_large()
-        problem = json_problem(bytes(body), self.limits) if body else None
+        problem = await _json_problem(bytes(body), self.limits) if body else None
         if problem is not None:
             return _Refusal(422, "INVALID_REQUEST", f"invalid request: {problem}")
         return bytes(body)
@@ -141,6 +141,17 @@ async def _answer(send: Send, refusal: _Refusal) -> None:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+#: Bodies up to this size are checked on the event loop (well under a millisecond); larger
+#: ones in a worker thread, so a large body does not stall every other connection.
+INLINE_CHECK_BYTES = 16_384
+
+
+async def _json_problem(body: bytes, limits: OutputLimits) -> str | None:
+    if len(body) <= INLINE_CHECK_BYTES:
+        return json_problem(body, limits)
+    return await asyncio.to_thread(json_problem, body, limits)
 
 
 def json_problem(body: bytes, limits: OutputLimits) -> str | None:

@@ -7,19 +7,26 @@ run stays in this process after the run ends, so a client that reconnects late s
 end.
 
 The logs are bounded by bytes, not by runs (``SKILLDECK_RUN_LOG_MB``): the events every kept
-log holds, as sent on the wire, plus room for one last event of each run still going, never
-exceed the budget. Room is made by dropping finished runs' logs, oldest first (a client still
-reading one sees its stream end; ``GET /threads/{id}`` has the outcome). A run whose events do
-not fit even then is cut off: its log ends with a ``RUN_LOG_FULL`` error event and keeps nothing
-more, while the run goes on to its card or its end. A run that cannot even get that room (the
-running ones fill the budget) is refused before it starts, with ``503 RUN_LOG_FULL``.
+log holds, as sent on the wire, a fixed overhead per log and per event (the Python objects that
+hold them), plus room for one last event of each run still going, never exceed the budget.
+Room is made by dropping finished runs' logs, oldest first (a client still reading one sees its
+stream end; ``GET /threads/{id}`` has the outcome).
+
+The running logs of one user hold at most a fair share of the budget: the budget divided by the
+number of users with a run going (the user asking counted). A run whose events do not fit its
+user's share, or the budget, is cut off: its log ends with a ``RUN_LOG_FULL`` error event and
+keeps nothing more, while the run goes on to its card or its end. A cut log lets go of the
+events its readers have read (a reconnecting client gets the ``RUN_LOG_FULL`` event). When a
+user's run needs room that other users' running logs hold beyond their share, those logs are cut
+off. A run that cannot even get room for its last event within its user's share is refused
+before it starts, with ``503 RUN_LOG_FULL``: one user's runs never refuse another's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
@@ -32,6 +39,11 @@ __all__ = ["SKILLDECK_EVENTS", "Protocol", "RunLog", "RunLogs"]
 
 # The largest event number a cut-off event is sized for: a log never gets near it.
 _MAX_N = 10**12
+#: Bytes counted for each log besides its events: the log, its wake-up event and the entries
+#: that index it, as measured with tracemalloc (about 1.5 KB on CPython 3.11-3.13).
+LOG_OVERHEAD = 1_500
+#: Bytes counted for each event besides its text: the ``bytes`` object's header and its slot.
+EVENT_OVERHEAD = 48
 
 
 class Protocol(NamedTuple):
@@ -52,18 +64,21 @@ class RunLog:
     """One run's numbered SSE messages; written and read on the server's event loop. Its bytes
     are counted by the :class:`RunLogs` that opened it."""
 
-    def __init__(self, logs: RunLogs, thread_id: str, protocol: Protocol) -> None:
+    def __init__(self, logs: RunLogs, thread_id: str, protocol: Protocol, user_id: str) -> None:
         self.run_id = uuid.uuid4().hex[:12]
         self.thread_id = thread_id
         self.protocol = protocol
+        self.user_id = user_id
         self.messages: list[bytes] = []
-        self.size = 0  # bytes of ``messages``
+        self.first = 0  # the number of ``messages[0]``: a cut log lets go of read ones
+        self.size = LOG_OVERHEAD  # bytes counted for the log and its ``messages``
         self.done = False
         self.cut = False  # it outgrew the budget: it holds nothing more
         self._logs = logs
         self._changed = asyncio.Event()
+        self._readers: dict[object, int] = {}  # each reader's next event number
         #: The room kept for the event that cuts the log off, while it runs.
-        self.reserve = len(self._cut_off(_MAX_N))
+        self.reserve = len(self._cut_off(_MAX_N)) + EVENT_OVERHEAD
 
     def _cut_off(self, n: int) -> bytes:
         reason = safe_reason(
@@ -82,15 +97,41 @@ class RunLog:
         end the log with the ``RUN_LOG_FULL`` event instead."""
         if self.cut or self.done:
             return
-        n = len(self.messages)
-        data = self.protocol.encode(event, f"{self.run_id}-{n}")
-        if not self._logs._grow(self, len(data)):
-            data = self._cut_off(n)
-            self.cut = True
-            self._logs._spend_reserve(self, len(data))
+        data = self.protocol.encode(event, f"{self.run_id}-{self.first + len(self.messages)}")
+        if not self._logs._grow(self, len(data) + EVENT_OVERHEAD):
+            self.cut_off()
+            return
         self.messages.append(data)
-        self.size += len(data)
+        self.size += len(data) + EVENT_OVERHEAD
         self._wake()
+
+    def cut_off(self) -> None:
+        """End the log with the ``RUN_LOG_FULL`` event (in the room kept for it) and let go of
+        what its readers have read; the run goes on."""
+        if self.cut or self.done:
+            return
+        data = self._cut_off(self.first + len(self.messages))
+        self.cut = True
+        self._logs._spend_reserve(self, len(data) + EVENT_OVERHEAD)
+        self.messages.append(data)
+        self.size += len(data) + EVENT_OVERHEAD
+        self._trim()
+        self._wake()
+
+    def _trim(self) -> None:
+        """Of a cut log, let go of the events every reader has read, the last one excepted
+        (a client that reconnects gets it)."""
+        if not self.cut or not self.messages:
+            return
+        last = self.first + len(self.messages) - 1
+        keep = min([last, *self._readers.values()])
+        if keep > self.first:
+            gone = self.messages[: keep - self.first]
+            del self.messages[: keep - self.first]
+            self.first = keep
+            freed = sum(len(m) for m in gone) + EVENT_OVERHEAD * len(gone)
+            self.size -= freed
+            self._logs._freed(self, freed)
 
     def close(self) -> None:
         if not self.done:
@@ -100,6 +141,7 @@ class RunLog:
 
     def release(self) -> None:
         """Let go of the messages (the log was dropped): a reader still on it stops."""
+        self.first += len(self.messages)
         self.messages, self.size, self.done = [], 0, True
         self._wake()
 
@@ -114,16 +156,26 @@ class RunLog:
         return int(n) + 1 if run == self.run_id and n.isdigit() else 0
 
     async def follow(self, start: int = 0) -> AsyncIterator[bytes]:
-        """The messages from ``start`` on, as they come, until the run's last."""
-        i = start
-        while True:
-            changed = self._changed
-            while i < len(self.messages):
-                yield self.messages[i]
-                i += 1
-            if self.done:
-                return
-            await changed.wait()
+        """The messages from ``start`` on, as they come, until the run's last (of a cut log,
+        from the first it still holds)."""
+        reader = object()
+        i = max(start, self.first)
+        self._readers[reader] = i
+        try:
+            while True:
+                changed = self._changed
+                while i < self.first + len(self.messages):
+                    message = self.messages[max(i, self.first) - self.first]
+                    i = max(i, self.first) + 1
+                    self._readers[reader] = i
+                    yield message
+                    self._trim()
+                if self.done:
+                    return
+                await changed.wait()
+        finally:
+            del self._readers[reader]
+            self._trim()
 
 
 class RunLogs:
@@ -135,22 +187,33 @@ class RunLogs:
         self.held = 0
         self._logs: dict[str, RunLog] = {}
         self._finished: OrderedDict[RunLog, None] = OrderedDict()  # oldest first
+        self._running: dict[RunLog, None] = {}
+        #: Bytes the running logs of each user hold (messages and reserves).
+        self._users: Counter[str] = Counter()
 
-    def open(self, thread_id: str, protocol: Protocol = SKILLDECK_EVENTS) -> RunLog:
-        """A log for a run of ``thread_id`` about to start, not yet shown to readers
-        (:meth:`publish` it once the run started, :meth:`drop` it if it did not).
+    def share(self, user_id: str) -> int:
+        """The bytes ``user_id``'s running logs may hold: the budget divided by the users with
+        a run going, ``user_id`` counted."""
+        users = len(self._users.keys() | {user_id})
+        return self.budget // users
+
+    def open(self, thread_id: str, user_id: str, protocol: Protocol = SKILLDECK_EVENTS) -> RunLog:
+        """A log for a run of ``user_id`` on ``thread_id`` about to start, not yet shown to
+        readers (:meth:`publish` it once the run started, :meth:`drop` it if it did not).
 
         Raises:
-            SkillDeckError: ``RUN_LOG_FULL``: running logs fill the budget.
+            SkillDeckError: ``RUN_LOG_FULL``: the user's running logs fill their share.
         """
-        log = RunLog(self, thread_id, protocol)
-        if not self._room(log.reserve):
+        log = RunLog(self, thread_id, protocol, user_id)
+        need = log.size + log.reserve
+        if self._users[user_id] + need > self.share(user_id) or not self._room(need, user_id):
             raise SkillDeckError(
-                "the service's run logs are full of runs in progress (SKILLDECK_RUN_LOG_MB); "
-                "retry in a moment",
+                "your runs in progress fill your share of the service's run logs "
+                "(SKILLDECK_RUN_LOG_MB); retry when one of them has ended",
                 code=ErrorCode.RUN_LOG_FULL,
             )
-        self.held += log.reserve
+        self._running[log] = None
+        self._add(log, need)
         return log
 
     def publish(self, log: RunLog) -> None:
@@ -164,31 +227,56 @@ class RunLogs:
         """Let go of a log whose run never started."""
         if not log.done:
             log.done = True
-            self.held -= log.reserve
+            self._stopped(log)
         self._forget(log)
 
     def get(self, thread_id: str) -> RunLog | None:
         return self._logs.get(thread_id)
 
     # -- accounting (called by RunLog) -------------------------------------------------------
-    def _room(self, n: int) -> bool:
-        """Whether ``n`` more bytes fit, dropping finished logs, oldest first, until they do."""
+    def _room(self, n: int, user_id: str) -> bool:
+        """Whether ``n`` more bytes of ``user_id`` fit: dropping finished logs, oldest first,
+        then cutting off the running logs of users past their share, until they do."""
         while self.held + n > self.budget and self._finished:
             self._forget(next(iter(self._finished)))
+        if self.held + n > self.budget:
+            share = self.share(user_id)
+            for log in [lg for lg in self._running if self._users[lg.user_id] > share]:
+                if log.user_id != user_id:
+                    log.cut_off()
         return self.held + n <= self.budget
 
     def _grow(self, log: RunLog, n: int) -> bool:
-        if not self._room(n):
+        if self._users[log.user_id] + n > self.share(log.user_id) or not self._room(n, log.user_id):
             return False
-        self.held += n
+        self._add(log, n)
         return True
 
-    def _spend_reserve(self, log: RunLog, n: int) -> None:
-        self.held += n - log.reserve  # the cut-off event takes the room kept for it
+    def _add(self, log: RunLog, n: int) -> None:
+        self.held += n
+        if log in self._running:
+            self._users[log.user_id] += n
 
-    def _closed(self, log: RunLog) -> None:
+    def _freed(self, log: RunLog, n: int) -> None:
+        self._add(log, -n)
+
+    def _spend_reserve(self, log: RunLog, n: int) -> None:
+        self._add(log, n - log.reserve)  # the cut-off event takes the room kept for it
+
+    def _stopped(self, log: RunLog) -> None:
+        """``log``'s run ended: its reserve goes, and its bytes no longer count for its user
+        (a finished log is dropped when room is needed)."""
         if not log.cut:
             self.held -= log.reserve
+        if self._running.pop(log, 0) is None:
+            left = self._users[log.user_id] - log.size - (0 if log.cut else log.reserve)
+            if left > 0:
+                self._users[log.user_id] = left
+            else:
+                del self._users[log.user_id]
+
+    def _closed(self, log: RunLog) -> None:
+        self._stopped(log)
         if self._logs.get(log.thread_id) is log:
             self._finished[log] = None
         else:  # dropped, or replaced while it ran: nobody can ask for it

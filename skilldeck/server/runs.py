@@ -70,7 +70,7 @@ class RunStreams:
             raise ThreadBusyError(thread_id)
         slot = self.queue.reserve(user_id)
         try:
-            run_log = self.logs.open(thread_id, protocol)
+            run_log = self.logs.open(thread_id, user_id, protocol)
         except BaseException:
             slot.cancel()
             raise

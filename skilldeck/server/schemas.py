@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    GetJsonSchemaHandler,
+    StrictBool,
+    StrictStr,
+    Tag,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 from typing_extensions import TypeAliasType
 
 from skilldeck._internal.ids import Identifier
@@ -38,27 +49,66 @@ ThreadState = Literal[
     "new", "running", "resumable", "interrupted", "finished", "failed", "no_skill"
 ]
 
+
+def _json_type(value: Any) -> str | None:
+    """The JSON type of ``value``, the branch of :data:`JsonValue` that checks it."""
+    return next((name for kind, name in _JSON_TYPES.items() if isinstance(value, kind)), None)
+
+
+# bool before int: a bool is an int to isinstance.
+_JSON_TYPES: dict[type, str] = {
+    bool: "boolean", int: "integer", float: "number", str: "string",
+    list: "array", dict: "object", type(None): "null",
+}  # fmt: skip
+
+
+class _AnyOf:
+    """Documents a tagged union as ``anyOf``: pydantic writes ``oneOf``, which a JSON integer
+    (an ``integer`` and a ``number``) would fail."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler(core)
+        target = handler.resolve_ref_schema(schema)
+        if "oneOf" in target:
+            target["anyOf"] = target.pop("oneOf")
+        return schema
+
+
 #: A JSON value a run can store: 64-bit integers (what a checkpoint holds) and finite numbers.
 #: Integers are documented within ±2**62 and accepted from -2**63 to 2**64-1: a client that
-#: checks bounds in floating point may round a value a little past the documented one.
+#: checks bounds in floating point may round a value a little past the documented one. The
+#: branch is chosen by the value's type, so a bad value is one error (its branch's), not one
+#: per branch: a body of many bad values would otherwise answer with seven errors each.
 JsonValue = TypeAliasType(  # type: ignore[misc]
     "JsonValue",
-    Union[  # noqa: UP007 - a recursive alias needs the Union form
-        StrictBool,
-        Annotated[
-            int,
-            Field(
-                ge=-(2**63),
-                le=2**64 - 1,
-                strict=True,
-                json_schema_extra={"minimum": -(2**62), "maximum": 2**62},
-            ),
+    Annotated[
+        Union[  # noqa: UP007 - a recursive alias needs the Union form
+            Annotated[StrictBool, Tag("boolean")],
+            Annotated[
+                int,
+                Field(
+                    ge=-(2**63),
+                    le=2**64 - 1,
+                    strict=True,
+                    json_schema_extra={"minimum": -(2**62), "maximum": 2**62},
+                ),
+                Tag("integer"),
+            ],
+            Annotated[float, Field(ge=-9e18, le=9e18), Tag("number")],
+            Annotated[StrictStr, Tag("string")],
+            Annotated[list["JsonValue"], Tag("array")],  # type: ignore[misc]
+            Annotated[dict[str, "JsonValue"], Tag("object")],  # type: ignore[misc]
+            Annotated[None, Tag("null")],
         ],
-        Annotated[float, Field(ge=-9e18, le=9e18)],
-        StrictStr,
-        list["JsonValue"],  # type: ignore[misc]
-        dict[str, "JsonValue"],  # type: ignore[misc]
-        None,
+        Discriminator(
+            _json_type,
+            custom_error_type="json_value",
+            custom_error_message="not a JSON value",
+        ),
+        _AnyOf,
     ],
 )
 
