@@ -258,7 +258,7 @@ def test_a_run_broken_by_the_unforeseen_ends_failed(
         result = deck.run(context="ctx")
         assert result.status == "failed"
         assert result.error is not None and result.error.code == "INTERNAL_ERROR"
-        assert "sk-verysecret" not in json.dumps(result.error)
+        assert "sk-verysecret" not in json.dumps(result.error.dump())
         assert deck.get_thread(result.thread_id).status == "failed"
 
 
@@ -876,7 +876,7 @@ def test_no_foreign_exception_text_is_formatted_where_clients_read() -> None:
     modules = [
         *sorted((root / "nodes").rglob("*.py")),
         *sorted((root / "skilldeck" / "server").glob("*.py")),
-        root / "skilldeck" / "_internal" / "drive.py",
+        root / "skilldeck" / "_internal" / "driver.py",
         root / "skilldeck" / "_internal" / "events.py",
         root / "skilldeck" / "deck.py",
         root / "tools" / "registry.py",
@@ -1360,7 +1360,7 @@ async def _until_done(log: RunLog, reader: Any) -> Any:
 def test_run_logs_count_what_they_cost_in_memory() -> None:
     from ag_ui.core import RunErrorEvent, RunStartedEvent
 
-    from skilldeck.server.app import AGUI_EVENTS
+    from skilldeck.server.agui import AGUI_EVENTS
 
     async def refuse_many() -> tuple[int, int]:
         logs = RunLogs(budget=64_000_000)
@@ -1438,7 +1438,7 @@ def test_a_run_asked_for_while_the_queue_shuts_down_is_refused_and_claims_nothin
     own_matter(demo_deck, "demo-matter", "alice")
     with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
         thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
-        client.app.state.threads.shutdown()  # type: ignore[attr-defined]
+        client.app.state.service.runs.shutdown()  # type: ignore[attr-defined]
         body = {"context": "matter", "matter_id": "demo-matter", "input": {"documents": []}}
         answer = client.post(f"/threads/{thread}/runs", headers=auth("alice"), json=body)
         assert answer.status_code == 503 and answer.headers["retry-after"]
@@ -1466,7 +1466,8 @@ def test_an_auto_run_without_a_matter_never_reaches_a_skill_that_works_in_one(
     result = demo_deck.run(note, context="auto", user_id="bob")
     assert (result.state.get("attempt") or {}).get("skill") not in matter_skills
     if result.status == "no_skill":
-        reasons = {row["skill"]: row["reason"] for row in result.error["skills"]}
+        assert result.error is not None
+        reasons = {row.skill: row.reason for row in result.error.skills}
         assert "work in a matter" in reasons["pkm-agent"]
     # The route table says why; with a matter, the same request reaches the matter's skill.
     without = demo_deck.route(note, user_id="bob")
