@@ -254,7 +254,7 @@ def _tool_calls(
     asked = old.pending if old is not None else ()
     if TOOLS_NODE in ran:
         args = {c.id: c.args for c in asked}
-        done = new.tool_calls[len(old.tool_calls) if old else 0 :] if new else ()
+        done = new.ran if new else ()
         return [
             {"name": c.name, "args": args.get(c.id), "status": c.status, "ms": c.ms} for c in done
         ]

@@ -1,7 +1,7 @@
 """What a run is made of: small frozen records, kept JSON-native in the checkpoint.
 
 A run's state holds, beside the skills' own fields, a few records of the engine's: the turn a
-skill is in (:class:`Turn`: its attempts, tool calls and transcript head), the last attempt's
+skill is in (:class:`Turn`: its attempt, tool round and transcript head), the last attempt's
 outcome (:class:`Attempt`), the pending interrupt (:class:`Interrupt`, a card today), the
 error a run ended with (:class:`RunError`) and the loop guard (:class:`Guard`). Each problem
 anything found is an :class:`Issue` (``path``, ``message``, ``code``).
@@ -120,7 +120,12 @@ class Turn(Record):
     """A skill's turn in flight: from its opening prompt to an accepted output (or the run's
     end), across attempts and tool rounds. The transcript's messages are immutable rows in the
     store; ``head`` names the last one this turn has seen (:mod:`skilldeck.nodes.transcript`),
-    so any checkpoint of the turn reads exactly the conversation it had."""
+    so any checkpoint of the turn reads exactly the conversation it had.
+
+    The turn is checkpointed at every step, so it holds only what does not grow with its
+    rounds: the calls of the round in flight, tallies by tool, never the turn's list of calls.
+    The records of the calls it ran are in the transcript beside their results
+    (:func:`skilldeck.nodes.transcript.history`)."""
 
     id: str
     skill: str
@@ -129,10 +134,15 @@ class Turn(Record):
     head: str | None = None
     #: Messages the transcript holds up to ``head``.
     length: int = 0
+    #: The calls the model asked for in this round, for the tools node to run.
     pending: tuple[ToolCall, ...] = ()
-    tool_calls: tuple[ToolCall, ...] = ()
-    #: Calls of earlier attempts whose results still stand (they changed no file).
-    earlier: tuple[ToolCall, ...] = ()
+    #: The calls the last tools step ran (streams report them as they run).
+    ran: tuple[ToolCall, ...] = ()
+    #: This attempt's calls that worked, counted by tool (``tool_limits``, ``tool_after``).
+    worked: dict[str, int] = Field(default_factory=dict)
+    #: Tools with calls of earlier attempts whose results still stand (they changed no file):
+    #: they meet a ``tool_choice`` or ``tool_after`` as well.
+    standing: tuple[str, ...] = ()
     started: float = 0.0
     route: Route | None = None
     tokens: Tokens | None = None
@@ -147,10 +157,13 @@ class Turn(Record):
     #: Why the mode fell back from its model to its rules, if it did.
     model_error: str | None = None
 
-    def made(self) -> tuple[ToolCall, ...]:
-        """The calls whose results this attempt's output may report: its own that worked, and
-        those of earlier attempts that still stand."""
-        return (*self.earlier, *(c for c in self.tool_calls if c.worked))
+    def counted(self, calls: Sequence[ToolCall]) -> dict[str, int]:
+        """:attr:`worked` with those of ``calls`` that worked."""
+        worked = dict(self.worked)
+        for call in calls:
+            if call.worked:
+                worked[call.name] = worked.get(call.name, 0) + 1
+        return worked
 
 
 class Interrupt(Record):

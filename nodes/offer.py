@@ -15,11 +15,9 @@ or one that ignores its binding, can still make.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from skilldeck.graph.records import ToolCall
 from skilldeck.skills.bundle import ExecutionConfig, SkillBundle
 
 __all__ = ["Offer", "offered"]
@@ -36,20 +34,21 @@ class Offer:
 
 
 def offered(
-    bundle: SkillBundle, calls: Sequence[ToolCall], standing: Sequence[ToolCall] = ()
+    bundle: SkillBundle, worked: Mapping[str, int], standing: Iterable[str] = ()
 ) -> Offer:
-    """What ``bundle``'s model may call after the attempt's ``calls``; ``standing``: the calls
-    of earlier attempts whose results stand, which meet a ``tool_choice`` as well (a re-ask need
-    not repeat them), but use no limit of this one."""
+    """What ``bundle``'s model may call once the attempt's calls of each tool have worked
+    ``worked[tool]`` times; ``standing``: the tools whose calls of earlier attempts stand,
+    which meet a ``tool_choice`` as well (a re-ask need not repeat them), but use no limit of
+    this one."""
     execution = bundle.execution
     first = execution.first_tool
-    worked = [c.name for c in calls if c.worked] + [c.name for c in standing]
-    if first is not None and first not in worked:
+    done = {name for name, count in worked.items() if count} | set(standing)
+    if first is not None and first not in done:
         why = f"call {first} first: this skill starts with it (tool_choice)"
         return Offer((first,), True, {t: why for t in bundle.tools if t != first})
-    withheld = _at_limit(execution, Counter(c.name for c in calls if c.worked))
+    withheld = _at_limit(execution, worked)
     for name, before in execution.tool_after.items():
-        if set(before) & set(worked):
+        if set(before) & done:
             continue
         for member in execution.members(name):
             withheld.setdefault(
@@ -58,15 +57,15 @@ def offered(
                 f"this attempt (tool_after); call {before[0]} first",
             )
     tools = tuple(t for t in bundle.tools if t not in withheld)
-    return Offer(tools, execution.tool_choice == "required" and not worked, withheld)
+    return Offer(tools, execution.tool_choice == "required" and not done, withheld)
 
 
-def _at_limit(execution: ExecutionConfig, worked: Counter[str]) -> dict[str, str]:
+def _at_limit(execution: ExecutionConfig, worked: Mapping[str, int]) -> dict[str, str]:
     """Why each tool at its own or its group's limit (``tool_limits``) is not offered."""
     withheld: dict[str, str] = {}
     for name, limit in execution.tool_limits.items():
         members = execution.members(name)
-        if sum(worked[m] for m in members) < limit:
+        if sum(worked.get(m, 0) for m in members) < limit:
             continue
         counted = name if members == (name,) else f"{name} ({', '.join(members)})"
         for member in members:

@@ -17,7 +17,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -139,13 +139,16 @@ class Visit:
     """One call of a skill node: the state it was given and where its transcript goes.
 
     ``calls`` (model calls per skill: the scripted provider replays by this index) is counted
-    up as the node calls its model, and written back with the step's update.
+    up as the node calls its model, and written back with the step's update. The transcripts
+    the visit reads or writes are kept for its length (``read``, by turn), so a node that
+    reads a turn's transcript, replies and ends the attempt reads the store once.
     """
 
     state: dict[str, Any]
     calls: dict[str, int]
     thread_id: str
     store: BaseStore
+    read: dict[str, transcript.History] = field(default_factory=dict)
 
     @classmethod
     def of(cls, state: dict[str, Any], config: RunnableConfig, store: BaseStore) -> Visit:
@@ -155,16 +158,39 @@ class Visit:
     def view(self) -> RunView:
         return RunView(self.state)
 
-    def save(self, turn: Turn, messages: Sequence[BaseMessage]) -> Turn:
-        """``turn`` with ``messages`` appended to its transcript (one row, one write)."""
+    def save(
+        self, turn: Turn, messages: Sequence[BaseMessage], calls: Sequence[ToolCall] = ()
+    ) -> Turn:
+        """``turn`` with ``messages`` appended to its transcript (one row, one write);
+        ``calls``: the records of the tool calls ``messages`` hold the results of."""
         if not messages:
             return turn
-        head = transcript.append(self.store, turn.id, turn.head, messages)
+        head = transcript.append(self.store, turn.id, turn.head, messages, calls, turn.attempt)
+        known = self._known(turn)
+        if known is not None:
+            self.read[turn.id] = known.then(head, messages, calls, turn.attempt)
         return turn.model_copy(update={"head": head, "length": turn.length + len(messages)})
 
+    def history(self, turn: Turn) -> transcript.History:
+        """The transcript of ``turn`` as this checkpoint has it: messages and call records."""
+        known = self._known(turn)
+        if known is None:
+            known = self.read[turn.id] = transcript.history(self.store, turn.id, turn.head)
+        return known
+
     def conversation(self, turn: Turn) -> list[BaseMessage]:
-        """The transcript of ``turn`` as this checkpoint has it."""
-        return transcript.read(self.store, turn.id, turn.head)
+        """The messages of ``turn``'s transcript as this checkpoint has it."""
+        return list(self.history(turn).messages)
+
+    def made(self, turn: Turn) -> tuple[ToolCall, ...]:
+        """The calls whose results ``turn``'s attempt may report (pins, ``validate.py``)."""
+        return self.history(turn).made(turn.attempt)
+
+    def _known(self, turn: Turn) -> transcript.History | None:
+        if turn.head is None:
+            return transcript.History(None)
+        found = self.read.get(turn.id)
+        return found if found is not None and found.head == turn.head else None
 
     def command(self, goto: str, update: dict[str, Any]) -> Command[str]:
         """The step's ``Command``: ``update`` (records dumped) with the model calls counted."""
@@ -213,7 +239,7 @@ class SkillNode:
         calls = visit.calls
         index = calls.get(self.name, 0)
         rounds_left = self._max_rounds() - turn.round
-        now = offered(self.bundle, turn.tool_calls, turn.earlier)
+        now = offered(self.bundle, turn.worked, turn.standing)
         tools = now.tools
         # The output only: no tools (left), no rounds left, or the model repeated a call that
         # worked.
@@ -222,7 +248,7 @@ class SkillNode:
         offer: Literal["tools", "final", "calls"] = (
             "final" if final_only else "calls" if calls_only else "tools"
         )
-        made = turn.made()
+        made = visit.made(turn)
         try:
             message = self.caller.call(
                 conversation,
@@ -299,7 +325,8 @@ class SkillNode:
         too_big = [e for c in pending for e in self.limits.problems(c["args"], f"$.{c['name']}")]
         if too_big:  # the arguments would be checkpointed with the turn: refuse them here
             return self._reject(visit, turn, too_big, None, message)
-        done = {(c.name, _canonical(c.args)) for c in turn.tool_calls if c.worked}
+        ran = visit.history(turn).of_attempt(turn.attempt)
+        done = {(c.name, _canonical(c.args)) for c in ran if c.worked}
         if all((c["name"], _canonical(c["args"])) in done for c in pending):
             names = ", ".join(sorted({c["name"] for c in pending}))
             note = HumanMessage(
@@ -309,7 +336,7 @@ class SkillNode:
             repeat = visit.save(turn, [note]).model_copy(update={"narrow": True})
             return visit.command(self.name, {"turn": repeat})
         asked = tuple(ToolCall(id=c["id"], name=c["name"], args=c["args"]) for c in pending)
-        turn = turn.model_copy(update={"round": turn.round + 1, "pending": asked})
+        turn = turn.model_copy(update={"round": turn.round + 1, "pending": asked, "ran": ()})
         return visit.command(TOOLS_NODE, {"turn": turn})
 
     # -- steps ----------------------------------------------------------------------------
@@ -379,7 +406,7 @@ class SkillNode:
         """Validate a candidate output and merge it, ask, retry or fail: the one path every
         execution mode ends in. ``source`` is the model message the output came from."""
         state = visit.state
-        made = turn.made()
+        made = visit.made(turn)
         # Limits first: what is past them must not reach the validator, the merge or a
         # checkpoint (deep nesting, numbers msgpack cannot store).
         fields, errors = self.bundle.contract.problems(
@@ -410,7 +437,7 @@ class SkillNode:
             **output["data"],
             "profile": output["profile"],
             "response": output["response"],
-            "attempt": self._record(turn, action, []),
+            "attempt": self._record(visit, turn, action, []),
             "turn": None,
         }
         if action == "finish":
@@ -482,7 +509,9 @@ class SkillNode:
         A scripted turn that is rejected without saying ``invalid: true`` fails at once: a
         broken cassette must not be papered over by the turn after it.
         """
-        record = self._record(turn, "rejected", errors)
+        record = self._record(visit, turn, "rejected", errors)
+        # Calls of this attempt that stand (they changed no file) meet a tool_choice later.
+        stood = [c.name for c in visit.history(turn).standing(turn.attempt + 1)]
         # Nothing of a rejected attempt stands: its file changes are undone too.
         undone = rollback(visit.store, visit.thread_id, turn.id)
         said = source.response_metadata if source is not None else {}
@@ -514,13 +543,9 @@ class SkillNode:
                 "attempt": turn.attempt + 1,
                 "round": 0,
                 "pending": (),
-                "tool_calls": (),
-                # Calls of earlier attempts whose results still stand (they changed no file):
-                # the model has their results above, and validate.py may count them.
-                "earlier": (
-                    *turn.earlier,
-                    *(c for c in turn.tool_calls if c.worked and not c.wrote),
-                ),
+                "ran": (),
+                "worked": {},
+                "standing": tuple(dict.fromkeys(stood)),
                 "tokens": None,
                 "narrow": False,
                 "rejected": digest,
@@ -546,7 +571,7 @@ class SkillNode:
         }
         if turn is not None:
             rollback(visit.store, visit.thread_id, turn.id)
-            update["attempt"] = self._record(turn, "failed", [])
+            update["attempt"] = self._record(visit, turn, "failed", [])
         return visit.command(END, update)
 
     def _model_error(self, visit: Visit, exc: Exception, turn: Turn | None) -> Command[str]:
@@ -567,8 +592,11 @@ class SkillNode:
             message = f"the model call failed: {reason}; the details are in the log"
         return self._fail(visit, "MODEL_ERROR", message, turn)
 
-    def _record(self, turn: Turn, action: AttemptAction, errors: Errors) -> Attempt:
-        """The attempt record kept in the state (the checkpoint history keeps them all)."""
+    def _record(
+        self, visit: Visit, turn: Turn, action: AttemptAction, errors: Errors
+    ) -> Attempt:
+        """The attempt record kept in the state (the checkpoint history keeps them all), with
+        the calls the attempt ran (from its transcript: the turn keeps none)."""
         return Attempt(
             skill=self.name,
             turn=turn.id,
@@ -576,7 +604,7 @@ class SkillNode:
             head=turn.head,
             model=self.ctx.model_label(self.name),
             output_mode=self.caller.mode if self.ctx.has_model(self.name) else None,
-            tool_calls=turn.tool_calls,
+            tool_calls=visit.history(turn).of_attempt(turn.attempt),
             validation_errors=issues(errors),
             action=action,
             route=turn.route,
@@ -592,12 +620,6 @@ def _add_tokens(total: Tokens | None, message: AIMessage) -> Tokens | None:
     if not usage:
         return total
     return (total or Tokens()).plus(dict(usage))
-
-
-def _standing(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
-    """The calls of a rejected attempt whose results stand after its rollback: those that
-    worked and wrote no file."""
-    return tuple(c for c in calls if c.worked and not c.wrote)
 
 
 def _made_call(call: ToolCall) -> dict[str, Any]:

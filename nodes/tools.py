@@ -2,8 +2,9 @@
 
 Only tools the skill's meta lists run; any other call is refused and recorded, never executed.
 Identity (``user_id``, ``matter_id``, ``thread_id``) comes from the run's config, never from the
-model's arguments. Results go to the turn's transcript in the store; the state records only
-the call's name, arguments, status, time, a reference and how many files it changed. Files a
+model's arguments. Results go to the turn's transcript in the store, each call's record
+(name, arguments, status, time, a reference, how many files it changed) beside them; the turn
+in the state keeps only the round's calls and how many calls of each tool worked. Files a
 call writes are staged (:mod:`skilldeck.tools.workspace`): they stand only if the skill's output
 is accepted.
 """
@@ -54,7 +55,7 @@ class ToolsNode:
         for call in turn.pending:
             started = time.perf_counter()
             canonical = registry.resolve(call.name)
-            withheld = offered(bundle, (*turn.tool_calls, *done), turn.earlier).withheld
+            withheld = offered(bundle, turn.counted(done), turn.standing).withheld
             if canonical is None or canonical not in allowed:
                 status: ToolStatus = "refused"
                 result = ToolResult(
@@ -98,13 +99,14 @@ class ToolsNode:
         ran = tuple(
             c.model_copy(update={"wrote": len(wrote[c.id])}) if c.id in wrote else c for c in done
         )
-        head = transcript.append(store, turn.id, turn.head, messages)
+        head = transcript.append(store, turn.id, turn.head, messages, ran, turn.attempt)
         after = turn.model_copy(
             update={
                 "pending": (),
                 "head": head,
                 "length": turn.length + len(messages),
-                "tool_calls": (*turn.tool_calls, *ran),
+                "ran": ran,
+                "worked": turn.counted(ran),
             }
         )
         return Command(goto=turn.skill, update={"turn": after.dump()})

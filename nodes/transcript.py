@@ -10,6 +10,11 @@ has seen; the conversation at any checkpoint is the chain that ends at its head.
 - re-running from an earlier checkpoint never sees the messages written after it;
 - a fork at any checkpoint (mid-turn too) reads exactly the conversation the original had there.
 
+A row that ran tool calls keeps their records beside their results (``"calls"``, with the
+attempt that made them): :func:`history` reads them with the messages, so the checkpoint's
+:class:`~skilldeck.graph.records.Turn` need not carry a turn's calls, however many rounds it
+takes, and an attempt's record lists them when it ends.
+
 Rows live in the turn's namespace, not the thread's, so a fork that carries a turn in flight
 reads and extends the same chain. Which threads refer to a turn is recorded beside it
 (:func:`refer`), so deleting a thread (:func:`forget_thread`) removes only the rows no other
@@ -25,6 +30,7 @@ import json
 import re
 import weakref
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
@@ -32,8 +38,19 @@ from langgraph.store.base import BaseStore, Op, PutOp
 
 from skilldeck._internal.store_keys import thread_label
 from skilldeck.errors import CheckpointError
+from skilldeck.graph.records import ToolCall
 
-__all__ = ["PROMPTS", "TURN_DATA", "append", "forget_thread", "read", "refer", "turn_namespace"]
+__all__ = [
+    "PROMPTS",
+    "TURN_DATA",
+    "History",
+    "append",
+    "forget_thread",
+    "history",
+    "read",
+    "refer",
+    "turn_namespace",
+]
 
 #: Where system prompts are stored, keyed by the sha256 of their text.
 PROMPTS = ("skilldeck", "prompts")
@@ -55,10 +72,52 @@ def turn_namespace(turn_id: str, kind: str = "turns") -> tuple[str, ...]:
     return ("skilldeck", kind, turn_id)
 
 
+@dataclass(frozen=True, slots=True)
+class History:
+    """A turn's transcript up to a head: its messages, and the records of the tool calls it
+    ran with the attempt that ran each (oldest first)."""
+
+    head: str | None
+    messages: tuple[BaseMessage, ...] = ()
+    calls: tuple[tuple[int, ToolCall], ...] = ()
+
+    def then(
+        self,
+        head: str,
+        messages: Sequence[BaseMessage],
+        calls: Sequence[ToolCall] = (),
+        attempt: int = 1,
+    ) -> History:
+        """This history and the row :func:`append` wrote after it (``head``)."""
+        ran = tuple((attempt, c) for c in calls)
+        return History(head, (*self.messages, *messages), (*self.calls, *ran))
+
+    def of_attempt(self, attempt: int) -> tuple[ToolCall, ...]:
+        """The calls ``attempt`` ran, in order."""
+        return tuple(c for n, c in self.calls if n == attempt)
+
+    def standing(self, attempt: int) -> tuple[ToolCall, ...]:
+        """The calls of attempts before ``attempt`` whose results still stand: those that
+        worked and changed no file (a rejected attempt's file changes are undone)."""
+        return tuple(c for n, c in self.calls if n < attempt and c.worked and not c.wrote)
+
+    def made(self, attempt: int) -> tuple[ToolCall, ...]:
+        """The calls whose results ``attempt``'s output may report: those of earlier attempts
+        that still stand, and its own that worked."""
+        own = (c for c in self.of_attempt(attempt) if c.worked)
+        return (*self.standing(attempt), *own)
+
+
 def append(
-    store: BaseStore, turn_id: str, head: str | None, messages: Sequence[BaseMessage]
+    store: BaseStore,
+    turn_id: str,
+    head: str | None,
+    messages: Sequence[BaseMessage],
+    calls: Sequence[ToolCall] = (),
+    attempt: int = 1,
 ) -> str:
-    """Write ``messages`` as the row after ``head``; the new head.
+    """Write ``messages`` as the row after ``head``; the new head. ``calls``: the records of
+    the tool calls whose results ``messages`` hold, made by ``attempt``.
 
     A system prompt the store may not hold yet is written in the same batch.
     """
@@ -73,7 +132,9 @@ def append(
         if key not in known:
             ops.append(PutOp(PROMPTS, key, {"message": message}))
         rows.append({"type": _REF, "key": key})
-    row = {"parent": head, "messages": rows}
+    row: dict[str, Any] = {"parent": head, "messages": rows}
+    if calls:
+        row |= {"attempt": attempt, "calls": [c.dump() for c in calls]}
     key = hashlib.sha256(_canonical(row).encode(errors="surrogatepass")).hexdigest()[:32]
     ops.append(PutOp(turn_namespace(turn_id), key, row))
     store.batch(ops)
@@ -88,8 +149,18 @@ def read(store: BaseStore, turn_id: str, head: str | None) -> list[BaseMessage]:
         CheckpointError: the chain is broken (a row or a prompt the store does not hold: the
             store was not copied with the checkpoints).
     """
+    return list(history(store, turn_id, head).messages)
+
+
+def history(store: BaseStore, turn_id: str, head: str | None) -> History:
+    """The transcript of a turn up to ``head``: its messages and its calls' records.
+
+    Raises:
+        CheckpointError: the chain is broken (a row or a prompt the store does not hold: the
+            store was not copied with the checkpoints).
+    """
     if head is None:
-        return []
+        return History(None)
     items = store.search(turn_namespace(turn_id), limit=MAX_ROWS)
     rows = {item.key: item.value for item in items}
     chain: list[dict[str, Any]] = []
@@ -103,8 +174,15 @@ def read(store: BaseStore, turn_id: str, head: str | None) -> list[BaseMessage]:
             )
         chain.append(row)
         key = row["parent"]
-    found = [m for row in reversed(chain) for m in row["messages"]]
-    return messages_from_dict([_prompt(store, m["key"]) if m["type"] == _REF else m for m in found])
+    chain.reverse()
+    found = [m for row in chain for m in row["messages"]]
+    messages = messages_from_dict(
+        [_prompt(store, m["key"]) if m["type"] == _REF else m for m in found]
+    )
+    calls = tuple(
+        (int(row["attempt"]), ToolCall.load(c)) for row in chain for c in row.get("calls", ())
+    )
+    return History(head, tuple(messages), calls)
 
 
 def refer(store: BaseStore, thread_id: str, turn_ids: Iterable[str]) -> None:

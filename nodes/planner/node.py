@@ -269,12 +269,11 @@ class PlannerSkillNode(SkillNode):
                 unsaved.append(message)
                 break
             ref = f"{turn.id}/{turn.length + len(unsaved) + 1:06d}"
-            observation, turn = self._observe(
-                loop, step, plan, identity, turn, ref, pending, budget
-            )
+            observation, call = self._observe(loop, step, plan, identity, turn, ref, pending, budget)
             answer = HumanMessage(_dumps(observation))
             conversation += [message, answer]
-            turn = visit.save(turn, [*unsaved, message, answer])
+            ran = () if call is None else (call,)
+            turn = visit.save(turn, [*unsaved, message, answer], ran)
             unsaved = []
         limit = self.ctx.settings.planner_max_evidence
         chosen = loop.evidence(limit, self.anchors)
@@ -302,9 +301,9 @@ class PlannerSkillNode(SkillNode):
         ref: str,
         pending: list[str],
         budget: int,
-    ) -> tuple[dict[str, Any], Turn]:
+    ) -> tuple[dict[str, Any], ToolCall | None]:
         """Run a checked plan (or not, if invalid): what the model is told of the outcome, and
-        ``turn`` with the call it made."""
+        the record of the call it made (the transcript keeps it with the observation)."""
         left = budget - step["round"]
         if step["errors"]:
             return {
@@ -313,7 +312,7 @@ class PlannerSkillNode(SkillNode):
                 "valid": False,
                 "errors": step["errors"],
                 "note": "invalid plan: nothing was run, and the round counts against the budget",
-            }, turn
+            }, None
         tool, args = plan["tool"], plan["args"]
         started = time.perf_counter()
         result = self.ctx.registry.invoke(tool, args, identity)
@@ -324,13 +323,12 @@ class PlannerSkillNode(SkillNode):
             ms=round((time.perf_counter() - started) * 1000, 2),
             ref=ref,
         )
-        turn = turn.model_copy(update={"tool_calls": (*turn.tool_calls, call)})
         step["tool"] = tool
         observation: dict[str, Any] = {"round": step["round"], "rounds_left": left, "tool": tool}
         if not result.ok:
             loop.fail(tool, args)
             step["errors"] = [error("$.tool_result", result.content)]
-            return {**observation, "ok": False, "error": result.content}, turn
+            return {**observation, "ok": False, "error": result.content}, call
         step["hit_count"], ids = loop.add(tool, args, json.loads(result.content))
         step["anchors"] = ids[:SHOWN]
         missing = loop.pending()
@@ -352,7 +350,7 @@ class PlannerSkillNode(SkillNode):
             "context_missing": bool(missing),
             "neighbors_preferred": step["neighbors_preferred"],
             "note": "; ".join(notes) or None,
-        }, turn
+        }, call
 
     def _synthesize(
         self,

@@ -203,7 +203,7 @@ class RetrievalSkillNode(SkillNode):
             "complete": run.answered_by is not None,
             "answer_by": "model" if self.ctx.has_model(self.name) and shown else "rules",
         }
-        turn = turn.model_copy(update={"tool_calls": tuple(made), "trajectory": trajectory})
+        turn = turn.model_copy(update={"trajectory": trajectory})
         store.put(
             _evidence_key(turn.id),
             "evidence",
@@ -221,15 +221,16 @@ class RetrievalSkillNode(SkillNode):
                 turn = turn.model_copy(update={"trajectory": trajectory})
                 answer = self._rules_answer(plan, trajectory, shown)
                 new.append(AIMessage(json.dumps({"answer": answer}, ensure_ascii=False)))
-                return self._finish(visit, visit.save(turn, new), answer, shown, known)
+                return self._finish(visit, visit.save(turn, new, made), answer, shown, known)
             except ModelUnavailableError:
                 raise  # the thread stops resumable at its last checkpoint
             except Exception as exc:
-                return self._model_error(visit, exc, visit.save(turn, new))
-            return self._finish(visit, visit.save(turn, [*new, ask, reply]), reply, shown, known)
+                return self._model_error(visit, exc, visit.save(turn, new, made))
+            saved = visit.save(turn, [*new, ask, reply], made)
+            return self._finish(visit, saved, reply, shown, known)
         answer = self._rules_answer(plan, trajectory, shown)
         new.append(AIMessage(json.dumps({"answer": answer}, ensure_ascii=False)))
-        return self._finish(visit, visit.save(turn, new), answer, shown, known)
+        return self._finish(visit, visit.save(turn, new, made), answer, shown, known)
 
     # -- steps ----------------------------------------------------------------------------
     def _rewrite(
@@ -272,7 +273,7 @@ class RetrievalSkillNode(SkillNode):
         identity: Mapping[str, Any],
     ) -> Invoke:
         """Tool calls through the registry, bound to the run's identity, into the transcript
-        (``new``) and the turn's calls (``made``)."""
+        (``new``) and the records of the turn's calls (``made``, saved with ``new``)."""
         registry = self.ctx.registry
 
         def invoke(name: str, args: dict[str, Any]) -> ToolResult:

@@ -1,8 +1,8 @@
 """Translate LangGraph ``updates`` (and ``messages``) stream parts into skilldeck's events.
 
-Each node update becomes a :class:`~skilldeck.types.StepEvent`; the tools node's new call
-records become :class:`~skilldeck.types.ToolCallEvent` (with the arguments the skill asked for,
-remembered from its ``turn.pending``); a skill's attempt record becomes a
+Each node update becomes a :class:`~skilldeck.types.StepEvent`; the call records a tools step
+ran (``turn.ran``) become :class:`~skilldeck.types.ToolCallEvent` (with the arguments the skill
+asked for, remembered from its ``turn.pending``); a skill's attempt record becomes a
 :class:`~skilldeck.types.SkillResultEvent`; a model's text chunk (``messages`` mode, when
 deltas are asked for) becomes a :class:`~skilldeck.types.DeltaEvent`. The terminal event is
 built from the thread's final state, so it is the same whether the run was streamed or not.
@@ -58,7 +58,9 @@ class EventTranslator:
         # The card node's steps work for the skill that asked the card.
         self._card_skill = before.card.skill if before.card is not None else None
         self._args: dict[str, dict[str, Any]] = {}
-        self._seen = {c.id for c in before.turn.tool_calls} if before.turn is not None else set()
+        # The calls of the last tools step, reported already: a step that carries the turn on
+        # unchanged carries them too (a skill step clears them when it asks for more calls).
+        self._seen = {c.id for c in before.turn.ran} if before.turn is not None else set()
         self._remember(before.turn)
 
     def _remember(self, turn: Turn | None) -> None:
@@ -99,10 +101,9 @@ class EventTranslator:
             skill = self._card_skill
         yield StepEvent(self.thread_id, node, skill, update.get("status"))
         self._remember(turn)
-        for call in turn.tool_calls if turn is not None else ():
+        for call in turn.ran if turn is not None else ():
             if call.id in self._seen:
                 continue
-            self._seen.add(call.id)
             yield ToolCallEvent(
                 thread_id=self.thread_id,
                 skill=turn.skill if turn is not None else "",
@@ -112,6 +113,8 @@ class EventTranslator:
                 args=self._args.pop(call.id, None),
                 ms=call.ms,
             )
+        if turn is not None:
+            self._seen = {c.id for c in turn.ran}
         if node in self.data_keys and attempt is not None and attempt.action in _RESULT_ACTIONS:
             accepted = attempt.action != "rejected"
             yield SkillResultEvent(
