@@ -26,6 +26,7 @@ from skilldeck import (
     SkillDeckError,
     StaleInterruptError,
     ThreadNotFoundError,
+    ToolCallEvent,
 )
 from skilldeck.nodes import transcript
 from skilldeck.nodes.transcript import PROMPTS
@@ -289,6 +290,43 @@ def test_tool_rounds_are_bounded(skills_dir: Path, make_deck: Any) -> None:
     assert result.status == "failed"
     assert "tool round limit (2)" in result.error.dump()["errors"][0]["message"]
     assert len(result.state["attempt"]["tool_calls"]) == 2
+
+
+def test_a_long_turns_checkpoints_do_not_grow_with_its_rounds(
+    skills_dir: Path, make_deck: Any
+) -> None:
+    """The turn is checkpointed at every step: it holds the round in flight and tallies, and
+    the calls' records stay in the transcript, whence the attempt record lists them all and
+    a stream reports each call once."""
+    rounds = 40
+    calls = [
+        {"tool_calls": [{"name": "element__extract", "args": {"text": f"Plaintiff: A{i}"}}]}
+        for i in range(rounds)
+    ]
+    deck = make_deck(
+        _skill(skills_dir, meta={"tools": ["element__extract"]}),
+        {"intake": [*calls, output(profile={"name": "A"})]},
+        max_tool_rounds=rounds,
+    )
+    events = list(deck.stream({}, context="ctx"))
+    thread = events[-1].thread_id
+    assert events[-1].event == "done", events[-1]
+    reported = [e.call_id for e in events if isinstance(e, ToolCallEvent)]
+    assert len(reported) == rounds == len(set(reported))
+    config = {"configurable": {"thread_id": thread}}
+    turns = [
+        snap.values["turn"]
+        for snap in reversed(list(deck.graph.get_state_history(config)))
+        if snap.values.get("turn") and snap.next == ("intake",)  # after a tools step
+    ]
+    assert [t["round"] for t in turns] == list(range(1, rounds + 1))
+    sizes = [len(json.dumps(t)) for t in turns]
+    assert sizes[-1] - sizes[4] < 40, sizes  # a few more digits, not a call a round
+    attempt = deck.get_thread(thread).state["attempt"]
+    assert [c["args"]["text"] for c in attempt["tool_calls"]] == [
+        f"Plaintiff: A{i}" for i in range(rounds)
+    ]
+    assert {c["status"] for c in attempt["tool_calls"]} == {"ok"}
 
 
 def test_a_call_that_repeats_one_that_worked_narrows_the_turn_to_the_output(
