@@ -33,9 +33,7 @@ class Offer:
     withheld: Mapping[str, str]
 
 
-def offered(
-    bundle: SkillBundle, worked: Mapping[str, int], standing: Iterable[str] = ()
-) -> Offer:
+def offered(bundle: SkillBundle, worked: Mapping[str, int], standing: Iterable[str] = ()) -> Offer:
     """What ``bundle``'s model may call once the attempt's calls of each tool have worked
     ``worked[tool]`` times; ``standing``: the tools whose calls of earlier attempts stand,
     which meet a ``tool_choice`` as well (a re-ask need not repeat them), but use no limit of

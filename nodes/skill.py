@@ -592,9 +592,7 @@ class SkillNode:
             message = f"the model call failed: {reason}; the details are in the log"
         return self._fail(visit, "MODEL_ERROR", message, turn)
 
-    def _record(
-        self, visit: Visit, turn: Turn, action: AttemptAction, errors: Errors
-    ) -> Attempt:
+    def _record(self, visit: Visit, turn: Turn, action: AttemptAction, errors: Errors) -> Attempt:
         """The attempt record kept in the state (the checkpoint history keeps them all), with
         the calls the attempt ran (from its transcript: the turn keeps none)."""
         return Attempt(

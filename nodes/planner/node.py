@@ -269,7 +269,9 @@ class PlannerSkillNode(SkillNode):
                 unsaved.append(message)
                 break
             ref = f"{turn.id}/{turn.length + len(unsaved) + 1:06d}"
-            observation, call = self._observe(loop, step, plan, identity, turn, ref, pending, budget)
+            observation, call = self._observe(
+                loop, step, plan, identity, turn, ref, pending, budget
+            )
             answer = HumanMessage(_dumps(observation))
             conversation += [message, answer]
             ran = () if call is None else (call,)
