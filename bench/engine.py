@@ -1,10 +1,11 @@
-"""Engine benchmark: step overhead, checkpoint growth and cold-process resume latency.
+"""Engine benchmark: step overhead, checkpoint growth (over steps and over one turn's tool
+rounds) and cold-process resume latency.
 
 Usage::
 
-    python bench/engine.py [--reps 300] [--resume-reps 7] [--steps 1000] [--json]
+    python bench/engine.py [--reps 300] [--resume-reps 7] [--steps 1000] [--rounds 200] [--json]
 
-Everything is written to a temporary directory that is removed at the end. Three measurements,
+Everything is written to a temporary directory that is removed at the end. Four measurements,
 all in one run so that ratios compare numbers taken on the same (noisy, shared) machine:
 
 1. **Engine overhead**: a 10-skill chain on the ``scripted`` model, timed per skill step,
@@ -19,7 +20,12 @@ all in one run so that ratios compare numbers taken on the same (noisy, shared) 
 2. **Checkpoint growth**: one thread of a single skill that bumps a counter ``--steps`` times.
    Checkpoint bytes (``checkpoints`` + ``writes`` blobs) are summed up to skill step 10 and up to
    the last step, from the same thread; the file size after a WAL truncate is reported too.
-3. **Resume latency**: the built-in litigation-intake demo runs to its card here; a fresh
+3. **One long turn**: one skill reads its ``--rounds`` reference files with
+   ``skill__read_file``, one call a tool round, in a single turn, then answers. Checkpoint bytes
+   (as in 2.) are summed up to the tools step of round 10 and of the last round, per round; the
+   single checkpoint after each of those rounds is reported too. The turn is checkpointed at
+   every step, so it must not carry the turn's calls (the transcript holds them).
+4. **Resume latency**: the built-in litigation-intake demo runs to its card here; a fresh
    ``python`` process then builds a deck on the same SQLite file (timed separately) and times
    only ``deck.run(Resume(...))``.
 """
@@ -63,6 +69,7 @@ import skilldeck.tools
 from skilldeck import Settings, SkillDeck, demo
 from skilldeck.checkpoints.open import strict_serde
 from skilldeck.models import build_model
+from skilldeck.nodes.context import TOOLS_NODE
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 
 CHAIN = 10
@@ -72,6 +79,7 @@ DEMO_FILES = demo.FILES
 DEMO_ANSWERS = demo.ANSWERS
 TARGET_OVERHEAD = 2.0  # engine / bare, per skill step
 TARGET_GROWTH = 2.0  # bytes/step at the last step / bytes/step at step 10
+TARGET_TURN_GROWTH = 2.0  # bytes/round at the last tool round / bytes/round at round 10
 TARGET_RESUME_MS = 100.0
 
 
@@ -499,7 +507,79 @@ def bench_growth(tmp: Path, steps: int) -> dict[str, Any]:
     return row
 
 
-# -- 3. resume latency from a new process -----------------------------------------------------
+# -- 3. one long turn -------------------------------------------------------------------------
+def reader_deck(tmp: Path, rounds: int) -> tuple[SkillDeck, Path]:
+    """One skill that reads its ``rounds`` reference files, one a tool round, in one turn, then
+    sets ``read`` (and is no longer a candidate)."""
+    skills = tmp / f"reader-skills-{rounds}"
+    meta = {
+        "triggers": {"contexts": ["read"], "state_conditions": ["state.read == null"]},
+        "tools": ["skill__read_file"],
+        "execution_config": {"max_tool_rounds": rounds},
+    }
+    write_bundle(skills, "reader", meta, {"read": {"type": "integer"}})
+    references = skills / "reader" / "references"
+    references.mkdir()
+    paths = [f"references/note-{i:03d}.md" for i in range(rounds)]
+    for i, path in enumerate(paths):
+        (skills / "reader" / path).write_text(f"Note {i}: nothing else.\n", "utf-8")
+    calls = [{"tool_calls": [{"name": "skill__read_file", "args": {"path": p}}]} for p in paths]
+    answer = turn({"read": rounds}, response=f"read {rounds} notes")
+    model = write_script(tmp / f"reader-script-{rounds}.json", {"reader": [*calls, answer]})
+    db = tmp / f"reader-{rounds}.sqlite"
+    settings = Settings(model=model, max_steps=2 * rounds + 50)
+    return SkillDeck(skills, checkpointer=f"sqlite:///{db}", settings=settings), db
+
+
+def bench_long_turn(tmp: Path, rounds: int) -> dict[str, Any]:
+    deck, db = reader_deck(tmp, rounds)
+    thread_id = uuid.uuid4().hex
+    try:
+        start = time.perf_counter()
+        result = deck.run({}, context="read", thread_id=thread_id)
+        elapsed = time.perf_counter() - start
+        # The LangGraph step of each tool round's tools step, in order.
+        steps = [r["step"] for r in deck.history(thread_id) if TOOLS_NODE in r["ran"]]
+    finally:
+        deck.close()
+    if result.status != "finished" or len(steps) != rounds:
+        raise RuntimeError(f"reader run ended {result.status} after {len(steps)} tool rounds")
+    first = 10
+    conn = sqlite3.connect(db)
+    try:
+        at_first = checkpoint_bytes(conn, thread_id, steps[first - 1]) / first
+        at_last = checkpoint_bytes(conn, thread_id, steps[-1]) / rounds
+        one_first = one_checkpoint(conn, thread_id, steps[first - 1])
+        one_last = one_checkpoint(conn, thread_id, steps[-1])
+        times = step_times(conn, thread_id)
+    finally:
+        conn.close()
+    window = min(first, rounds // 10)
+
+    def ms_per_round(a: int, b: int) -> float:
+        return (times[steps[b]] - times[steps[a]]).total_seconds() * 1000 / (b - a)
+
+    row: dict[str, Any] = {
+        "rounds": rounds,
+        "bytes_per_round_at_10": round(at_first, 1),
+        "bytes_per_round_at_last": round(at_last, 1),
+        "ratio": round(at_last / at_first, 3),
+        "checkpoint_bytes_at_10": one_first,
+        "checkpoint_bytes_at_last": one_last,
+        "checkpoint_ratio": round(one_last / one_first, 3),
+        "ms_per_round": round(elapsed * 1000 / rounds, 2),
+        "timing_window": window,
+        "ms_per_round_first_window": round(ms_per_round(0, window), 2),
+        "ms_per_round_last_window": round(ms_per_round(rounds - 1 - window, rounds - 1), 2),
+        "target": TARGET_TURN_GROWTH,
+    }
+    row["pass"] = row["ratio"] <= TARGET_TURN_GROWTH and row["checkpoint_ratio"] <= (
+        TARGET_TURN_GROWTH
+    )
+    return row
+
+
+# -- 4. resume latency from a new process -----------------------------------------------------
 _CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
@@ -586,7 +666,8 @@ def verdict(ok: bool) -> str:
 def print_report(report: dict[str, Any]) -> None:
     out = Console(width=None if sys.stdout.isatty() else 132)
     ov, gr, rs = report["overhead"], report["growth"], report["resume"]
-    n = gr["steps"]
+    lt = report["long_turn"]
+    n, r = gr["steps"], lt["rounds"]
     rows: list[tuple[str, ...]] = [
         (
             f"ms per skill step, {CHAIN}-skill chain (median of {ov['reps']})",
@@ -627,6 +708,28 @@ def print_report(report: dict[str, Any]) -> None:
             f"{gr['ms_per_step_first_window']:.2f}",
             f"{gr['ms_per_step_last_window']:.2f}",
             f"{gr['ms_per_step_last_window'] / gr['ms_per_step_first_window']:.2f}x",
+        ),
+        (
+            f"one turn: checkpoint bytes/round, round 10 -> round {r}",
+            f"{lt['bytes_per_round_at_10']:.0f}",
+            f"{lt['bytes_per_round_at_last']:.0f}",
+            f"{lt['ratio']:.2f}x",
+            f"<= {TARGET_TURN_GROWTH:.0f}x",
+            verdict(lt["ratio"] <= TARGET_TURN_GROWTH),
+        ),
+        (
+            f"  one checkpoint's bytes, after round 10 -> round {r}",
+            str(lt["checkpoint_bytes_at_10"]),
+            str(lt["checkpoint_bytes_at_last"]),
+            f"{lt['checkpoint_ratio']:.2f}x",
+            f"<= {TARGET_TURN_GROWTH:.0f}x",
+            verdict(lt["checkpoint_ratio"] <= TARGET_TURN_GROWTH),
+        ),
+        (
+            f"  ms/round, first -> last {lt['timing_window']} rounds (informative)",
+            f"{lt['ms_per_round_first_window']:.2f}",
+            f"{lt['ms_per_round_last_window']:.2f}",
+            f"{lt['ms_per_round_last_window'] / lt['ms_per_round_first_window']:.2f}x",
         ),
         (
             f"resume ms, new process (median of {rs['reps']})",
@@ -676,18 +779,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--resume-reps", type=int, default=7, help="resume processes (default 7)")
     parser.add_argument("--steps", type=int, default=1000, help="counter steps (default 1000)")
+    parser.add_argument(
+        "--rounds", type=int, default=200, help="tool rounds of the long turn (default 200)"
+    )
     args = parser.parse_args(argv)
-    if args.steps < 10 or args.reps < 1 or args.resume_reps < 1:
-        parser.error("--steps must be >= 10, --reps and --resume-reps >= 1")
+    if args.steps < 10 or args.rounds < 20 or args.reps < 1 or args.resume_reps < 1:
+        parser.error("--steps must be >= 10, --rounds >= 20, --reps and --resume-reps >= 1")
     report = report_header()
     with tempfile.TemporaryDirectory(prefix="skilldeck-bench-") as name:
         tmp = Path(name)
-        log(f"1/3 engine overhead: {args.reps} interleaved repetitions")
+        log(f"1/4 engine overhead: {args.reps} interleaved repetitions")
         report["overhead"] = ov = bench_overhead(tmp, args.reps)
         log(f"engine {ov['engine_ms_per_step']:.2f} ms/step, bare {ov['bare_ms_per_step']:.2f}")
-        log(f"2/3 checkpoint growth: {args.steps} steps")
+        log(f"2/4 checkpoint growth: {args.steps} steps")
         report["growth"] = bench_growth(tmp, args.steps)
-        log(f"3/3 resume latency: {args.resume_reps} new processes")
+        log(f"3/4 one long turn: {args.rounds} tool rounds")
+        report["long_turn"] = lt = bench_long_turn(tmp, args.rounds)
+        log(f"bytes/round {lt['bytes_per_round_at_10']:.0f} -> {lt['bytes_per_round_at_last']:.0f}")
+        log(f"4/4 resume latency: {args.resume_reps} new processes")
         report["resume"] = bench_resume(tmp, args.resume_reps)
     return show_report(report, args.json, print_report)
 
