@@ -102,13 +102,19 @@ def read_snapshot(graph: Any, config: RunnableConfig) -> StateSnapshot:
     )
 
 
-def read_history(graph: Any, config: RunnableConfig) -> list[StateSnapshot]:
-    """``graph.get_state_history(config)`` (newest first) with every stored state field.
+def read_history(
+    graph: Any, config: RunnableConfig, *, limit: int | None = None, before: str | None = None
+) -> list[StateSnapshot]:
+    """``graph.get_state_history(config)`` (newest first) with every stored state field: at
+    most ``limit`` snapshots, those older than the checkpoint ``before`` when it is given.
 
     A field, once written, stays in every later checkpoint: when the latest checkpoint holds
     none the graph lacks, no earlier one does, and the checkpoints are not read again.
     """
-    snapshots = list(graph.get_state_history(config))
+    page: dict[str, Any] = {"limit": limit}
+    if before is not None:
+        page["before"] = {"configurable": {"checkpoint_id": before}}
+    snapshots = list(graph.get_state_history(config, **page))
     if not snapshots:
         return snapshots
     latest = snapshots[0]
@@ -116,7 +122,8 @@ def read_history(graph: Any, config: RunnableConfig) -> list[StateSnapshot]:
     if stored.keys() <= latest.values.keys():
         return snapshots
     saved = {
-        _checkpoint_id(t): t.checkpoint["channel_values"] for t in graph.checkpointer.list(config)
+        _checkpoint_id(t): t.checkpoint["channel_values"]
+        for t in graph.checkpointer.list(config, **page)
     }
     return [_with_stored_fields(s, saved.get(_checkpoint_id(s), {})) for s in snapshots]
 

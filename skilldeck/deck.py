@@ -825,12 +825,30 @@ class SkillDeck:
         with checkpoint_errors():
             return resumable(result, self.claims.live([thread_id]))
 
-    def history(self, thread_id: str) -> list[dict[str, Any]]:
+    def history(
+        self, thread_id: str, *, limit: int | None = None, before: str | None = None
+    ) -> list[dict[str, Any]]:
         """The thread's checkpoints, oldest first: one row per super-step (the keys are listed
-        in :func:`skilldeck.checkpoints.inspect.step_rows`)."""
+        in :func:`skilldeck.checkpoints.inspect.step_rows`). A long thread reads in pages: the
+        newest ``limit`` rows, older than the checkpoint ``before`` when it is given (the
+        ``checkpoint_id`` of the oldest row of the page before); all of them by default.
+
+        Raises:
+            ThreadNotFoundError: no such thread.
+            SkillDeckError: ``limit`` is not positive, or ``before`` is not an id.
+        """
+        if limit is not None and limit < 1:
+            raise SkillDeckError(f"limit must be 1 or more, not {limit}")
+        if before is not None:
+            check_id("before", before)
         self._require(thread_id)
+        config = run_config(self.settings, thread_id)
+        # A row says what its step changed, against the checkpoint before it: read one more.
+        wanted = None if limit is None else limit + 1
         with checkpoint_errors():
-            return step_rows(read_history(self.graph, run_config(self.settings, thread_id)))
+            snapshots = read_history(self.graph, config, limit=wanted, before=before)
+        rows = step_rows(snapshots)
+        return rows[1:] if limit is not None and len(snapshots) > limit else rows
 
     def threads(
         self, *, user_id: str | None = None, status: str | None = None, limit: int | None = None

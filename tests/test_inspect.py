@@ -307,3 +307,27 @@ def test_frames_need_pandas(deck: SkillDeck, monkeypatch: pytest.MonkeyPatch) ->
 def _turn(state: dict[str, Any]) -> tuple[str, str]:
     """The last attempt's turn and transcript head in ``state``."""
     return state["attempt"]["turn"], state["attempt"]["head"]
+
+
+def test_history_reads_in_pages_that_join_into_the_whole(deck: SkillDeck) -> None:
+    """Pages of any size, each read from the checkpointer alone, join into the whole history,
+    every row as the whole history has it (a page's oldest row still says what its step did)."""
+    thread = _finished(deck)
+    whole = deck.history(thread)
+    assert len(whole) > 5
+    for size in (1, 2, 5):
+        pages: list[list[dict[str, Any]]] = []
+        before = None
+        while True:
+            page = deck.history(thread, limit=size, before=before)
+            assert 0 < len(page) <= size
+            pages.insert(0, page)
+            if page[0]["parent_id"] is None:
+                break
+            before = page[0]["checkpoint_id"]
+        assert [row for page in pages for row in page] == whole, size
+    assert deck.history(thread, limit=len(whole) + 10) == whole
+    with pytest.raises(SkillDeckError, match="limit must be 1 or more"):
+        deck.history(thread, limit=0)
+    with pytest.raises(SkillDeckError, match="before"):
+        deck.history(thread, before="../x")

@@ -152,6 +152,30 @@ def test_card_flow_run_streams_to_a_card_and_resume_streams_to_done(client: Test
     history = client.get(f"/threads/{thread}/history", headers=auth()).json()
     assert history["checkpoints"][-1]["checkpoint_id"] == done["checkpoint_id"]
     assert any(row["card"] for row in history["checkpoints"])
+    assert "next_before" not in history  # the whole thread fits the default page
+
+
+def test_history_pages_follow_next_before_to_the_start_of_the_thread(
+    client: TestClient,
+) -> None:
+    """A thread's checkpoints come a bounded page at a time (a long thread is no heavier to
+    read than a short one), and following ``next_before`` gives every one once."""
+    thread, card = paused(client)
+    body = {"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]}
+    client.post(f"/threads/{thread}/resume", headers=auth(), json=body)
+    whole = client.get(f"/threads/{thread}/history", headers=auth()).json()["checkpoints"]
+    pages, query = [], "limit=3"
+    while True:
+        page = client.get(f"/threads/{thread}/history?{query}", headers=auth()).json()
+        assert 0 < len(page["checkpoints"]) <= 3
+        pages.insert(0, page["checkpoints"])
+        if "next_before" not in page:
+            break
+        query = f"limit=3&before={page['next_before']}"
+    assert [row for page in pages for row in page] == whole
+    for bad in ("limit=0", "limit=1001", "before=..%2Fx", f"before={'c' * 200}"):
+        answer = client.get(f"/threads/{thread}/history?{bad}", headers=auth())
+        assert answer.status_code == 422, bad
 
 
 def test_a_user_lists_their_own_threads_only(client: TestClient) -> None:

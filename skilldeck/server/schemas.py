@@ -284,6 +284,8 @@ class HistoryRow(BaseModel):
 class History(BaseModel):
     thread_id: str
     checkpoints: list[HistoryRow]
+    #: The ``before`` of the page of older checkpoints (absent: this page starts the thread).
+    next_before: str | None = None
 
 
 class Health(BaseModel):

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
+from skilldeck._internal.ids import ID_MAX_LENGTH, ID_PATTERN
 from skilldeck.server.dependencies import CurrentService, LastEventId, ThreadId, User
 from skilldeck.server.errors import NotFound, responses
 from skilldeck.server.schemas import (
@@ -23,6 +24,11 @@ from skilldeck.types import RunResult
 __all__ = ["router"]
 
 router = APIRouter(tags=["threads"], responses=responses(401))
+
+#: Checkpoints per page of ``GET /threads/{id}/history``: by default, and at most. A page is
+#: read from the checkpointer alone, so a long thread costs no more per request than a short one.
+HISTORY_PAGE = 100
+MAX_HISTORY_PAGE = 1000
 
 
 @router.post(
@@ -67,11 +73,26 @@ async def get_thread(thread_id: ThreadId, user: User, service: CurrentService) -
     response_model_exclude_unset=True,
     responses=responses(404),
 )
-async def history(thread_id: ThreadId, user: User, service: CurrentService) -> History:
-    """The thread's checkpoints, oldest first (one per step)."""
+async def history(
+    thread_id: ThreadId,
+    user: User,
+    service: CurrentService,
+    limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_PAGE)] = HISTORY_PAGE,
+    before: Annotated[str | None, Query(max_length=ID_MAX_LENGTH, pattern=ID_PATTERN)] = None,
+) -> History:
+    """The thread's checkpoints, oldest first (one per step), a page at a time: the newest
+    ``limit`` older than the checkpoint ``before``; ``next_before`` names the page of the
+    older ones (absent on the first page of the thread)."""
     result = await run_in_threadpool(service.threads.owned, thread_id, user)
-    rows = [] if result is None else await run_in_threadpool(service.deck.history, thread_id)
-    return History.model_validate({"thread_id": thread_id, "checkpoints": rows})
+    rows: list[dict[str, Any]] = []
+    if result is not None:
+        rows = await run_in_threadpool(
+            lambda: service.deck.history(thread_id, limit=limit, before=before)
+        )
+    page: dict[str, Any] = {"thread_id": thread_id, "checkpoints": rows}
+    if rows and rows[0].get("parent_id") is not None:
+        page["next_before"] = rows[0]["checkpoint_id"]
+    return History.model_validate(page)
 
 
 @router.get(
