@@ -150,7 +150,7 @@ def run_variant(
             state = result.state
             returned = [e["message_id"] for e in state.get("evidence") or []]
             if result.status != "finished":
-                failures.append({"question": q.text, "error": result.error})
+                failures.append({"question": q.text, "error": result.error and result.error.dump()})
                 returned = []
             if len(returned) > settings.planner_max_evidence:
                 raise RuntimeError(f"{len(returned)} evidence messages returned for {q.text!r}")

@@ -15,9 +15,16 @@ through :class:`RunView` (:mod:`skilldeck.graph.state`), never by string key.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 __all__ = [
     "Attempt",
@@ -44,10 +51,14 @@ class Record(BaseModel):
     """A frozen record of a run; ``dump()`` is its JSON-native form in the checkpoint."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    #: Whether ``dump()`` writes fields at their defaults. The records an application reads
+    #: in ``RunResult.state`` (the attempt, the card, the error, the guard) keep every key;
+    #: the turn, rewritten at each step, leaves defaults out so checkpoints stay small.
+    keep_defaults: ClassVar[bool] = True
 
     def dump(self) -> dict[str, Any]:
-        """The record as the checkpoint keeps it (defaults left out: checkpoints stay small)."""
-        return self.model_dump(mode="json", exclude_defaults=True)
+        """The record as the checkpoint keeps it."""
+        return self.model_dump(mode="json", exclude_defaults=not self.keep_defaults)
 
     @classmethod
     def load(cls, value: Mapping[str, Any] | Self) -> Self:
@@ -62,6 +73,14 @@ class Issue(Record):
     path: str = "$"
     message: str
     code: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _code_when_given(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """``{path, message}``, and ``code`` when the problem has one (inside any record)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("code") is None:
+            data.pop("code", None)
+        return data
 
 
 def issues(found: Sequence[Mapping[str, str] | Issue]) -> tuple[Issue, ...]:
@@ -126,6 +145,8 @@ class Turn(Record):
     rounds: the calls of the round in flight, tallies by tool, never the turn's list of calls.
     The records of the calls it ran are in the transcript beside their results
     (:func:`skilldeck.nodes.transcript.history`)."""
+
+    keep_defaults: ClassVar[bool] = False
 
     id: str
     skill: str

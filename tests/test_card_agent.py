@@ -494,7 +494,8 @@ def test_worse_model_that_never_saves_fails_with_no_card(trials: Path, tmp_path:
     assert result.error.code == "CONTRACT_VIOLATION"
     # tool_choice: required refuses an output before a call (the scripted model's tool mode
     # cannot hold it): every attempt is sent back to call card__save first.
-    assert "(tool_choice: required): call one of card__save" in json.dumps(result.error)
+    assert result.error is not None
+    assert "(tool_choice: required): call one of card__save" in json.dumps(result.error.dump())
     assert not (trials / "trial-w" / "Cards").exists()
     assert "timeline_card" not in result.state
 

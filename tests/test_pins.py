@@ -14,6 +14,7 @@ from endpoint import call, serve, settings_for, text
 
 from skilldeck import SkillDeck
 from skilldeck.errors import BundleError
+from skilldeck.graph.records import ToolCall
 from skilldeck.skills import builtin_skills_dir, load_bundle
 from skilldeck.skills.pins import (
     CallsPin,
@@ -123,6 +124,11 @@ READ = {
 TOOLS = {"tools": ["element__extract"], "execution_config": {"max_tool_rounds": 3}}
 
 
+def _made(name: str, args: dict[str, Any], returned: dict[str, Any] | None = None) -> ToolCall:
+    """A call that worked, as the run's records keep it."""
+    return ToolCall(id=f"c{len(args)}", name=name, args=args, status="ok", returned=returned)
+
+
 def _reported(read: list[str]) -> dict[str, Any]:
     return _output(read=read)
 
@@ -132,9 +138,9 @@ def test_a_calls_pin_takes_the_values_of_successful_calls_and_holds_them() -> No
     (pin,) = find_pins(schema)
     assert pin == CallsPin(("data", "read"), (("element__extract", "text"),))
     calls = [
-        {"name": "element__extract", "args": {"text": "a"}},
-        {"name": "other", "args": {"text": "b"}},
-        {"name": "element__extract", "args": {"text": "a"}},
+        _made("element__extract", {"text": "a"}),
+        _made("other", {"text": "b"}),
+        _made("element__extract", {"text": "a"}),
     ]
     assert pin_values((pin,), {}, calls) == {("data", "read"): ("a",)}
     assert pin_values((pin,), {}, []) == {("data", "read"): ()}
@@ -210,18 +216,18 @@ def test_a_result_pin_takes_the_last_successful_calls_value_and_holds_it() -> No
     (pin,) = find_pins(schema)
     assert pin == ResultPin(("data", "saved"), "card__save", "path")
     calls = [
-        {"name": "card__save", "args": {}, "returned": {"path": "Cards/a.yaml"}},
-        {"name": "other", "args": {}, "returned": {"path": "elsewhere"}},
-        {"name": "card__save", "args": {}, "returned": {"path": "Cards/b.yaml"}},
+        _made("card__save", {}, {"path": "Cards/a.yaml"}),
+        _made("other", {}, {"path": "elsewhere"}),
+        _made("card__save", {}, {"path": "Cards/b.yaml"}),
     ]
     assert pin_values((pin,), {}, calls) == {("data", "saved"): "Cards/b.yaml"}
-    assert pin_values((pin,), {}, [*calls[:1], {"name": "card__save", "args": {}}]) == {
+    assert pin_values((pin,), {}, [*calls[:1], _made("card__save", {})]) == {
         ("data", "saved"): "Cards/a.yaml"
     }
     assert pin_values((pin,), {}, []) == {}  # nothing returned yet: nothing held
     held = pinned(schema, {("data", "saved"): "Cards/b.yaml"})["properties"]["data"]
     assert held["properties"]["saved"]["const"] == "Cards/b.yaml"
-    listed = [{"name": "card__save", "args": {}, "returned": {"path": ["a", {"b": 1}]}}]
+    listed = [_made("card__save", {}, {"path": ["a", {"b": 1}]})]
     assert pin_values((pin,), {}, listed) == {("data", "saved"): ["a", {"b": 1}]}
     assert pin_errors((pin,), _output(saved=["a", {"b": 1}]), {}, listed) == []
     assert pin_errors((pin,), _output(saved=["a"]), {}, listed)

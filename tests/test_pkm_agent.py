@@ -23,6 +23,7 @@ from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 
 from skilldeck import Settings, SkillDeck
 from skilldeck.errors import ToolError
+from skilldeck.graph.records import ToolCall
 from skilldeck.nodes import transcript
 from skilldeck.scripted import load_script
 from skilldeck.skills import builtin_skills_dir, load_bundle
@@ -302,10 +303,10 @@ def test_an_append_is_one_entry_held_to_its_cap_by_the_schema(workspace: Path) -
 def test_the_output_reports_only_what_the_attempt_wrote() -> None:
     bundle = load_bundle(BUNDLE)
     assert bundle.validate is None  # the schema's x-calls holds what validate.py used to
-    wrote = [{"name": "pkm__append", "args": {"path": SLEEP, "text": "- x"}}]
-    read = [{"name": "pkm__read", "args": {"path": SLEEP}}]
+    wrote = [ToolCall(id="w", name="pkm__append", args={"path": SLEEP, "text": "- x"}, status="ok")]
+    read = [ToolCall(id="r", name="pkm__read", args={"path": SLEEP}, status="ok")]
 
-    def errors(pkm: dict[str, Any], calls: list[dict[str, Any]]) -> list[str]:
+    def errors(pkm: dict[str, Any], calls: list[ToolCall]) -> list[str]:
         output = {"data": {"pkm": pkm}, "control": {"action": "finish"}}
         return [e["message"] for e in pin_errors(bundle.pins, output, {}, calls)]
 

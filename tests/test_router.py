@@ -331,8 +331,8 @@ def test_no_skill_suggests_the_context_meant(
     deck = make_deck(skills_dir, {"intake": [output()]})
     error = deck.run(context="matters").error
     assert error is not None
-    assert "did you mean 'matter'?" in error["message"]
-    assert "the loaded skills run in: matter" in error["message"]
+    assert "did you mean 'matter'?" in error.message
+    assert "the loaded skills run in: matter" in error.message
 
 
 def test_a_skill_that_finds_no_successor_finishes(

@@ -682,7 +682,7 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
         deck.claims.clock = clock
         try:
             deadline = time.monotonic() + 60
-            while deck._sync.snapshot("busy") is None or len(deck.history("busy")) < 2:
+            while deck._snapshot("busy") is None or len(deck.history("busy")) < 2:
                 assert child.poll() is None and time.monotonic() < deadline, child.stderr
                 time.sleep(0.05)  # the run's first step is checkpointed; the skill waits
             before = deck.history("busy")

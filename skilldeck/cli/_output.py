@@ -57,7 +57,7 @@ def summary(result: RunResult) -> dict[str, Any]:
     else:
         body["state"] = result.state
     if result.error:
-        body["error"] = result.error
+        body["error"] = result.error.dump()
     return body
 
 

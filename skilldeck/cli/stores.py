@@ -154,7 +154,7 @@ def recall(
         "trajectory": attempt.get("trajectory"),
     }
     if result.error:
-        body["error"] = result.error
+        body["error"] = result.error.dump()
     if as_json:
         print(json.dumps(body, ensure_ascii=False, default=str))
     else:
