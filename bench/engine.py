@@ -5,7 +5,7 @@ Usage::
 
     python bench/engine.py [--reps 300] [--resume-reps 7] [--steps 1000] [--rounds 200] [--json]
 
-Everything is written to a temporary directory that is removed at the end. Four measurements,
+Everything is written to a temporary directory that is removed at the end. Five measurements,
 all in one run so that ratios compare numbers taken on the same (noisy, shared) machine:
 
 1. **Engine overhead**: a 10-skill chain on the ``scripted`` model, timed per skill step,
@@ -28,6 +28,11 @@ all in one run so that ratios compare numbers taken on the same (noisy, shared) 
 4. **Resume latency**: the built-in litigation-intake demo runs to its card here; a fresh
    ``python`` process then builds a deck on the same SQLite file (timed separately) and times
    only ``deck.run(Resume(...))``.
+5. **Forks**: the demo runs to its end (card answered), recording every request its model is
+   sent (the messages and the call's parameters, as JSON bytes, from the model's callbacks).
+   Then it is forked at every checkpoint of its thread and each fork is run to its end (its
+   card answered the same way); each fork's requests must be byte-identical to the original's
+   from that point on.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ from types import ModuleType
 from typing import Any, TypedDict
 
 from common import arguments, log, median, progress_bar, report_header, show_report
-from langchain_core.messages import HumanMessage, messages_to_dict
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage, HumanMessage, messages_to_dict
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
@@ -81,6 +87,7 @@ TARGET_OVERHEAD = 2.0  # engine / bare, per skill step
 TARGET_GROWTH = 2.0  # bytes/step at the last step / bytes/step at step 10
 TARGET_TURN_GROWTH = 2.0  # bytes/round at the last tool round / bytes/round at round 10
 TARGET_RESUME_MS = 100.0
+TARGET_FORKS = 1.0  # share of the forks whose requests are byte-identical to the original's
 
 
 def quartiles(values: list[float]) -> list[float]:
@@ -658,6 +665,74 @@ def bench_resume(tmp: Path, reps: int) -> dict[str, Any]:
     return result
 
 
+# -- 5. forks ---------------------------------------------------------------------------------
+class _Requests(BaseCallbackHandler):
+    """What the deck's model is sent, call by call: the messages and the call's parameters as
+    JSON bytes."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def on_chat_model_start(
+        self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
+    ) -> None:
+        # A message's id is LangChain's run id, made anew by each run and sent to no endpoint.
+        sent = [[m.model_copy(update={"id": None}) for m in batch] for batch in messages]
+        body = {
+            "messages": [messages_to_dict(batch) for batch in sent],
+            "params": kwargs.get("invocation_params"),
+        }
+        self.sent.append(json.dumps(body, sort_keys=True, default=str).encode())
+
+
+def bench_forks(tmp: Path) -> dict[str, Any]:
+    requests = _Requests()
+    with demo_deck(tmp / "forks.sqlite") as deck:
+        paused = deck.run(
+            {"documents": ["complaint.txt"]},
+            context="matter",
+            matter_id="demo-matter",
+            user_id="demo",
+            callbacks=[requests],
+        )
+        thread = paused.thread_id
+        done = deck.run(skilldeck.Resume(thread, DEMO_ANSWERS), callbacks=[requests])
+        if done.status != "finished":
+            raise RuntimeError(f"demo run ended {done.status}: {done.error}")
+        original = list(requests.sent)
+        checkpoints = [r["checkpoint_id"] for r in deck.history(thread)]
+        identical, sent, elapsed = 0, 0, []
+        with progress_bar() as bar:
+            task = bar.add_task(f"a fork at each of {len(checkpoints)} checkpoints", total=None)
+            for checkpoint in checkpoints:
+                start = len(requests.sent)
+                began = time.perf_counter()
+                forked = deck.fork(thread, checkpoint, callbacks=[requests])
+                if forked.status == "interrupted":
+                    forked = deck.run(
+                        skilldeck.Resume(forked.thread_id, DEMO_ANSWERS), callbacks=[requests]
+                    )
+                elapsed.append((time.perf_counter() - began) * 1000)
+                if forked.status != "finished":
+                    raise RuntimeError(f"fork at {checkpoint} ended {forked.status}")
+                theirs = requests.sent[start:]
+                sent += len(theirs)
+                # From that point on, the original sent exactly these.
+                identical += theirs == original[len(original) - len(theirs) :]
+                bar.advance(task)
+    result: dict[str, Any] = {
+        "checkpoints": len(checkpoints),
+        "original_requests": len(original),
+        "fork_requests": sent,
+        "identical_forks": identical,
+        "share": round(identical / len(checkpoints), 3),
+        "ms_per_fork": round(median(elapsed), 1),
+        "target": TARGET_FORKS,
+    }
+    result["pass"] = result["share"] >= TARGET_FORKS
+    return result
+
+
 # -- report -----------------------------------------------------------------------------------
 def verdict(ok: bool) -> str:
     return "[green]PASS[/green]" if ok else "[red]FAIL[/red]"
@@ -666,7 +741,7 @@ def verdict(ok: bool) -> str:
 def print_report(report: dict[str, Any]) -> None:
     out = Console(width=None if sys.stdout.isatty() else 132)
     ov, gr, rs = report["overhead"], report["growth"], report["resume"]
-    lt = report["long_turn"]
+    lt, fk = report["long_turn"], report["forks"]
     n, r = gr["steps"], lt["rounds"]
     rows: list[tuple[str, ...]] = [
         (
@@ -746,6 +821,21 @@ def print_report(report: dict[str, Any]) -> None:
             f"{rs['construct_ms']:.1f}",
             f"import {rs['import_ms']:.0f} ms",
         ),
+        (
+            f"forks of the demo at each of its {fk['checkpoints']} checkpoints: requests "
+            "byte-identical to the original's",
+            f"{fk['original_requests']} requests",
+            f"{fk['identical_forks']} of {fk['checkpoints']} forks",
+            f"{fk['share']:.0%}",
+            f">= {TARGET_FORKS:.0%}",
+            verdict(fk["pass"]),
+        ),
+        (
+            "  requests the forks sent; ms per fork run (median)",
+            "",
+            str(fk["fork_requests"]),
+            f"{fk['ms_per_fork']:.1f} ms",
+        ),
     ]
     table = Table(title=f"skilldeck engine benchmark ({report['date']}, {report['machine']})")
     for column in ("measure", "baseline / first", "skilldeck / last", "ratio", "target", ""):
@@ -788,16 +878,19 @@ def main(argv: list[str] | None = None) -> int:
     report = report_header()
     with tempfile.TemporaryDirectory(prefix="skilldeck-bench-") as name:
         tmp = Path(name)
-        log(f"1/4 engine overhead: {args.reps} interleaved repetitions")
+        log(f"1/5 engine overhead: {args.reps} interleaved repetitions")
         report["overhead"] = ov = bench_overhead(tmp, args.reps)
         log(f"engine {ov['engine_ms_per_step']:.2f} ms/step, bare {ov['bare_ms_per_step']:.2f}")
-        log(f"2/4 checkpoint growth: {args.steps} steps")
+        log(f"2/5 checkpoint growth: {args.steps} steps")
         report["growth"] = bench_growth(tmp, args.steps)
-        log(f"3/4 one long turn: {args.rounds} tool rounds")
+        log(f"3/5 one long turn: {args.rounds} tool rounds")
         report["long_turn"] = lt = bench_long_turn(tmp, args.rounds)
         log(f"bytes/round {lt['bytes_per_round_at_10']:.0f} -> {lt['bytes_per_round_at_last']:.0f}")
-        log(f"4/4 resume latency: {args.resume_reps} new processes")
+        log(f"4/5 resume latency: {args.resume_reps} new processes")
         report["resume"] = bench_resume(tmp, args.resume_reps)
+        log("5/5 forks: the demo forked at every checkpoint")
+        report["forks"] = fk = bench_forks(tmp)
+        log(f"{fk['identical_forks']} of {fk['checkpoints']} forks sent identical requests")
     return show_report(report, args.json, print_report)
 
 

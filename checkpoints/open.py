@@ -80,7 +80,8 @@ def strict_serde() -> JsonPlusSerializer:
 @dataclass
 class Persistence:
     """A checkpointer, a store, resume claims and the thread index opened together; ``close()``
-    releases their connections. The index reads its threads' run leases from the claims."""
+    releases their connections. The index reads its threads' run leases from the claims.
+    ``url`` is the database's (empty for :meth:`of_saver`)."""
 
     url: str
     saver: BaseCheckpointSaver[Any]
@@ -91,6 +92,16 @@ class Persistence:
 
     def __post_init__(self) -> None:
         self.threads.leases = self.claims.live
+
+    @classmethod
+    def of_saver(
+        cls, saver: BaseCheckpointSaver[Any], store: BaseStore | None = None
+    ) -> Persistence:
+        """A LangGraph checkpointer an application opened, with ``store`` (default: in
+        memory), claims in this process and a thread index rebuilt from the saver's threads.
+        Its ``url`` is empty: it has no async twin to open, it is used as it is."""
+        index = memory_index(backfill=True)  # the saver may already hold threads
+        return cls("", saver, store or InMemoryStore(), MemoryClaims(), index, [index.close])
 
     def close(self) -> None:
         while self._closers:

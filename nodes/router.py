@@ -67,6 +67,14 @@ def candidates(bundles: Mapping[str, SkillBundle], state: Mapping[str, Any]) -> 
     return sorted(ready, key=lambda b: b.rank)
 
 
+def may_run(ctx: NodeContext, bundle: SkillBundle, state: Mapping[str, Any], auto: bool) -> bool:
+    """Whether the router may pick ``bundle`` now: :func:`why_not` is ``None``, without
+    writing the reason (the hot path of every step)."""
+    if state.get("matter_id") is None and bundle.name in ctx.matter_skills:
+        return False
+    return bundle.is_candidate(state, any_context=auto)
+
+
 def why_not(
     ctx: NodeContext, bundle: SkillBundle, state: Mapping[str, Any], auto: bool
 ) -> str | None:
@@ -151,7 +159,7 @@ def _decide(
                 None, "forced", f"next_skill {explicit!r} cannot run now: {why}"
             ), ()
         return RouteDecision(explicit, "forced", "next_skill names it"), ()
-    qualified = [b for b in ctx.ranked if why_not(ctx, b, state, auto) is None]
+    qualified = [b for b in ctx.ranked if may_run(ctx, b, state, auto)]
     if not qualified:
         return RouteDecision(None, "conditions", "no skill's triggers and requires hold"), ()
     if not auto and len(qualified) == 1:

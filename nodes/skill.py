@@ -141,22 +141,34 @@ class Visit:
     ``calls`` (model calls per skill: the scripted provider replays by this index) is counted
     up as the node calls its model, and written back with the step's update. The transcripts
     the visit reads or writes are kept for its length (``read``, by turn), so a node that
-    reads a turn's transcript, replies and ends the attempt reads the store once.
+    reads a turn's transcript, replies and ends the attempt reads the store once. A turn the
+    visit opens is referred to its thread by its first write (``opened``): a step is one
+    transaction in the store.
     """
 
     state: dict[str, Any]
+    view: RunView
     calls: dict[str, int]
     thread_id: str
     store: BaseStore
     read: dict[str, transcript.History] = field(default_factory=dict)
+    opened: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, state: dict[str, Any], config: RunnableConfig, store: BaseStore) -> Visit:
-        return cls(state, RunView(state).calls, str(config["configurable"]["thread_id"]), store)
+        view = RunView(state)
+        return cls(state, view, view.calls, str(config["configurable"]["thread_id"]), store)
 
-    @property
-    def view(self) -> RunView:
-        return RunView(self.state)
+    def open(self, turn: Turn) -> None:
+        """``turn`` starts in this visit: its first write records that the thread reaches it."""
+        self.opened.add(turn.id)
+
+    def refer(self, turn: Turn) -> None:
+        """Record now that the thread reaches ``turn`` (before writing the turn's own data
+        when its transcript may not have a row yet)."""
+        if turn.id in self.opened:
+            transcript.refer(self.store, self.thread_id, [turn.id])
+            self.opened.discard(turn.id)
 
     def save(
         self, turn: Turn, messages: Sequence[BaseMessage], calls: Sequence[ToolCall] = ()
@@ -165,7 +177,11 @@ class Visit:
         ``calls``: the records of the tool calls ``messages`` hold the results of."""
         if not messages:
             return turn
-        head = transcript.append(self.store, turn.id, turn.head, messages, calls, turn.attempt)
+        reaches = self.thread_id if turn.id in self.opened else None
+        head = transcript.append(
+            self.store, turn.id, turn.head, messages, calls, turn.attempt, reaches=reaches
+        )
+        self.opened.discard(turn.id)
         known = self._known(turn)
         if known is not None:
             self.read[turn.id] = known.then(head, messages, calls, turn.attempt)
@@ -341,8 +357,8 @@ class SkillNode:
 
     # -- steps ----------------------------------------------------------------------------
     def open_turn(self, visit: Visit) -> tuple[Turn, list[BaseMessage]]:
-        """A new turn and its opening messages (not yet stored); the thread is recorded as one
-        that reaches the turn's transcript."""
+        """A new turn and its opening messages (not yet stored: the first write of the turn
+        records that the thread reaches its transcript, see :meth:`Visit.open`)."""
         state = visit.state
         prepared = self.bundle.preprocess(dict(state)) if self.bundle.preprocess else None
         shown = self.examples.pick(state) if self.examples else ()
@@ -357,7 +373,7 @@ class SkillNode:
             # How the router chose this skill, for the attempt record.
             route=guard.route if guard is not None else None,
         )
-        transcript.refer(visit.store, visit.thread_id, [turn.id])
+        visit.open(turn)
         return turn, [self.system(), user]
 
     def system(self) -> SystemMessage:
@@ -432,7 +448,8 @@ class SkillNode:
         if verdict["action"] == "retry":
             return self._reject(visit, turn, verdict["errors"], verdict.get("retry_prompt"), source)
         action: AttemptAction = "ask_user" if verdict["action"] == "ask_user" else control["action"]
-        commit(visit.store, visit.thread_id, turn.id)  # the attempt's file changes stand
+        if any(c.wrote for c in visit.history(turn).of_attempt(turn.attempt)):
+            commit(visit.store, visit.thread_id, turn.id)  # the attempt's file changes stand
         update: dict[str, Any] = {
             **output["data"],
             "profile": output["profile"],

@@ -115,16 +115,24 @@ def append(
     messages: Sequence[BaseMessage],
     calls: Sequence[ToolCall] = (),
     attempt: int = 1,
+    *,
+    reaches: str | None = None,
 ) -> str:
     """Write ``messages`` as the row after ``head``; the new head. ``calls``: the records of
-    the tool calls whose results ``messages`` hold, made by ``attempt``.
+    the tool calls whose results ``messages`` hold, made by ``attempt``; ``reaches``: a thread
+    to :func:`refer` to the turn (its first row's writer).
 
-    A system prompt the store may not hold yet is written in the same batch.
+    A system prompt the store may not hold yet, and the reference, are written in the same
+    batch: one transaction a step.
     """
     known = _stored.setdefault(store, set())
-    ops: list[Op] = []
+    ops: list[Op] = _refer_ops(reaches, [turn_id]) if reaches is not None else []
     rows: list[dict[str, Any]] = []
-    for message in map(_storable, messages_to_dict(list(messages))):
+    dumped = messages_to_dict(list(messages))
+    # One pass in C finds the rare lone surrogate; only then is every value walked.
+    if _SURROGATE.search(json.dumps(dumped, ensure_ascii=False)):
+        dumped = _storable(dumped)
+    for message in dumped:
         if not _plain_system(message):
             rows.append(message)
             continue
@@ -138,7 +146,7 @@ def append(
     key = hashlib.sha256(_canonical(row).encode(errors="surrogatepass")).hexdigest()[:32]
     ops.append(PutOp(turn_namespace(turn_id), key, row))
     store.batch(ops)
-    known.update(op.key for op in ops[:-1] if isinstance(op, PutOp))
+    known.update(op.key for op in ops[:-1] if isinstance(op, PutOp) and op.namespace == PROMPTS)
     return key
 
 
@@ -188,6 +196,12 @@ def history(store: BaseStore, turn_id: str, head: str | None) -> History:
 def refer(store: BaseStore, thread_id: str, turn_ids: Iterable[str]) -> None:
     """Record that ``thread_id`` reaches the rows of ``turn_ids`` (it ran them, or a fork
     carried them over), so deleting another thread keeps them."""
+    ops = _refer_ops(thread_id, turn_ids)
+    if ops:
+        store.batch(ops)
+
+
+def _refer_ops(thread_id: str, turn_ids: Iterable[str]) -> list[Op]:
     label = thread_label(thread_id)
     ops: list[Op] = []
     for turn_id in turn_ids:
@@ -195,8 +209,7 @@ def refer(store: BaseStore, thread_id: str, turn_ids: Iterable[str]) -> None:
             PutOp((*_TURN_REFS, turn_id), label, {}),
             PutOp((*_THREAD_TURNS, label), turn_id, {}),
         ]
-    if ops:
-        store.batch(ops)
+    return ops
 
 
 def forget_thread(store: BaseStore, thread_id: str) -> int:

@@ -158,6 +158,18 @@ def call_with_retries(
     end = clock() + policy.budget_s
     if deadline is not None:
         end = min(end, deadline)
+    try:  # most calls get their reply at once: the retry machinery is for those that did not
+        return call()
+    except Exception as exc:
+        if not is_transport_failure(exc):
+            raise
+        failed = [exc]
+
+    def again() -> T:
+        """The first call's failure (already had), then ``call()`` again."""
+        if failed:
+            raise failed.pop()
+        return call()
 
     def wait(state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -186,7 +198,7 @@ def call_with_retries(
         before_sleep=told,
     )
     try:
-        return retrying(call)
+        return retrying(again)
     except RetryError as exc:
         last = exc.last_attempt.exception()
         assert last is not None  # a RetryError follows a failed attempt

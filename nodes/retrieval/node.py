@@ -204,6 +204,7 @@ class RetrievalSkillNode(SkillNode):
             "answer_by": "model" if self.ctx.has_model(self.name) and shown else "rules",
         }
         turn = turn.model_copy(update={"trajectory": trajectory})
+        visit.refer(turn)  # the evidence is the turn's: deleting the thread deletes it
         store.put(
             _evidence_key(turn.id),
             "evidence",

@@ -179,7 +179,8 @@ class Driver:
         """Claim what ``request`` takes, then run to a card or the end; the thread afterwards."""
         await self.take(request)
         result = None
-        async with contextlib.aclosing(self._drive(request)) as drive:
+        # Taken just now: the run starts at once, with nothing to confirm.
+        async with contextlib.aclosing(self._drive(request, confirm=False)) as drive:
             async for item in drive:
                 result = item
         assert isinstance(result, RunResult)  # _drive ends with the thread
@@ -225,12 +226,14 @@ class Driver:
     async def _release(self, claim: Claim, holder: str) -> None:
         await asyncio.to_thread(self.claims.release, *claim, holder)
 
-    async def _drive(self, request: Prepared) -> AsyncGenerator[Any, None]:
+    async def _drive(self, request: Prepared, *, confirm: bool = True) -> AsyncGenerator[Any, None]:
         """The graph's stream parts, then the thread as the run left it (a
-        :class:`RunResult`); the request's claims are given back however it ends."""
+        :class:`RunResult`); the request's claims are given back however it ends. ``confirm``:
+        check the claims first (a stream's run may start long after they were taken)."""
         lease = _Lease(self.claims, request.thread_id)
         try:
-            await self._confirm(request)
+            if confirm:
+                await self._confirm(request)
             async for part in self._parts(request, lease):
                 yield part
             # Read before the lease goes, so the outcome is this run's and not a next one's.
