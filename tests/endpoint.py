@@ -71,7 +71,9 @@ def completion(message: Mapping[str, Any], finish_reason: str = "stop") -> dict[
 
 @contextmanager
 def serve(steps: list[Step]) -> Iterator[Endpoint]:
-    """Serve ``steps`` in order, one per request; a request past the last is HTTP 500."""
+    """Serve ``steps`` in order, one per request. A request past the last is refused (HTTP
+    400): a run that goes on after a test's steps fails at once, where a 5xx would be retried
+    for the transport's whole budget."""
     endpoint = Endpoint("")
 
     class Handler(BaseHTTPRequestHandler):
@@ -82,7 +84,8 @@ def serve(steps: list[Step]) -> Iterator[Endpoint]:
             endpoint.authorizations.append(self.headers.get("Authorization", ""))
             endpoint.requests.append(body)
             index = len(endpoint.requests) - 1
-            step: Any = steps[index] if index < len(steps) else Answer(status=500)
+            past = Answer(status=400, error="test endpoint: no step left for this request")
+            step: Any = steps[index] if index < len(steps) else past
             if callable(step):
                 step = step(body)
             answer = step if isinstance(step, Answer) else Answer(message=step)
@@ -111,7 +114,8 @@ def serve(steps: list[Step]) -> Iterator[Endpoint]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for the next one, and every test that serves pays it.
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     endpoint.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     try:

@@ -173,6 +173,7 @@ def test_the_plugin_page_is_files_and_its_commands() -> None:
     }
 
 
+@pytest.mark.wheel
 def test_the_plugin_page_works_as_written(tmp_path: Path) -> None:
     """The plugin's tool, execution mode and grader run a skill and its eval; its output mode
     binds the reply's grammar as vLLM's ``guided_json`` (in a process of its own, as the

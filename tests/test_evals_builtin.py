@@ -42,6 +42,7 @@ def _expected(skill: str) -> dict[str, int]:
     return dict(Counter(f"{skill}/{c['bucket']}" for c in cases))
 
 
+@pytest.mark.slow  # a whole suite
 @pytest.mark.parametrize("skill", ["nomemory-recall", "rag-retrieve"])
 def test_builtin_suite_runs_with_no_model_through_the_cli(
     skill: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -14,7 +14,7 @@ from skilldeck import Settings
 from skilldeck.evals import run_suite
 from skilldeck.evals.suites import suite_for_skill
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("skill", ["card-agent", "pkm-agent", "litigation-intake"])

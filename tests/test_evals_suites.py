@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from skilldeck.cli import app
 from skilldeck.skills import builtin_skills_dir
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.slow]
 
 SKILLS = builtin_skills_dir()
 

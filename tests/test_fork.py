@@ -20,6 +20,7 @@ from skilldeck import (
     SkillDeckError,
     ThreadNotFoundError,
 )
+from skilldeck.nodes import transcript
 from skilldeck.scripted import load_script
 from skilldeck.settings import Settings
 
@@ -184,3 +185,38 @@ def test_running_again_from_an_earlier_checkpoint_sees_no_later_message() -> Non
             deck.graph.invoke(None, config)
             again = endpoint.raw[start]
     assert again == original[1]
+
+
+def _turns(deck: SkillDeck) -> set[str]:
+    """The turns whose transcript rows the store holds."""
+    return {item.namespace[2] for item in deck.store.search(("skilldeck", "turns"), limit=10_000)}
+
+
+def test_forgetting_a_thread_keeps_the_turns_a_fork_still_reaches(demo_deck: SkillDeck) -> None:
+    """A fork mid-way through the first turn shares that turn's rows: forgetting the original
+    deletes only its later turn, and the fork still forks (its chain is whole); forgetting
+    every thread leaves no row and no reference behind."""
+    thread = _paused(demo_deck)
+    assert demo_deck.run(Resume(thread, DEMO_ANSWERS)).status == "finished"
+    first_turn = _turns(demo_deck)
+    rows = demo_deck.history(thread)
+    mid = next(r for r in rows if r["node"] == "tools")  # inside the first turn
+    fork = demo_deck.fork(thread, mid["checkpoint_id"])
+    assert fork.status == "interrupted"
+    both = _turns(demo_deck)
+    assert len(both) == 2  # the first turn (shared) and the original's turn after its card
+
+    assert transcript.forget_thread(demo_deck.store, thread) == 1
+    kept = _turns(demo_deck)
+    assert len(kept) == 1 and kept < both
+    # The fork's chain is whole: forking it again mid-turn reads every row up to there.
+    fork_mid = next(r for r in demo_deck.history(fork.thread_id) if r["node"] == "tools")
+    again = demo_deck.fork(fork.thread_id, fork_mid["checkpoint_id"])
+    assert again.status == "interrupted"
+
+    for other in (fork.thread_id, again.thread_id):
+        transcript.forget_thread(demo_deck.store, other)
+    assert _turns(demo_deck) == set()
+    assert not demo_deck.store.search(("skilldeck", "turn_refs"), limit=10)
+    assert not demo_deck.store.search(("skilldeck", "thread_turns"), limit=10)
+    assert first_turn  # the run had written rows to begin with

@@ -368,7 +368,7 @@ def echoing_provider() -> Iterator[str]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     server.shutdown()
 
@@ -474,6 +474,7 @@ def test_bodies_only_python_would_parse_are_422_before_the_stream(
 
 
 # -- 7. resume claims do not pile up -------------------------------------------------------------
+@pytest.mark.slow
 def test_claims_stay_bounded_over_a_thousand_flows(skills_dir: Path, tmp_path: Path) -> None:
     question = {"question": "?", "field_key": "note", "input_type": "text", "required": True}
     write_bundle(skills_dir, "asker")
@@ -1009,6 +1010,7 @@ def test_every_client_chosen_id_follows_the_one_rule(
     assert deck.threads() == [] or all(t.thread_id == thread for t in deck.threads())
 
 
+@pytest.mark.slow
 def test_run_logs_hold_at_most_their_budget_over_many_runs(
     agui_app: tuple[TestClient, SkillDeck], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1357,6 +1359,7 @@ async def _until_done(log: RunLog, reader: Any) -> Any:
         yield message
 
 
+@pytest.mark.slow
 def test_run_logs_count_what_they_cost_in_memory() -> None:
     from ag_ui.core import RunErrorEvent, RunStartedEvent
 

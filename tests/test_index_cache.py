@@ -70,6 +70,7 @@ def _measured(build: object) -> int:
     return size
 
 
+@pytest.mark.slow
 def test_index_sizes_are_estimated_within_a_factor_of_two() -> None:
     tokenizer = Tokenizer(stem=True, stopwords=True)
     messages = [_message(i) for i in range(3000)]
@@ -109,6 +110,7 @@ def _memory(where: tuple[Path, Path], budget_mb: float) -> Memory:
     )
 
 
+@pytest.mark.slow
 def test_evicted_users_are_rebuilt_and_answer_as_before(memory_at: tuple[Path, Path]) -> None:
     users = [f"user{i}" for i in range(12)]
     small = _memory(memory_at, budget_mb=8)  # a few users' indexes at a time
@@ -136,6 +138,7 @@ def test_evicted_users_are_rebuilt_and_answer_as_before(memory_at: tuple[Path, P
     fresh.close()
 
 
+@pytest.mark.slow
 def test_concurrent_writes_and_searches_under_eviction_lose_and_double_nothing(
     memory_at: tuple[Path, Path],
 ) -> None:

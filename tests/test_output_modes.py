@@ -368,6 +368,7 @@ def test_a_cut_off_reply_is_a_rejected_attempt_that_is_asked_again() -> None:
     assert endpoint.requests[0]["max_completion_tokens"] == 1024
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "trouble",
     [
@@ -397,6 +398,7 @@ def test_a_call_that_got_no_reply_is_retried_and_never_reaches_the_transcript(
     assert len(last["messages"]) == len(answered["messages"]) + 2  # the call and its result
 
 
+@pytest.mark.slow
 def test_retry_after_is_honoured_before_the_next_call() -> None:
     wait = Answer(status=429, headers={"Retry-After": "1"})
     steps: list[Any] = [wait, text(json.dumps(PARSE)), text(json.dumps({"final": INTAKE_FINAL}))]
@@ -414,6 +416,7 @@ def test_retry_after_is_honoured_before_the_next_call() -> None:
     assert arrived[1] - arrived[0] >= 1.0  # the endpoint's wait, not the 0.5 s backoff
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_stays_away_leaves_the_thread_resumable() -> None:
     """Retries spent: the run stops MODEL_UNAVAILABLE (not CONTRACT_VIOLATION) at its last
     checkpoint, resumable; continuing it, once the endpoint is back, finishes the turn."""
@@ -473,6 +476,7 @@ def test_a_refused_key_is_a_model_error_at_once() -> None:
     assert len(endpoint.requests) == 1
 
 
+@pytest.mark.slow
 def test_the_run_deadline_ends_a_run_that_keeps_calling() -> None:
     slow = Answer(message=text(json.dumps(PARSE)), delay=0.6)
     settings = {"output_mode": "schema", "run_timeout_s": 1.0, "max_tool_rounds": 10}
@@ -637,6 +641,7 @@ def test_a_recorded_cut_off_replays_as_the_same_failure(
     assert len(turn["request"]) == 16
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "failed",
     [{"error": "timeout"}, {"error": "unavailable"}, {"error": "unavailable", "status": 500}],

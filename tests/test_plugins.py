@@ -30,7 +30,7 @@ from skilldeck.skills import load_bundle
 from skilldeck.tools import default_registry
 from skilldeck.tools import registry as tools
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.wheel]
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -42,7 +42,7 @@ from skilldeck.skills.conditions import ConditionError, parse_condition
 from skilldeck.skills.contract import PATH_PART_CHARS, OutputLimits
 from skilldeck.tools import default_registry
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.slow]
 
 # SKILLDECK_PROPERTY_EXAMPLES=2000 hunts longer; CI runs the default.
 BOUNDED = settings(

@@ -17,7 +17,7 @@ from skilldeck import Settings
 from skilldeck.evals import run_suite
 from skilldeck.evals.suites import suite_for_skill
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.slow]
 
 RECORDED = sorted((Path(__file__).parent / "cassettes" / "real").rglob("*.yaml"))
 

@@ -12,7 +12,7 @@ from langgraph.graph import END
 
 from skilldeck import SkillDeck, SkillDeckError, ThreadNotFoundError
 from skilldeck.nodes import NodeContext
-from skilldeck.nodes.router import candidates, fingerprint, route
+from skilldeck.nodes.router import candidates, fingerprint, may_run, route, why_not
 from skilldeck.settings import Settings
 from skilldeck.skills import SkillBundle, load_skills
 from skilldeck.tools import default_registry
@@ -542,3 +542,31 @@ def test_finish_ends_the_run_while_candidates_remain(
     assert result.state["calls"] == {"first": 1}
     assert _skills_run(deck, result.thread_id) == ["first"]
     assert _names(candidates(_by_name(deck.bundles), result.state)) == ["first", "second"]
+
+
+def test_the_hot_paths_yes_or_no_is_the_explanations() -> None:
+    """A step asks only whether each skill may run (:func:`may_run`); ``explain`` and a ``none``
+    say why not (:func:`why_not`). Over the built-in skills and states of every context, with
+    and without a matter, and with each requirement's key set or not, the two agree."""
+    deck = SkillDeck(checkpointer="memory://")
+    with deck:
+        ctx = deck._ctx
+        contexts = [*sorted({c for b in deck.bundles for c in b.contexts}), "auto", "nowhere"]
+        keys = sorted({k for b in deck.bundles for k in b.data_keys})
+        checked = 0
+        for context in contexts:
+            for matter in (None, "m-1"):
+                for key in [None, *keys]:
+                    state: dict[str, Any] = {"context": context, "matter_id": matter}
+                    if key is not None:
+                        state[key] = True
+                    auto = context == "auto"
+                    for bundle in deck.bundles:
+                        said = why_not(ctx, bundle, state, auto)
+                        assert may_run(ctx, bundle, state, auto) is (said is None), (
+                            bundle.name,
+                            state,
+                            said,
+                        )
+                        checked += 1
+    assert checked > 100

@@ -557,6 +557,7 @@ def test_a_card_claimed_by_another_process_is_409(client: TestClient, demo_deck:
     assert client.get(f"/threads/{thread}", headers=auth()).json()["status"] == "interrupted"
 
 
+@pytest.mark.slow  # the busy lease is asked for again for about 2 s
 def test_a_thread_run_by_another_process_is_409_busy(
     client: TestClient, demo_deck: SkillDeck
 ) -> None:
@@ -716,6 +717,7 @@ def api_schema() -> Iterator[Any]:
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 def test_fuzzed_requests_get_documented_answers_and_no_5xx(case: Any) -> None:

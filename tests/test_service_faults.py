@@ -63,7 +63,7 @@ from skilldeck.errors import (
 )
 from skilldeck.server import create_app, hash_key
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.server]
 
 KEY = "sdk_faults_test_key_0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -243,6 +243,7 @@ def test_concurrent_resumes_from_two_decks_apply_the_answers_once(database_url: 
 
 
 # -- run leases ------------------------------------------------------------------------------
+@pytest.mark.slow  # a busy lease is asked for again for about 2 s before it is refused
 def test_a_thread_being_run_is_busy_for_another_deck(database_url: str) -> None:
     """Two decks on one database stand for two processes: while one runs a thread, the other
     can neither continue that run nor start a new turn; the run gives the thread back before
@@ -317,6 +318,7 @@ def test_a_request_checked_against_an_older_checkpoint_is_busy(demo_deck: SkillD
     assert demo_deck.claims.claim(thread, RUN_LEASE)  # given back
 
 
+@pytest.mark.slow  # as above
 def test_async_runs_hold_the_run_lease_too(database_url: str) -> None:
     other = _demo_deck(database_url)
 
