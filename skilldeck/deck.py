@@ -141,6 +141,8 @@ class SkillDeck:
         trust: TrustSource = (),
     ) -> None:
         settings = settings or Settings()
+        # Skills first: a bad bundle fails before any database is made.
+        self._build(skills, settings, tools, TrustPolicy.of(settings.trusted_paths, trust))
         if isinstance(checkpointer, Persistence):
             persistence = checkpointer
         elif isinstance(checkpointer, BaseCheckpointSaver):
@@ -151,7 +153,6 @@ class SkillDeck:
                 timeout=settings.sqlite_timeout_s,
                 pool_size=settings.postgres_pool_size,
             )
-        self._build(skills, settings, tools, TrustPolicy.of(settings.trusted_paths, trust))
         self._attach(persistence, owned=True)
 
     def _build(
