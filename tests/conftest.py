@@ -310,7 +310,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: Fixtures that start real servers: a test that uses one is heavy (tests/tiers.py).
-HEAVY_FIXTURES = {"postgres_url": "server", "private_postgres": "server", "chroma_url": "server"}
+HEAVY_FIXTURES = {
+    "postgres_url": "server",
+    "private_postgres": "server",
+    "chroma_url": "server",
+    # The HTTP service in process (tests/test_hardening.py's apps).
+    "agui_app": "service",
+    "rag_client": "service",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -20,7 +20,7 @@ from skilldeck.server import create_app, hash_key
 from skilldeck.server.agui import agui_events
 from skilldeck.types import DeltaEvent, DoneEvent, StepEvent, ToolCallEvent
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.service]
 
 KEYS = {"alice": "sdk_alice_test_key_0123456789", "bob": "sdk_bob_test_key_9876543210"}
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from skilldeck.cli import app
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.cli]
 
 CARD_KEYS = {"event", "thread_id", "skill", "review_type", "questions", "interrupt_id"}
 RUN_INPUT = json.dumps({"documents": ["complaint.txt"]})

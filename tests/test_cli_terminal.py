@@ -25,7 +25,7 @@ from skilldeck import Resume, Settings, SkillDeck
 from skilldeck.cli import app
 from skilldeck.errors import SkillNotLoadedError
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.cli]
 
 MODEL = f"scripted:{DEMO_SCRIPT}"
 

@@ -21,7 +21,7 @@ from skilldeck.scripted import load_script
 from skilldeck.server import create_app, hash_key
 from skilldeck.types import DeltaEvent, Event, SkillResultEvent
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.service]
 
 RUN = {"context": "matter", "user_id": "u", "matter_id": "demo-matter"}
 DEMO = {"documents": ["complaint.txt"]}

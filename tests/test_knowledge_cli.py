@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from skilldeck import Settings, SkillDeck
 from skilldeck.cli import app
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.cli]
 
 FIXTURES = Path(__file__).parent / "fixtures" / "knowledge"
 

@@ -16,7 +16,7 @@ from skilldeck.tools.messages import Message, MessageStore
 from skilldeck.tools.snapshots import SNAPSHOT_MIN, joined, split
 from skilldeck.tools.text import Tokenizer
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.stores]
 
 ALL = {"role": "any", "time_range": {"since": "2020-01-01T00:00:00Z"}}
 QUERIES = ["w3 w17", "w100 w2 w9", '"w1 w2"', "w4999", "token17 w5"]

@@ -42,7 +42,7 @@ from skilldeck.server import API_KEYS_ENV, ApiKeys, create_app, hash_key
 from skilldeck.skills import builtin_skills_dir
 from skilldeck.tools import ToolRegistry
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.service]
 
 KEYS = {"alice": "sdk_alice_test_key_0123456789", "bob": "sdk_bob_test_key_9876543210"}
 HASHES = {hash_key(key): user for user, key in KEYS.items()}

@@ -21,7 +21,7 @@ from skilldeck.tools.messages import MessageStore
 from skilldeck.tools.snapshots import SNAPSHOT_MIN, pack, unpack
 from skilldeck.tools.vectors import VectorIndex, _UserVectors, open_chroma
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.stores]
 
 USER = "ada"
 N = SNAPSHOT_MIN + 100

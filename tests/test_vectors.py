@@ -22,7 +22,7 @@ from skilldeck.tools.embeddings import (
 )
 from skilldeck.tools.vectors import VectorHit, VectorIndex, open_chroma
 
-pytestmark = pytest.mark.L2
+pytestmark = [pytest.mark.L2, pytest.mark.stores]
 
 SPICY_EN = "I don't eat spicy food"
 SPICY_ZH = "我不吃辣"

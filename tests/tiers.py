@@ -1,8 +1,9 @@
 """Seed 004's tiers and the heavy markers: a pytest plugin that tests/conftest.py registers.
 
 Each test carries a tier (``L1``, ``L2``, ``L3`` or ``integration``; a test with none stops the
-run). Heavy tests (servers, browsers, wheels, notebooks, child processes, long in-process work)
-carry a heavy marker too, by hand or because they use a fixture that starts a server. They run
+run). Heavy tests (servers, browsers, wheels, notebooks, child processes, long in-process work,
+and the applications around the engine: the HTTP service, the CLI, the vector stores) carry a
+heavy marker too, by hand or because they use a fixture that starts a server. They run
 with everything else under a plain ``pytest``, and under ``-m`` only when the expression names a
 heavy marker: ``pytest -m "L1 or L2"``, the tiers a skill author runs after every change, leaves
 them out and stays quick.
@@ -20,7 +21,7 @@ __all__ = ["HEAVY", "TIERS", "Tiers"]
 #: Seed 004's tiers: each test carries one of these (its module's ``pytestmark``, mostly).
 TIERS = ("L1", "L2", "L3", "integration")
 #: The markers of heavy tests (pyproject.toml describes each).
-HEAVY = ("server", "browser", "wheel", "notebook", "subprocess", "slow")
+HEAVY = ("server", "browser", "wheel", "notebook", "subprocess", "slow", "service", "cli", "stores")
 
 
 class Tiers:

@@ -47,9 +47,19 @@ EXIT_USAGE = 2
 #: Ctrl-C.
 EXIT_INTERRUPTED = 130
 
+
+def _console(*, stderr: bool = False) -> Console:
+    """A console whose width follows ``COLUMNS`` and the terminal at each command. Rich fixes
+    the width for good when ``COLUMNS`` is set as a console is made; these live as long as the
+    process, which may run many commands (a notebook, a test runner)."""
+    console = Console(stderr=stderr)
+    console._width = None  # rich's own default: read COLUMNS, then the terminal, at each use
+    return console
+
+
 #: The command's result goes to stdout; diagnostics and progress go to stderr.
-out = Console()
-err = Console(stderr=True)
+out = _console()
+err = _console(stderr=True)
 
 SkillsOpt = Annotated[
     list[str] | None,

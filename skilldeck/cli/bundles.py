@@ -56,7 +56,9 @@ def new(
     if as_json:
         print(json.dumps({"folder": str(folder), "files": files, "trusted": True}))
         return
-    out.print(f"wrote {folder}/ (trusted here: its scripts will run)", highlight=False)
+    out.print(
+        f"wrote {folder}/ (trusted here: its scripts will run)", highlight=False, soft_wrap=True
+    )
     for file in files:
         out.print(f"  {file}", highlight=False)
     out.print(

@@ -338,7 +338,8 @@ def graph(
     if as_json:
         print(json.dumps({"mermaid": text, "pictures": [str(p) for p in pictures]}))
     elif pictures:
-        out.print("\n".join(f"wrote {p}" for p in pictures), highlight=False)
+        # A path is printed whole, never broken across lines: it is copied and pasted.
+        out.print("\n".join(f"wrote {p}" for p in pictures), highlight=False, soft_wrap=True)
     else:
         print(text)
 
