@@ -24,8 +24,8 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from serving import ServeProcess, free_port
 from servers import program
+from serving import ServeProcess, free_port
 
 from skilldeck import SkillDeck, demo
 from skilldeck.server.keys import hash_key
@@ -88,18 +88,20 @@ async def stdio_session(
         args=mcp_command(checkpoint, "--user", "ann", *args)[1:],
         env=server_env(home, **env),
     )
-    async with stdio_client(params) as (read, write):
-        async with session_of(read, write, elicit) as client:
-            yield client
+    async with stdio_client(params) as (read, write), session_of(read, write, elicit) as client:
+        yield client
 
 
 @asynccontextmanager
 async def http_session(url: str, key: str, elicit: Elicit | None) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(60, read=300)) as http:
-        async with streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, _):
-            async with session_of(read, write, elicit) as client:
-                yield client
+    timeout = httpx.Timeout(60, read=300)
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=timeout) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, _),
+        session_of(read, write, elicit) as client,
+    ):
+        yield client
 
 
 @asynccontextmanager
@@ -252,7 +254,9 @@ def test_an_unanswered_card_stays_pending_and_another_process_answers_it(
     )
     card = body["card"]
     text = pending.content[0].text  # type: ignore[union-attr]
-    assert f"thread_id {body['thread_id']}" in text and f"interrupt_id {card['interrupt_id']}" in text
+    assert (
+        f"thread_id {body['thread_id']}" in text and f"interrupt_id {card['interrupt_id']}" in text
+    )
     thread, _ = thread_of(checkpoint, body["thread_id"])
     assert thread.status == "interrupted" and thread.card["interrupt_id"] == card["interrupt_id"]
 
@@ -279,8 +283,13 @@ def test_a_card_becomes_a_flat_form_or_none() -> None:
 
     options = [{"label": "One", "value": 1}, {"label": "Yes", "value": True}]
     form = elicitation_form(
-        [q("text"), q("number", minimum=0, maximum=9), q("integer"), q("boolean"),
-         q("select", options=options)]  # fmt: skip
+        [
+            q("text"),
+            q("number", minimum=0, maximum=9),
+            q("integer"),
+            q("boolean"),
+            q("select", options=options),
+        ]
     )
     assert form is not None
     props = form.schema["properties"]
@@ -354,7 +363,7 @@ def test_streamable_http_uses_api_keys_and_keeps_users_apart(
             done = await alice.call("resume", {"thread_id": body["thread_id"]})
         return pending, stolen, matter, done
 
-    pending, stolen, matter, done = anyio.run(main)
+    _pending, stolen, matter, done = anyio.run(main)
     assert stolen.isError and "THREAD_NOT_FOUND" in stolen.content[0].text  # type: ignore[union-attr]
     assert matter.isError and "MATTER_NOT_FOUND" in matter.content[0].text  # type: ignore[union-attr]
     assert done.structuredContent is not None
@@ -464,3 +473,28 @@ def test_the_mcp_inspector_lists_the_tools_and_calls_one(checkpoint: str, tmp_pa
                "--tool-arg", f"answers={json.dumps(demo.ANSWERS)}")  # fmt: skip
     assert done["structuredContent"]["status"] == "finished", done
     assert done["structuredContent"]["profile"]["defendant"]["type"] == "organisation"
+
+
+@pytest.mark.subprocess
+@pytest.mark.timeout(180)
+def test_the_services_limits_and_input_checks_hold_over_mcp(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    """A user past their threads a minute is refused as over HTTP, and an input the skill's
+    schema refuses is an error result; neither changes anything."""
+
+    async def main() -> list[types.CallToolResult]:
+        home = tmp_path / "home"
+        async with stdio_session(checkpoint, home, None, SKILLDECK_THREADS_PER_MINUTE="1") as c:
+            bad = await c.call("litigation-intake", {"documents": [], "matter_id": "demo-matter"})
+            first = await c.call("litigation-intake", ARGS)
+            second = await c.call("run", {"request": "summarise my notes"})
+            return [bad, first, second]
+
+    bad, first, second = anyio.run(main)
+    assert bad.isError and "Input validation error" in bad.content[0].text  # type: ignore[union-attr]
+    assert first.structuredContent is not None
+    assert first.structuredContent["status"] == "interrupted"
+    assert second.isError and "TOO_MANY_THREADS" in second.content[0].text  # type: ignore[union-attr]
+    with SkillDeck(checkpointer=checkpoint, settings=Settings()) as deck:
+        assert len(deck.threads(user_id="ann")) == 1
