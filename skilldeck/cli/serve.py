@@ -15,6 +15,7 @@ import typer
 from skilldeck.cli._shared import (
     CheckpointOpt,
     JsonOpt,
+    ModelOpt,
     SkillsOpt,
     TrustOpt,
     checkpoint_url,
@@ -34,41 +35,43 @@ keys_app = typer.Typer(
     help="API keys of the HTTP service (stored as hashes).", no_args_is_help=True
 )
 
+# The options `serve` and `mcp` share.
+HostOpt = Annotated[str, typer.Option(help="Interface to listen on.")]
+PortOpt = Annotated[int, typer.Option(help="TCP port.", min=0, max=65535)]
+KeysOpt = Annotated[
+    Path | None,
+    typer.Option(help="API key file {sha256: user_id} (default: $SKILLDECK_API_KEYS)."),
+]
+ServiceCheckpointOpt = Annotated[
+    str | None, typer.Option(help="Checkpoint URL (default: SKILLDECK_CHECKPOINT_URL).")
+]
+FilesRootOpt = Annotated[
+    Path | None,
+    typer.Option(help="The folder with one folder per matter (default: SKILLDECK_FILES_ROOT)."),
+]
+MatterPolicyOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="'granted': users run only on matters made or granted with `skilldeck "
+        "matters`; 'claim' (one tenant): also on a matter nobody owns yet, which becomes "
+        "theirs (default: SKILLDECK_MATTER_POLICY, else granted; `mcp --demo`: claim)."
+    ),
+]
+
 
 def serve(
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.", min=0, max=65535)] = 8000,
-    keys: Annotated[
-        Path | None,
-        typer.Option(help="API key file {sha256: user_id} (default: $SKILLDECK_API_KEYS)."),
-    ] = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    keys: KeysOpt = None,
     skills: SkillsOpt = None,
     trust: TrustOpt = None,
-    checkpoint: Annotated[
-        str | None,
-        typer.Option(help="Checkpoint URL (default: SKILLDECK_CHECKPOINT_URL)."),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="Model for every skill: MODEL, PROVIDER:MODEL, scripted:FILE or rules (no model)."
-        ),
-    ] = None,
+    checkpoint: ServiceCheckpointOpt = None,
+    model: ModelOpt = None,
     max_body_bytes: Annotated[int, typer.Option(help="Larger request bodies get 413.", min=1)] = (
         1_000_000
     ),
-    files_root: Annotated[
-        Path | None,
-        typer.Option(help="The folder with one folder per matter (default: SKILLDECK_FILES_ROOT)."),
-    ] = None,
-    matter_policy: Annotated[
-        str | None,
-        typer.Option(
-            help="'granted': users run only on matters made or granted with `skilldeck "
-            "matters`; 'claim' (one tenant): also on a matter nobody owns yet, which becomes "
-            "theirs (default: SKILLDECK_MATTER_POLICY, else granted)."
-        ),
-    ] = None,
+    files_root: FilesRootOpt = None,
+    matter_policy: MatterPolicyOpt = None,
     docs: Annotated[
         bool, typer.Option(help="Serve /docs (its page loads Swagger UI from a CDN).")
     ] = False,
@@ -186,39 +189,19 @@ def mcp(
             "(as `serve`), instead of stdio.",
         ),
     ] = False,
-    host: Annotated[str, typer.Option(help="Interface to listen on (--http).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port (--http).", min=0, max=65535)] = 8000,
-    keys: Annotated[
-        Path | None,
-        typer.Option(help="API key file {sha256: user_id} (--http; default: $SKILLDECK_API_KEYS)."),
-    ] = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    keys: KeysOpt = None,
     user: Annotated[
         str | None,
         typer.Option(help="The user a stdio server acts as (default: the login name)."),
     ] = None,
     skills: SkillsOpt = None,
     trust: TrustOpt = None,
-    checkpoint: Annotated[
-        str | None,
-        typer.Option(help="Checkpoint URL (default: SKILLDECK_CHECKPOINT_URL)."),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="Model for every skill: MODEL, PROVIDER:MODEL, scripted:FILE or rules (no model)."
-        ),
-    ] = None,
-    files_root: Annotated[
-        Path | None,
-        typer.Option(help="The folder with one folder per matter (default: SKILLDECK_FILES_ROOT)."),
-    ] = None,
-    matter_policy: Annotated[
-        str | None,
-        typer.Option(
-            help="'granted' or 'claim', as for `serve` (default: SKILLDECK_MATTER_POLICY, else "
-            "granted; --demo: claim)."
-        ),
-    ] = None,
+    checkpoint: ServiceCheckpointOpt = None,
+    model: ModelOpt = None,
+    files_root: FilesRootOpt = None,
+    matter_policy: MatterPolicyOpt = None,
     demo: Annotated[
         bool,
         typer.Option(
