@@ -70,6 +70,7 @@ class Client:
 
     def __init__(self, session: ClientSession, seen: dict[str, list[Any]]) -> None:
         self.session, self.seen = session, seen
+        self.session_id: str | None = None  # the MCP session's id (streamable HTTP)
 
     async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         async def progress(value: float, total: float | None, message: str | None) -> None:
@@ -98,9 +99,10 @@ async def http_session(url: str, key: str, elicit: Elicit | None) -> AsyncIterat
     timeout = httpx.Timeout(60, read=300)
     async with (
         httpx.AsyncClient(headers=headers, timeout=timeout) as http,
-        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, _),
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, session_id),
         session_of(read, write, elicit) as client,
     ):
+        client.session_id = session_id()
         yield client
 
 
@@ -371,6 +373,79 @@ def test_streamable_http_uses_api_keys_and_keeps_users_apart(
     thread, history = thread_of(checkpoint, done.structuredContent["thread_id"])
     assert thread.state["user_id"] == "alice"
     assert [row["answers"] for row in history if row["answers"]] == [demo.ANSWERS]
+
+
+@pytest.mark.server
+@pytest.mark.timeout(240)
+def test_an_mcp_session_is_bound_to_the_user_whose_key_opened_it(
+    http_server: Callable[[], ServeProcess], checkpoint: str
+) -> None:
+    """Bob, with a key of his own and alice's session id, can neither answer the card alice's
+    session has open (POST of the elicitation's response), call a tool in her session, read
+    its stream (GET) nor end it (DELETE): each is 404 as for an unknown session, so the id is
+    not even confirmed; her card stays as it was and her session goes on."""
+    server = http_server()
+    asked, release = anyio.Event(), anyio.Event()
+    elicitation: dict[str, Any] = {}
+
+    async def hold(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        elicitation["id"] = context.request_id
+        asked.set()
+        await release.wait()
+        return types.ElicitResult(action="decline")
+
+    async def intrude(session_id: str, request_id: Any) -> list[tuple[str, int]]:
+        bob = {"Accept": "application/json, text/event-stream", "Mcp-Session-Id": session_id}
+        answer = {"jsonrpc": "2.0", "id": request_id,
+                  "result": {"action": "accept", "content": demo.ANSWERS}}  # fmt: skip
+        listing = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+        seen: list[tuple[str, int]] = []
+        url = f"{server.url}/mcp"
+        async with httpx.AsyncClient(timeout=30) as http:
+            for key in ({"Authorization": "Bearer bob-key"}, {"X-API-Key": "bob-key"}):
+                headers = {**bob, **key}
+                for what, body in (("answer", answer), ("tools/list", listing)):
+                    posted = await http.post(url, json=body, headers=headers)
+                    seen.append((what, posted.status_code))
+                async with http.stream("GET", url, headers=headers) as stream:
+                    seen.append(("GET", stream.status_code))
+            deleted = await http.delete(url, headers={**bob, "Authorization": "Bearer bob-key"})
+            seen.append(("DELETE", deleted.status_code))
+            nobody = await http.post(url, json=listing, headers=bob)
+            seen.append(("no key", nobody.status_code))
+        return seen
+
+    async def main() -> tuple[types.CallToolResult, types.ListToolsResult]:
+        async with http_session(server.url, "alice-key", hold) as alice:
+            assert alice.session_id is not None
+            results: list[types.CallToolResult] = []
+            async with anyio.create_task_group() as group:
+
+                async def call() -> None:
+                    results.append(await alice.call("litigation-intake", ARGS))
+
+                group.start_soon(call)
+                with anyio.fail_after(120):
+                    await asked.wait()
+                seen = await intrude(alice.session_id, elicitation["id"])
+                # Before her call or session could hang on what bob did to them.
+                assert seen == [
+                    *[("answer", 404), ("tools/list", 404), ("GET", 404)] * 2,
+                    ("DELETE", 404),
+                    ("no key", 401),
+                ]
+                release.set()
+            tools = await alice.session.list_tools()  # her session is still hers
+        return results[0], tools
+
+    result, tools = anyio.run(main)
+    assert "litigation-intake" in {t.name for t in tools.tools}
+    body = result.structuredContent
+    assert body is not None and body["status"] == "interrupted", result.content
+    assert body["pending"] == "declined"
+    thread, history = thread_of(checkpoint, body["thread_id"])
+    assert thread.state["user_id"] == "alice" and thread.state["profile"].get("defendant") is None
+    assert not [row for row in history if row["answers"]]
 
 
 @pytest.mark.server

@@ -40,6 +40,8 @@ from weakref import WeakKeyDictionary
 
 import anyio
 from mcp import types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import McpError
@@ -649,6 +651,10 @@ def http_app(
     manager = StreamableHTTPSessionManager(app=server.server, max_request_body_size=max_body_bytes)
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        # The SDK binds a session to the principal of the request that opened it and answers
+        # a request naming the session with another principal 404, as an unknown session:
+        # the principal is the user of the key KeyRequired found (Bearer or X-API-Key).
+        scope["user"] = _principal(scope["state"]["user_id"])
         await manager.handle_request(scope, receive, send)
 
     async def health(request: Request) -> JSONResponse:
@@ -666,6 +672,11 @@ def http_app(
     )
     limited = BodyLimit(app, max_body_bytes, keys, deck.settings.body_timeout_s)
     return KeyRequired(limited, keys, open_paths=frozenset({"/health"}))
+
+
+def _principal(user_id: str) -> AuthenticatedUser:
+    """A user as the SDK's session manager compares who sends a session's requests."""
+    return AuthenticatedUser(AccessToken(token="", client_id=user_id, subject=user_id, scopes=[]))
 
 
 class _Asgi:
