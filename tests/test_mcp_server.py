@@ -146,6 +146,13 @@ def thread_of(checkpoint: str, thread_id: str) -> tuple[Any, list[dict[str, Any]
         return deck.get_thread(thread_id), deck.history(thread_id)
 
 
+def text_of(result: types.CallToolResult) -> str:
+    """The text of a tool result (its first content block)."""
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
 def check_structured(tools: types.ListToolsResult, name: str, result: types.CallToolResult) -> None:
     (tool,) = [t for t in tools.tools if t.name == name]
     assert tool.outputSchema is not None
@@ -567,9 +574,53 @@ def test_the_services_limits_and_input_checks_hold_over_mcp(
             return [bad, first, second]
 
     bad, first, second = anyio.run(main)
-    assert bad.isError and "Input validation error" in bad.content[0].text  # type: ignore[union-attr]
+    assert bad.isError and "$.documents: must list at least one value" in text_of(bad)
     assert first.structuredContent is not None
     assert first.structuredContent["status"] == "interrupted"
     assert second.isError and "TOO_MANY_THREADS" in second.content[0].text  # type: ignore[union-attr]
     with SkillDeck(checkpointer=checkpoint, settings=Settings()) as deck:
         assert len(deck.threads(user_id="ann")) == 1
+
+
+@pytest.mark.subprocess
+@pytest.mark.timeout(180)
+def test_arguments_are_checked_before_anything_is_stored(checkpoint: str, tmp_path: Path) -> None:
+    """Arguments the tool's schema refuses are refused with the deck's INVALID_INPUT, each
+    problem at its JSON path; ids (thread_id, interrupt_id, matter_id) by the one id rule,
+    before a matter is claimed or a thread made; a start the deck refuses keeps no thread."""
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("litigation-intake", {"documents": [1, "x"], "matter_id": demo.MATTER_ID, "y": 2}),
+        ("litigation-intake", {"documents": ["complaint.txt"], "matter_id": "../../etc"}),
+        ("litigation-intake", {**ARGS, "thread_id": "t" * 129}),
+        ("run", {"request": "notes", "thread_id": "a/b"}),
+        ("run", {"request": 5, "extra": True}),
+        ("resume", {"thread_id": "t1", "interrupt_id": 42}),
+        ("resume", {"thread_id": "t1", "answers": "yes", "elicit": "no"}),
+        ("no-such-tool", {}),
+        ("litigation-intake", {"documents": ["complaint.txt"]}),  # needs a matter
+    ]
+
+    async def main() -> list[types.CallToolResult]:
+        async with stdio_session(checkpoint, tmp_path / "home", None) as c:
+            return [await c.call(name, arguments) for name, arguments in calls]
+
+    results = anyio.run(main)
+    assert all(r.isError and r.structuredContent is None for r in results)
+    texts = [text_of(r) for r in results]
+    rule = "must be 1 to 128 letters, digits and . _ : -, starting with a letter or digit"
+    expected = [
+        ["error [INVALID_INPUT]", "$.documents[0]: must be text"],
+        ["error [INVALID_INPUT]", f"matter_id '../../etc' {rule}"],
+        ["error [INVALID_INPUT]", "thread_id is 129 characters long"],
+        ["error [INVALID_INPUT]", f"thread_id 'a/b' {rule}"],
+        ["error [INVALID_INPUT]", "$: may not have 'extra'", "$.request: must be text"],
+        ["error [INVALID_INPUT]", "interrupt_id must be a string, not int"],
+        ["error [INVALID_INPUT]", "$.answers: must be an object", "$.elicit: must be true or"],
+        ["error [UNKNOWN_TOOL]", "no tool 'no-such-tool'"],
+        ["error [MATTER_REQUIRED]"],
+    ]
+    for text, parts in zip(texts, expected, strict=True):
+        assert all(part in text for part in parts), (text, parts)
+    with SkillDeck(checkpointer=checkpoint, settings=Settings()) as deck:
+        assert deck.threads(user_id="ann") == []
+        assert deck.index.matter("../../etc") is None

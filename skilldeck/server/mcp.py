@@ -52,6 +52,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from skilldeck._internal.ids import ID_MAX_LENGTH, ID_PATTERN, check_id
 from skilldeck._internal.redact import log_error, safe_reason
 from skilldeck.deck import SkillDeck
 from skilldeck.errors import InvalidAnswersError, NoPendingCardError, SkillDeckError
@@ -60,11 +61,12 @@ from skilldeck.nodes import AUTO_CONTEXT
 from skilldeck.server.errors import NotFound, TooManyRequests
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit, KeyRequired
-from skilldeck.server.runlog import SKILLDECK_EVENTS, Protocol
-from skilldeck.server.runs import RunStart, RunStreams
+from skilldeck.server.runlog import SKILLDECK_EVENTS, Protocol, RunLog
+from skilldeck.server.runs import RunStreams
 from skilldeck.server.service import Service, service_version
 from skilldeck.server.threads import Threads
 from skilldeck.skills.bundle import SkillBundle
+from skilldeck.skills.contract import Validator, compile_schema, format_errors
 from skilldeck.types import CardQuestion, Resume, ThreadStatus
 
 __all__ = [
@@ -100,7 +102,9 @@ PendingReason = Literal[
     "unsupported", "not_flat", "declined", "cancelled", "unanswered", "invalid", "not_asked"
 ]
 
-_ID = {"type": "string", "minLength": 1, "maxLength": 200}
+_ID = {"type": "string", "minLength": 1, "maxLength": ID_MAX_LENGTH, "pattern": ID_PATTERN}
+#: The arguments that name an id: each is held to the one id rule (``check_id``) first.
+_ID_ARGS = ("thread_id", "interrupt_id", "matter_id")
 _START_ARGS: dict[str, Any] = {
     "matter_id": {
         **_ID,
@@ -255,6 +259,9 @@ class DeckServer:
                 f"({RUN_TOOL}, {RESUME_TOOL}): rename its folder to serve it over MCP"
             )
         self._bundles = {b.name: b for b in deck.bundles}
+        tools = [*(self._skill_tool(b) for b in self._bundles.values()), *_own_tools()]
+        self._tools = tools
+        self._validators = {t.name: compile_schema(t.inputSchema) for t in tools}
         self._data_keys = sorted({k for b in deck.bundles for k in b.data_keys})
         self._levels: WeakKeyDictionary[ServerSession, types.LoggingLevel] = WeakKeyDictionary()
         self.server: Server[Any, Any] = Server(
@@ -264,9 +271,10 @@ class DeckServer:
             "them by elicitation. A card left unanswered stays pending: answer it later with "
             "the resume tool (thread_id, interrupt_id).",
         )
-        # The SDK's decorators for these two have no annotations.
+        # The SDK's decorators for these two have no annotations. The arguments are checked
+        # by _check_arguments, which says where each problem is (the SDK's check does not).
         self.server.list_tools()(self._list_tools)  # type: ignore[no-untyped-call]
-        self.server.call_tool(validate_input=True)(self._call_tool)
+        self.server.call_tool(validate_input=False)(self._call_tool)
         self.server.set_logging_level()(self._set_level)  # type: ignore[no-untyped-call]
 
     def initialization_options(self) -> Any:
@@ -275,7 +283,7 @@ class DeckServer:
 
     # -- tools ----------------------------------------------------------------------------
     async def _list_tools(self) -> list[types.Tool]:
-        return [*(self._skill_tool(b) for b in self._bundles.values()), *_own_tools()]
+        return self._tools
 
     def _skill_tool(self, bundle: SkillBundle) -> types.Tool:
         schema = dict(bundle.input_schema or {})
@@ -298,14 +306,13 @@ class DeckServer:
         try:
             call = _Call(self._caller())
             await self._log("info", {"tool": name, "user_id": call.user})
+            self._check_arguments(name, arguments)
             if name == RESUME_TOOL:
                 return await self._resume(call, arguments)
             if name == RUN_TOOL:
                 request = {"request": arguments["request"]}
                 return await self._start(call, request, AUTO_CONTEXT, None, arguments)
-            bundle = self._bundles.get(name)
-            if bundle is None:
-                raise _Refused("UNKNOWN_TOOL", f"no tool {name!r}: list the tools (tools/list)")
+            bundle = self._bundles[name]
             run_input = {k: v for k, v in arguments.items() if k not in _START_ARGS}
             context = bundle.contexts[0] if bundle.contexts else AUTO_CONTEXT
             return await self._start(call, run_input, context, bundle.name, arguments)
@@ -319,6 +326,24 @@ class DeckServer:
             frame = "internal error ({}); the details are in the server log"
             reason = log_error(log, f"MCP tool call {name!r} failed", exc, frame=frame)
             return _error("INTERNAL_ERROR", str(reason))
+
+    def _check_arguments(self, name: str, arguments: Mapping[str, Any]) -> None:
+        """Refuse, before anything is stored, a call of an unknown tool and arguments that do
+        not fit its input schema: ids by the one id rule, the rest with each JSON path.
+
+        Raises:
+            SkillDeckError: ``INVALID_INPUT``, saying what is wrong where.
+        """
+        validator: Validator | None = self._validators.get(name)
+        if validator is None:
+            raise _Refused("UNKNOWN_TOOL", f"no tool {name!r}: list the tools (tools/list)")
+        for key in _ID_ARGS:
+            if key in arguments:
+                check_id(key, arguments[key])
+        errors = format_errors(validator, arguments, plain=True)
+        if errors:
+            detail = "; ".join(f"{e['path']}: {e['message']}" for e in errors)
+            raise SkillDeckError(f"the arguments of tool {name!r} do not fit its schema: {detail}")
 
     def _caller(self) -> str:
         if self.user is not None:
@@ -340,22 +365,30 @@ class DeckServer:
         threads, deck, user = self.service.threads, self.service.deck, call.user
         matter_id, thread_id = arguments.get("matter_id"), arguments.get("thread_id")
         await run_in_threadpool(threads.check_matter, user, matter_id)
+        created = thread_id is None
         if thread_id is None:
             thread_id = (await run_in_threadpool(threads.create, user)).thread_id
         else:
             await run_in_threadpool(threads.owned, thread_id, user)
-        outcome = await self._follow(
-            call,
-            thread_id,
-            lambda: deck.stream(
-                run_input,
-                context=context,
-                thread_id=thread_id,
-                user_id=user,
-                matter_id=matter_id,
-                next_skill=skill,
-            ),
-        )
+        try:
+            run_log = await self.service.runs.start(
+                thread_id,
+                user,
+                lambda: deck.stream(
+                    run_input,
+                    context=context,
+                    thread_id=thread_id,
+                    user_id=user,
+                    matter_id=matter_id,
+                    next_skill=skill,
+                ),
+                MCP_EVENTS,
+            )
+        except BaseException:
+            if created:  # the run was refused: the thread made for it is not kept
+                await run_in_threadpool(threads.abandon, thread_id)
+            raise
+        outcome = await self._follow(call, thread_id, run_log)
         return await self._settle(call, thread_id, outcome)
 
     async def _resume(self, call: _Call, arguments: Mapping[str, Any]) -> types.CallToolResult:
@@ -380,11 +413,9 @@ class DeckServer:
         return await self._settle(call, thread_id, outcome, rounds=1)
 
     # -- runs and cards ---------------------------------------------------------------------
-    async def _follow(self, call: _Call, thread_id: str, start: RunStart) -> dict[str, Any]:
-        """Start a run (its checks raise first) and follow its events to the last one
-        (``card``, ``done`` or ``error``): each step a progress notification, each tool call
-        of a skill a log message."""
-        run_log = await self.service.runs.start(thread_id, call.user, start, MCP_EVENTS)
+    async def _follow(self, call: _Call, thread_id: str, run_log: RunLog) -> dict[str, Any]:
+        """Follow a run's events to the last one (``card``, ``done`` or ``error``): each step
+        a progress notification, each tool call of a skill a log message."""
         context = self.server.request_context
         token = context.meta.progressToken if context.meta is not None else None
         event: dict[str, Any] = {}
@@ -419,7 +450,10 @@ class DeckServer:
         deck = self.service.deck
         await run_in_threadpool(self.service.threads.authorize, thread_id, call.user)
         resume = Resume(thread_id, dict(answers), interrupt_id=card["interrupt_id"])
-        return await self._follow(call, thread_id, lambda: deck.stream(resume))
+        run_log = await self.service.runs.start(
+            thread_id, call.user, lambda: deck.stream(resume), MCP_EVENTS
+        )
+        return await self._follow(call, thread_id, run_log)
 
     async def _settle(
         self, call: _Call, thread_id: str, outcome: dict[str, Any], rounds: int = 0
