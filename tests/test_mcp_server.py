@@ -29,7 +29,7 @@ from serving import ServeProcess, free_port
 
 from skilldeck import SkillDeck, demo
 from skilldeck.server.keys import hash_key
-from skilldeck.server.mcp import elicitation_form
+from skilldeck.server.mcp import SESSIONS_PER_USER, elicitation_form
 from skilldeck.settings import Settings
 from skilldeck.skills import builtin_skills_dir, load_bundle
 
@@ -453,6 +453,45 @@ def test_an_mcp_session_is_bound_to_the_user_whose_key_opened_it(
     thread, history = thread_of(checkpoint, body["thread_id"])
     assert thread.state["user_id"] == "alice" and thread.state["profile"].get("defendant") is None
     assert not [row for row in history if row["answers"]]
+
+
+@pytest.mark.server
+@pytest.mark.timeout(120)
+def test_a_user_holds_a_bounded_number_of_mcp_sessions(
+    http_server: Callable[[], ServeProcess],
+) -> None:
+    """One user cannot take all the server's sessions: past SESSIONS_PER_USER open sessions
+    another is refused (429) until one ends; another user still gets one."""
+    server = http_server()
+    url = f"{server.url}/mcp"
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "opener", "version": "1"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+
+    def open_session(key: str) -> httpx.Response:
+        headers = {**accept, "Authorization": f"Bearer {key}"}
+        return httpx.post(url, json=initialize, headers=headers, timeout=30)
+
+    opened = [open_session("alice-key") for _ in range(SESSIONS_PER_USER)]
+    assert [r.status_code for r in opened] == [200] * SESSIONS_PER_USER
+    refused = open_session("alice-key")
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "TOO_MANY_SESSIONS"
+    assert open_session("bob-key").status_code == 200
+    session_id = opened[0].headers["mcp-session-id"]
+    ended = httpx.delete(
+        url, headers={**accept, "Authorization": "Bearer alice-key", "Mcp-Session-Id": session_id}
+    )
+    assert ended.status_code == 200
+    assert open_session("alice-key").status_code == 200
 
 
 @pytest.mark.server

@@ -217,6 +217,12 @@ def mcp(
             min=0.001,
         ),
     ] = 600.0,
+    sessions_per_user: Annotated[
+        int,
+        typer.Option(
+            help="Streamable HTTP sessions one user may hold open at once (then 429).", min=1
+        ),
+    ] = 16,
 ) -> None:
     """Serve the deck over MCP (stdio, or streamable HTTP with --http): each skill a tool, its
     cards asked by elicitation; a card left unanswered stays pending, for the resume tool.
@@ -254,7 +260,12 @@ def mcp(
             typer.echo(f"skilldeck mcp: stdio, as user {who!r}", err=True)
             anyio.run(lambda: serve_stdio(deck, user=who, elicit_timeout_s=elicit_timeout))
         else:
-            app = http_app(deck, api_keys, elicit_timeout_s=elicit_timeout)
+            app = http_app(
+                deck,
+                api_keys,
+                elicit_timeout_s=elicit_timeout,
+                sessions_per_user=sessions_per_user,
+            )
             typer.echo(
                 f"skilldeck mcp: {len(api_keys)} API key(s); http://{host}:{port}/mcp", err=True
             )

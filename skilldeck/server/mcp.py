@@ -32,6 +32,7 @@ from __future__ import annotations
 import getpass
 import json
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ from skilldeck.types import CardQuestion, Resume, ThreadStatus
 __all__ = [
     "ELICIT_ROUNDS",
     "OUTPUT_SCHEMA",
+    "SESSIONS_PER_USER",
     "DeckServer",
     "PendingReason",
     "elicitation_form",
@@ -91,6 +93,8 @@ RUN_TOOL, RESUME_TOOL = "run", "resume"
 #: How many times a card whose answers were refused is asked again in one tool call (then the
 #: card stays pending, with the errors): a client that keeps answering wrong cannot loop.
 ELICIT_ROUNDS = 5
+#: How many streamable HTTP sessions one user may hold open at once.
+SESSIONS_PER_USER = 16
 #: The MCP revision from which a form may ask for several of a list (multi_select).
 _MULTI_SELECT_SINCE = "2025-11-25"
 
@@ -674,22 +678,53 @@ def http_app(
     elicit_timeout_s: float = 600.0,
     workers: int = 32,
     max_body_bytes: int = 1_000_000,
+    sessions_per_user: int = SESSIONS_PER_USER,
 ) -> Any:
     """The streamable HTTP endpoint of ``deck``'s MCP server at ``/mcp`` (and ``GET /health``,
     without a key), as an ASGI app: every request to ``/mcp`` carries a key of ``keys``
-    (``Authorization: Bearer``, else 401), and its body is held to the service's limits."""
+    (``Authorization: Bearer``, else 401), and its body is held to the service's limits. A
+    session is its opener's: a request naming it with another user's key is answered 404, as
+    an unknown session is. A user holds at most ``sessions_per_user`` sessions (then 429)."""
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     service = _service(deck, keys, workers)
     server = DeckServer(service, elicit_timeout_s=elicit_timeout_s)
     manager = StreamableHTTPSessionManager(app=server.server, max_request_body_size=max_body_bytes)
+    opening: Counter[str] = Counter()  # each user's requests opening a session, in flight
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        user: str = scope["state"]["user_id"]  # KeyRequired let only known keys through
         # The SDK binds a session to the principal of the request that opened it and answers
-        # a request naming the session with another principal 404, as an unknown session:
-        # the principal is the user of the key KeyRequired found (Bearer or X-API-Key).
-        scope["user"] = _principal(scope["state"]["user_id"])
-        await manager.handle_request(scope, receive, send)
+        # a request naming the session with another principal 404, as an unknown session.
+        scope["user"] = _principal(user)
+        if any(name == b"mcp-session-id" for name, _ in scope["headers"]):
+            await manager.handle_request(scope, receive, send)
+            return
+        # A request without a session opens one. The SDK caps the sessions of all users
+        # together (one user could take them all), so each user's are capped here; the
+        # SDK's record of who opened each live session is the count (it drops a session
+        # when it ends: DELETE, idle timeout, crash).
+        owners = manager._session_owners.values()
+        held = sum(1 for owner in owners if owner["subject"] == user) + opening[user]
+        if held >= sessions_per_user:
+            message = (
+                f"this API key's user has {held} MCP sessions open, the most allowed: end one "
+                "(DELETE /mcp with its Mcp-Session-Id) or let one go idle"
+            )
+            refusal = JSONResponse(
+                {"error": {"code": "TOO_MANY_SESSIONS", "message": message}},
+                status_code=429,
+                headers={"Retry-After": "60"},
+            )
+            await refusal(scope, receive, send)
+            return
+        opening[user] += 1
+        try:
+            await manager.handle_request(scope, receive, send)
+        finally:
+            opening[user] -= 1
+            if not opening[user]:
+                del opening[user]
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "version": service_version()})
