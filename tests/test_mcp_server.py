@@ -663,3 +663,39 @@ def test_arguments_are_checked_before_anything_is_stored(checkpoint: str, tmp_pa
     with SkillDeck(checkpointer=checkpoint, settings=Settings()) as deck:
         assert deck.threads(user_id="ann") == []
         assert deck.index.matter("../../etc") is None
+
+
+@pytest.mark.subprocess
+@pytest.mark.timeout(180)
+# The client serializes the malformed reply the test builds on purpose (model_construct).
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
+def test_replies_that_are_not_what_the_form_asked_are_refused_and_asked_again(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    """A reply the protocol refuses (an answer that is an object) and one the deck refuses
+    (a number for a text, a field the card did not ask) are each asked again with what was
+    wrong; nothing of them is applied, and the right answers then finish the run."""
+    name, kind = "profile.defendant.name", "profile.defendant.type"
+    replies = [
+        types.ElicitResult.model_construct(action="accept", content={name: {"first": "Acme"}}),
+        accept({name: 5, kind: "organisation", "profile.plaintiff.name": "Mallory"}),
+        accept(demo.ANSWERS),
+    ]
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return replies.pop(0)
+
+    async def main() -> tuple[types.CallToolResult, Client]:
+        async with stdio_session(checkpoint, tmp_path / "home", elicit) as c:
+            return await c.call("litigation-intake", ARGS), c
+
+    result, client = anyio.run(main)
+    first, second, third = (p.message for p in client.seen["elicit"])
+    assert "refused" not in first
+    assert "$: the reply is not an elicitation result" in second
+    assert f"{name}: must be text" in third
+    assert "profile.plaintiff.name: this card did not ask for it" in third
+    body = result.structuredContent
+    assert body is not None and body["status"] == "finished", result.content
+    _, history = thread_of(checkpoint, body["thread_id"])
+    assert [row["answers"] for row in history if row["answers"]] == [demo.ANSWERS]

@@ -46,6 +46,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import McpError
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -470,10 +471,10 @@ class DeckServer:
                 return await self._result(call, thread_id, outcome, reason)
             form = self._form(outcome)
             assert form is not None  # _cannot_elicit checked it
-            reply = await self._elicit(outcome, form)
-            if isinstance(reply, str):
-                return await self._result(call, thread_id, outcome, reply)
             try:
+                reply = await self._elicit(outcome, form)
+                if isinstance(reply, str):
+                    return await self._result(call, thread_id, outcome, reply)
                 outcome = await self._answer(call, thread_id, outcome, reply)
             except InvalidAnswersError as exc:
                 rounds += 1
@@ -499,7 +500,12 @@ class DeckServer:
         return "not_flat" if self._form(card) is None else None
 
     async def _elicit(self, card: Mapping[str, Any], form: _Form) -> dict[str, Any] | PendingReason:
-        """The card asked of the client: its answers, or why there are none."""
+        """The card asked of the client: its answers, or why there are none.
+
+        Raises:
+            InvalidAnswersError: the reply is not an elicitation result (an answer that is an
+                object, an unknown action): refused as answers the deck refuses are.
+        """
         context = self.server.request_context
         message = (
             f"{card['skill']} asks ({card['review_type']}) on thread {card['thread_id']}, "
@@ -516,6 +522,8 @@ class DeckServer:
                 )
             except (McpError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 log.info("elicitation of card %s got no answer: %s", card["interrupt_id"], exc)
+            except ValidationError:
+                raise InvalidAnswersError(dict(card), [_NOT_A_RESULT]) from None
         if reply is None:
             return "unanswered"
         if reply.action == "decline":
@@ -579,6 +587,12 @@ class DeckServer:
         )
 
 
+#: The refusal of a reply that is not an elicitation result.
+_NOT_A_RESULT = {
+    "field_key": "$",
+    "message": "the reply is not an elicitation result: action accept, decline or cancel; "
+    "each answer a string, a number, a boolean or a list of strings",
+}
 _LEVELS: tuple[types.LoggingLevel, ...] = get_args(types.LoggingLevel)
 
 
