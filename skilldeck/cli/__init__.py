@@ -13,7 +13,7 @@ import typer
 
 from skilldeck.cli import bundles, runs, stores
 from skilldeck.cli.evals import eval_app
-from skilldeck.cli.serve import keys_app, matters_app, serve
+from skilldeck.cli.serve import keys_app, matters_app, mcp, serve
 
 __all__ = ["app"]
 
@@ -35,6 +35,7 @@ commands: tuple[Callable[..., None], ...] = (
     runs.graph,
     stores.recall,
     serve,
+    mcp,
 )
 for command in commands:
     app.command()(command)

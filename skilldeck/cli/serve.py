@@ -1,5 +1,5 @@
-"""Operator commands: ``serve`` the HTTP service, manage its API ``keys`` and who owns which
-``matters``."""
+"""Operator commands: ``serve`` the HTTP service, serve the deck over ``mcp``, manage its
+API ``keys`` and who owns which ``matters``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import typer
 from skilldeck.cli._shared import (
     CheckpointOpt,
     JsonOpt,
+    ModelOpt,
     SkillsOpt,
     TrustOpt,
     checkpoint_url,
@@ -26,48 +27,51 @@ from skilldeck.server.keys import ApiKeys, hash_key, new_key
 
 if TYPE_CHECKING:
     from skilldeck.checkpoints.threads import ThreadIndex
+    from skilldeck.deck import SkillDeck
 
-__all__ = ["keys_app", "matters_app", "serve"]
+__all__ = ["keys_app", "matters_app", "mcp", "serve"]
 
 keys_app = typer.Typer(
     help="API keys of the HTTP service (stored as hashes).", no_args_is_help=True
 )
 
+# The options `serve` and `mcp` share.
+HostOpt = Annotated[str, typer.Option(help="Interface to listen on.")]
+PortOpt = Annotated[int, typer.Option(help="TCP port.", min=0, max=65535)]
+KeysOpt = Annotated[
+    Path | None,
+    typer.Option(help="API key file {sha256: user_id} (default: $SKILLDECK_API_KEYS)."),
+]
+ServiceCheckpointOpt = Annotated[
+    str | None, typer.Option(help="Checkpoint URL (default: SKILLDECK_CHECKPOINT_URL).")
+]
+FilesRootOpt = Annotated[
+    Path | None,
+    typer.Option(help="The folder with one folder per matter (default: SKILLDECK_FILES_ROOT)."),
+]
+MatterPolicyOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="'granted': users run only on matters made or granted with `skilldeck "
+        "matters`; 'claim' (one tenant): also on a matter nobody owns yet, which becomes "
+        "theirs (default: SKILLDECK_MATTER_POLICY, else granted; `mcp --demo`: claim)."
+    ),
+]
+
 
 def serve(
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.", min=0, max=65535)] = 8000,
-    keys: Annotated[
-        Path | None,
-        typer.Option(help="API key file {sha256: user_id} (default: $SKILLDECK_API_KEYS)."),
-    ] = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    keys: KeysOpt = None,
     skills: SkillsOpt = None,
     trust: TrustOpt = None,
-    checkpoint: Annotated[
-        str | None,
-        typer.Option(help="Checkpoint URL (default: SKILLDECK_CHECKPOINT_URL)."),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="Model for every skill: MODEL, PROVIDER:MODEL, scripted:FILE or rules (no model)."
-        ),
-    ] = None,
+    checkpoint: ServiceCheckpointOpt = None,
+    model: ModelOpt = None,
     max_body_bytes: Annotated[int, typer.Option(help="Larger request bodies get 413.", min=1)] = (
         1_000_000
     ),
-    files_root: Annotated[
-        Path | None,
-        typer.Option(help="The folder with one folder per matter (default: SKILLDECK_FILES_ROOT)."),
-    ] = None,
-    matter_policy: Annotated[
-        str | None,
-        typer.Option(
-            help="'granted': users run only on matters made or granted with `skilldeck "
-            "matters`; 'claim' (one tenant): also on a matter nobody owns yet, which becomes "
-            "theirs (default: SKILLDECK_MATTER_POLICY, else granted)."
-        ),
-    ] = None,
+    files_root: FilesRootOpt = None,
+    matter_policy: MatterPolicyOpt = None,
     docs: Annotated[
         bool, typer.Option(help="Serve /docs (its page loads Swagger UI from a CDN).")
     ] = False,
@@ -138,50 +142,32 @@ def serve(
     try:
         import uvicorn
 
-        from skilldeck.deck import SkillDeck
         from skilldeck.server.app import create_app
         from skilldeck.server.limits import server_options
-        from skilldeck.settings import Settings
     except ImportError as exc:
         from skilldeck.errors import MissingExtraError
 
         fail(MissingExtraError(f"the service's {exc.name}", "service"))
     try:
         api_keys = ApiKeys.load(keys)
-        overrides: dict[str, Any] = {
-            "model": model,
-            "matter_policy": matter_policy,
-            "runs_per_user": runs_per_user,
-            "queued_runs_per_user": queued_runs_per_user,
-            "threads_per_minute": threads_per_minute,
-            "max_connections": max_connections,
-            "header_timeout_s": header_timeout,
-            "body_timeout_s": body_timeout,
-            "keep_alive_s": keep_alive,
-        }
-        if files_root is not None:
-            overrides["files_root"] = str(files_root.resolve())
-        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
-        deck = SkillDeck(
-            skills_paths(skills), checkpointer=checkpoint, settings=settings, trust=trust or ()
-        )
-    except (SkillDeckError, ValueError) as exc:
-        fail(exc if isinstance(exc, SkillDeckError) else SkillDeckError(str(exc)))
+    except SkillDeckError as exc:
+        fail(exc)
+    deck = _service_deck(
+        skills,
+        trust,
+        checkpoint,
+        files_root,
+        model=model,
+        matter_policy=matter_policy,
+        runs_per_user=runs_per_user,
+        queued_runs_per_user=queued_runs_per_user,
+        threads_per_minute=threads_per_minute,
+        max_connections=max_connections,
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
+        keep_alive_s=keep_alive,
+    )
     try:
-        try:  # every run of such a skill would be refused: the operator hears it now
-            deck.check_scripts()
-        except SkillDeckError as exc:
-            fail(exc)
-        needing = deck.matter_skills(files=True)
-        if needing and settings.files_root is None:
-            deck.close()
-            fail(
-                SkillDeckError(
-                    f"skills {', '.join(needing)} work in matters' files: set --files-root or "
-                    "SKILLDECK_FILES_ROOT to the folder with one folder per matter (there is no "
-                    "default, so the service never serves its working directory)"
-                )
-            )
         app = create_app(
             deck, api_keys=api_keys, max_body_bytes=max_body_bytes, docs=docs, console=console
         )
@@ -189,9 +175,143 @@ def serve(
         where = [f"console {base}"] if console else []
         where.append(base + ("docs" if docs else "openapi.json"))
         typer.echo(f"skilldeck: {len(api_keys)} API key(s); {'; '.join(where)}", err=True)
-        uvicorn.run(app, host=host, port=port, log_level="info", **server_options(settings))
+        uvicorn.run(app, host=host, port=port, log_level="info", **server_options(deck.settings))
     finally:
         deck.close()
+
+
+def mcp(
+    http: Annotated[
+        bool,
+        typer.Option(
+            "--http",
+            help="Serve streamable HTTP at http://HOST:PORT/mcp, each request with an API key "
+            "(as `serve`), instead of stdio.",
+        ),
+    ] = False,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    keys: KeysOpt = None,
+    user: Annotated[
+        str | None,
+        typer.Option(help="The user a stdio server acts as (default: the login name)."),
+    ] = None,
+    skills: SkillsOpt = None,
+    trust: TrustOpt = None,
+    checkpoint: ServiceCheckpointOpt = None,
+    model: ModelOpt = None,
+    files_root: FilesRootOpt = None,
+    matter_policy: MatterPolicyOpt = None,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            help="The demo's offline model and files (as `skilldeck demo`), and matters claimed "
+            "by whoever names them first: the litigation-intake tool on matter demo-matter."
+        ),
+    ] = False,
+    elicit_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a card's elicitation waits for the client's answer; then the card "
+            "stays pending, for the resume tool.",
+            min=0.001,
+        ),
+    ] = 600.0,
+    sessions_per_user: Annotated[
+        int,
+        typer.Option(
+            help="Streamable HTTP sessions one user may hold open at once (then 429).", min=1
+        ),
+    ] = 16,
+) -> None:
+    """Serve the deck over MCP (stdio, or streamable HTTP with --http): each skill a tool, its
+    cards asked by elicitation; a card left unanswered stays pending, for the resume tool.
+
+    Over stdio the server acts as the local user (--user, else the login name); over HTTP as
+    the user of each request's API key. Matter policy and per-user limits are the HTTP
+    service's. docs/mcp.md has the client configuration and what runs over MCP.
+    """
+    try:
+        import anyio
+        import uvicorn
+
+        from skilldeck.server.limits import server_options
+        from skilldeck.server.mcp import http_app, local_user, serve_stdio
+    except ImportError as exc:
+        from skilldeck.errors import MissingExtraError
+
+        fail(MissingExtraError(f"the MCP server's {exc.name}", "mcp,service"))
+    if demo:
+        from skilldeck import demo as demo_data
+
+        model = model or f"scripted:{demo_data.SCRIPT}"
+        files_root = files_root or demo_data.FILES
+        matter_policy = matter_policy or "claim"
+    try:
+        api_keys = ApiKeys.load(keys) if http else None
+    except SkillDeckError as exc:
+        fail(exc)
+    deck = _service_deck(
+        skills, trust, checkpoint, files_root, model=model, matter_policy=matter_policy
+    )
+    try:
+        if api_keys is None:
+            who = user or local_user()
+            typer.echo(f"skilldeck mcp: stdio, as user {who!r}", err=True)
+            anyio.run(lambda: serve_stdio(deck, user=who, elicit_timeout_s=elicit_timeout))
+        else:
+            app = http_app(
+                deck,
+                api_keys,
+                elicit_timeout_s=elicit_timeout,
+                sessions_per_user=sessions_per_user,
+            )
+            typer.echo(
+                f"skilldeck mcp: {len(api_keys)} API key(s); http://{host}:{port}/mcp", err=True
+            )
+            uvicorn.run(
+                app, host=host, port=port, log_level="info", **server_options(deck.settings)
+            )
+    finally:
+        deck.close()
+
+
+def _service_deck(
+    skills: list[str] | None,
+    trust: list[str] | None,
+    checkpoint: str | None,
+    files_root: Path | None,
+    **overrides: Any,
+) -> SkillDeck:
+    """The deck a service serves: the settings of the environment with the command's
+    overrides (``None``: not given). Exits with the error when a skill's scripts are not
+    trusted (every run of it would be refused) or skills work in matters' files and there is
+    no files root (the service never serves its working directory)."""
+    from skilldeck.deck import SkillDeck
+    from skilldeck.settings import Settings
+
+    if files_root is not None:
+        overrides["files_root"] = str(files_root.resolve())
+    try:
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        deck = SkillDeck(
+            skills_paths(skills), checkpointer=checkpoint, settings=settings, trust=trust or ()
+        )
+    except (SkillDeckError, ValueError) as exc:
+        fail(exc if isinstance(exc, SkillDeckError) else SkillDeckError(str(exc)))
+    try:
+        deck.check_scripts()
+        needing = deck.matter_skills(files=True)
+        if needing and settings.files_root is None:
+            raise SkillDeckError(
+                f"skills {', '.join(needing)} work in matters' files: set --files-root or "
+                "SKILLDECK_FILES_ROOT to the folder with one folder per matter (there is no "
+                "default, so the service never serves its working directory)"
+            )
+    except SkillDeckError as exc:
+        deck.close()
+        fail(exc)
+    return deck
 
 
 @keys_app.command("hash")

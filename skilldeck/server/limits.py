@@ -24,7 +24,7 @@ from skilldeck.skills.contract import OutputLimits
 if TYPE_CHECKING:
     from skilldeck.settings import Settings
 
-__all__ = ["BodyLimit", "header_deadline", "server_options"]
+__all__ = ["BodyLimit", "KeyRequired", "header_deadline", "server_options"]
 
 
 class BodyLimit:
@@ -68,9 +68,9 @@ class BodyLimit:
     def _refuse_by_headers(self, scope: Scope) -> _Refusal | None:
         """Refuse, before reading any of the body, a caller without a known API key (401)
         and a body whose declared length is over the limit (413)."""
-        key = header_key(scope.get("headers") or [])
-        if self.keys.user_for(key) is None:
-            return _Refusal(401, "UNAUTHORIZED", UNKNOWN_KEY if key else MISSING_KEY)
+        refusal = _key_refusal(scope, self.keys)
+        if refusal is not None:
+            return refusal
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             return self._too_large()
@@ -115,6 +115,35 @@ class BodyLimit:
             "(large documents belong in the matter's files)"
         )
         return _Refusal(413, "PAYLOAD_TOO_LARGE", message)
+
+
+class KeyRequired:
+    """ASGI middleware that answers 401 to every HTTP request without a known API key (the
+    paths in ``open_paths`` excepted), and tells the app whose the key is:
+    ``scope["state"]["user_id"]`` (``request.state.user_id``). The MCP server's streamable
+    HTTP endpoint sits behind it: its requests without a body (``GET`` of a session's stream,
+    ``DELETE``) carry the key as those with one do."""
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys, open_paths: frozenset[str] = frozenset()):
+        self.app, self.keys, self.open_paths = app, keys, open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.open_paths:
+            refusal = _key_refusal(scope, self.keys)
+            if refusal is not None:
+                await _answer(send, refusal)
+                return
+            user = self.keys.user_for(header_key(scope.get("headers") or []))
+            scope.setdefault("state", {})["user_id"] = user
+        await self.app(scope, receive, send)
+
+
+def _key_refusal(scope: Scope, keys: ApiKeys) -> _Refusal | None:
+    """The 401 of a request without a known API key; ``None`` for one with a known key."""
+    key = header_key(scope.get("headers") or [])
+    if keys.user_for(key) is None:
+        return _Refusal(401, "UNAUTHORIZED", UNKNOWN_KEY if key else MISSING_KEY)
+    return None
 
 
 @dataclass(frozen=True)

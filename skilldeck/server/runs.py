@@ -66,6 +66,18 @@ class RunStreams:
         log, so it does not depend on the response: a client that goes away only stops reading
         the log. A user whose queue is full is refused (429) before anything is claimed.
         """
+        run_log = await self.start(thread_id, user_id, start, protocol)
+        return EventStreamResponse(run_log.follow())
+
+    async def start(
+        self,
+        thread_id: str,
+        user_id: str,
+        start: RunStart,
+        protocol: Protocol = SKILLDECK_EVENTS,
+    ) -> RunLog:
+        """Check and start a run as :meth:`stream` does; its log, which the caller follows
+        (the MCP server reads its events from it)."""
         if thread_id in self.active:
             raise ThreadBusyError(thread_id)
         slot = self.queue.reserve(user_id)
@@ -84,7 +96,7 @@ class RunStreams:
             raise
         self.logs.publish(run_log)
         slot.submit(partial(self._drain, events, run_log, asyncio.get_running_loop()))
-        return EventStreamResponse(run_log.follow())
+        return run_log
 
     def _drain(
         self, events: Iterator[Any], run_log: RunLog, loop: asyncio.AbstractEventLoop
