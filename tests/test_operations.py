@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from serving import ServeProcess, free_port
 
-from skilldeck import Settings, SkillDeck
+from skilldeck import Continue, Settings, SkillDeck
 from skilldeck.server import create_app, hash_key
 from skilldeck.skills import builtin_skills_dir
 
@@ -365,3 +366,26 @@ def test_a_drain_timeout_shorter_than_the_step_still_exits_and_leaves_the_thread
         assert name == "card", going_on.text
         body = {"answers": {"note": "kept"}, "interrupt_id": card["interrupt_id"]}
         assert sse(http.post(f"/threads/{thread}/resume", json=body).text)[-1][0] == "done"
+
+
+@pytest.mark.timeout(120)
+def test_a_stream_whose_stop_is_set_ends_after_its_step_and_the_thread_continues(
+    demo_deck: SkillDeck,
+) -> None:
+    """The engine's side of the drain: ``deck.stream(stop=...)`` stops between steps, at a
+    checkpoint, gives its claims back, and ``Continue`` goes on to the card."""
+    own_matter(demo_deck, "demo-matter", "carol")
+    stop = threading.Event()
+    events = []
+    for event in demo_deck.stream(
+        DEMO_RUN["input"], context="matter", matter_id="demo-matter", user_id="carol", stop=stop
+    ):
+        events.append(event)
+        stop.set()  # after the first step
+    assert [e.event for e in events] == ["step", "error"], events
+    assert events[-1].code == "STOPPED"
+    thread = events[0].thread_id
+    assert demo_deck.get_thread(thread).status == "resumable"
+    assert demo_deck.claims.live([thread]) == set()
+    result = demo_deck.run(Continue(thread))
+    assert result.status == "interrupted", result.error

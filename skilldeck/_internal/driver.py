@@ -283,7 +283,7 @@ class Driver:
         if request.moved(await self._latest(request.thread_id)):
             raise StaleRunError(request.thread_id)
 
-    async def _parts(self, request: Prepared, lease: _Lease) -> AsyncIterator[Any]:
+    async def _parts(self, request: Prepared, lease: _Lease) -> AsyncGenerator[Any, None]:
         """The graph's stream parts, renewing the run lease as it goes. A run that breaks on
         something the engine did not foresee ends ``failed``, never stuck ``running``; one
         whose model endpoint stayed away stops ``resumable``."""

@@ -36,7 +36,6 @@ from langchain_core.outputs import LLMResult
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from skilldeck._internal.redact import log_error
 from skilldeck.checkpoints.threads import ThreadIndex
@@ -275,6 +274,6 @@ class _Now(Collector):
             "when scraped (no _sum: the index is not asked for one).",
         )
         within = zip(CARD_WAIT_SECONDS, cards.within, strict=True)
-        buckets = [(floatToGoString(bound), float(n)) for bound, n in within]
+        buckets = [(str(float(bound)), float(n)) for bound, n in within]  # as le="60.0"
         ages.add_metric([], [*buckets, ("+Inf", float(cards.count))], sum_value=None)
         yield ages

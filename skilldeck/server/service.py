@@ -46,13 +46,8 @@ class Service:
         when the process drains, and counted by the metrics when they are on."""
         if self.metrics is None:
             return self.deck.stream(request, deltas=deltas, stop=self.runs.stopping, **options)
-        events = self.deck.stream(
-            request,
-            deltas=deltas,
-            stop=self.runs.stopping,
-            callbacks=[self.metrics.model_calls_handler],
-            **options,
-        )
+        options["callbacks"] = [*(options.get("callbacks") or ()), self.metrics.model_calls_handler]
+        events = self.deck.stream(request, deltas=deltas, stop=self.runs.stopping, **options)
         kind = (
             "resume"
             if isinstance(request, Resume)

@@ -26,7 +26,7 @@ log = logging.getLogger("skilldeck.server")
 
 #: Seconds uvicorn waits for open responses once the runs are drained: their streams have ended
 #: by then (a run that stopped, or that the drain gave up on, has its stream ended).
-SHUTDOWN_GRACE_S = 5.0
+SHUTDOWN_GRACE_S = 5
 
 
 class DrainingServer(uvicorn.Server):
