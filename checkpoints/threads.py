@@ -35,7 +35,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -50,6 +50,7 @@ from skilldeck.errors import (
 __all__ = [
     "BLANK_RECORD",
     "AmbiguousThreadError",
+    "PendingCards",
     "PostgresThreadIndex",
     "SqliteThreadIndex",
     "ThreadIndex",
@@ -100,6 +101,8 @@ _RECORDS = "skilldeck_matter_records"
 _SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_user ON {_TABLE} (user_id, updated_at)",
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_updated ON {_TABLE} (updated_at)",
+    # The threads waiting for a card, by how long (the service's metrics read them per scrape).
+    f"CREATE INDEX IF NOT EXISTS {_TABLE}_status ON {_TABLE} (status, updated_at)",
     f"""CREATE TABLE IF NOT EXISTS {_MATTERS} (
     matter_id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at TEXT NOT NULL)""",
     f"""CREATE TABLE IF NOT EXISTS {_GRANTS} (
@@ -188,7 +191,26 @@ def _strings(value: Any) -> Iterator[str]:
 
 def now_iso() -> str:
     """Now, as the index stores times: UTC, milliseconds, ``Z``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return _iso(datetime.now(UTC))
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCards:
+    """The threads whose card waits for answers (:meth:`ThreadIndex.pending_cards`).
+
+    Attributes:
+        count: how many.
+        oldest_s: how long the oldest has waited, in seconds (``None``: none waits).
+        within: for each age asked about, how many have waited at most that long.
+    """
+
+    count: int
+    oldest_s: float | None
+    within: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +379,22 @@ class ThreadIndex(ABC):
         if leased:
             rows = [r for r in rows if r.status == status][:limit]
         return rows
+
+    def pending_cards(self, ages_s: Sequence[float] = ()) -> PendingCards:
+        """How many threads wait for a card's answers and for how long (since the run that
+        asked the card stopped), in one query whatever their number; every process sharing
+        the database reads the same figures."""
+        now = datetime.now(UTC)
+        cuts = tuple(_iso(now - timedelta(seconds=age)) for age in ages_s)
+        within = "".join(", SUM(CASE WHEN updated_at >= {p} THEN 1 ELSE 0 END)" for _ in cuts)
+        sql = f"SELECT COUNT(*), MIN(updated_at){within} FROM {_TABLE} WHERE status = 'interrupted'"
+        count, oldest, *counts = self._query(sql, cuts)[0]
+        since = None if oldest is None else datetime.fromisoformat(oldest.replace("Z", "+00:00"))
+        return PendingCards(
+            count=int(count),
+            oldest_s=None if since is None else max(0.0, (now - since).total_seconds()),
+            within=tuple(int(n or 0) for n in counts),
+        )
 
     def _leased(self, records: builtins.list[ThreadRecord]) -> builtins.list[ThreadRecord]:
         """``records`` with each ``running`` one that no live run holds as ``resumable``."""

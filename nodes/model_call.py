@@ -30,7 +30,12 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from skilldeck.errors import PromptTooLongError
 from skilldeck.nodes.output_modes import Offer, OutputMode, find_output_mode
-from skilldeck.nodes.transport import DeadlineError, TransportPolicy, call_with_retries
+from skilldeck.nodes.transport import (
+    DeadlineError,
+    TransportPolicy,
+    call_with_retries,
+    tell_retry,
+)
 from skilldeck.scripted import CALL_INDEX_KEY, SKILL_KEY
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.skills.pins import MadeCall
@@ -254,6 +259,7 @@ class ModelCaller:
                 policy,
                 deadline=deadline,
                 what=f"model call of skill {self.name}",
+                on_retry=lambda exc, wait_s: tell_retry(self.name, exc, wait_s),
             )
         except openai.LengthFinishReasonError as exc:
             received = cut_off_text(exc)

@@ -11,6 +11,10 @@ thread is left ``resumable`` at its last checkpoint, and continuing it retries t
 
 Failures are told apart by their classes (the OpenAI SDK's and httpx's), never by their names
 or messages: :func:`is_transport_failure`.
+
+Each retry is told to the run's LangChain callbacks as the custom event
+:data:`TRANSPORT_RETRY_EVENT` (:func:`tell_retry`), so an application's handler (the service's
+metrics, a tracer) sees it without the engine knowing the handler.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from typing import TypeVar
 import httpx
 import httpx2
 import openai
+from langchain_core.callbacks import dispatch_custom_event
+from langchain_core.runnables.config import var_child_runnable_config
 from tenacity import (
     RetryCallState,
     RetryError,
@@ -37,11 +43,14 @@ from skilldeck._internal.redact import log_error, safe_reason
 from skilldeck.errors import ModelUnavailableError
 
 __all__ = [
+    "TRANSPORT_RETRY_EVENT",
     "DeadlineError",
     "TransportPolicy",
     "call_with_retries",
+    "failure_kind",
     "is_transport_failure",
     "retry_after",
+    "tell_retry",
 ]
 
 T = TypeVar("T")
@@ -53,6 +62,12 @@ _RETRY_STATUSES = frozenset({408, 409, 425, 429})
 #: Failures before any status: the connection, the read or the call's own timeout. The OpenAI
 #: SDK wraps its transport's errors (``httpx2`` in its recent releases, ``httpx`` before) in
 #: ``APIConnectionError``; a client that calls either directly raises their own.
+_TIMEOUTS = (
+    TimeoutError,
+    httpx.TimeoutException,
+    httpx2.TimeoutException,
+    openai.APITimeoutError,
+)
 _NO_REPLY = (
     TimeoutError,
     httpx.TimeoutException,
@@ -106,6 +121,28 @@ def is_transport_failure(exc: BaseException) -> bool:
         status = exc.status_code
         return status in _RETRY_STATUSES or status >= 500
     return isinstance(exc, _NO_REPLY)
+
+
+def failure_kind(exc: BaseException) -> str:
+    """A transport failure in a word, from a small fixed set (a metric's label): ``http_<status>``
+    for a status the endpoint answered, ``timeout``, else ``connection``."""
+    if isinstance(exc, openai.APIStatusError):
+        return f"http_{exc.status_code}"
+    return "timeout" if isinstance(exc, _TIMEOUTS) else "connection"
+
+
+#: The name of the LangChain custom event :func:`tell_retry` dispatches; its data is
+#: ``{"skill", "reason", "wait_s"}`` (``reason``: :func:`failure_kind`).
+TRANSPORT_RETRY_EVENT = "skilldeck_transport_retry"
+
+
+def tell_retry(skill: str, exc: BaseException, wait_s: float) -> None:
+    """Tell the run's callbacks that a model call of ``skill`` failed in transport and is
+    retried after ``wait_s`` (nobody to tell outside a run, e.g. a caller used on its own)."""
+    if var_child_runnable_config.get() is None:
+        return
+    data = {"skill": skill, "reason": failure_kind(exc), "wait_s": wait_s}
+    dispatch_custom_event(TRANSPORT_RETRY_EVENT, data)
 
 
 def retry_after(exc: BaseException) -> float | None:

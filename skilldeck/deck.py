@@ -483,7 +483,13 @@ class SkillDeck:
         return run_sync(lambda: self.arun(request, **options))
 
     def stream(
-        self, request: RunRequest = None, /, *, deltas: bool = False, **options: Unpack[RunOptions]
+        self,
+        request: RunRequest = None,
+        /,
+        *,
+        deltas: bool = False,
+        stop: threading.Event | None = None,
+        **options: Unpack[RunOptions],
     ) -> Iterator[Event]:
         """:meth:`run`, yielding typed events as the run goes (see :mod:`skilldeck.types`).
 
@@ -493,13 +499,16 @@ class SkillDeck:
         already made stay checkpointed. Iterate the stream to the end (or ``close()`` it): a
         claimed card that is never resumed, and its thread, stay claimed until the claim's
         lease expires. ``deltas`` adds ``delta`` events: the models' text as it is generated.
+        Setting ``stop`` (from any thread) ends the run after the step that is running, at its
+        checkpoint: the stream ends with an ``error`` event ``STOPPED`` and the thread is
+        ``resumable`` (a run that reached its card or end then ends as usual).
 
         Example:
             >>> for event in deck.stream({"documents": ["c.txt"]}, context="matter"):
             ...     print(event.to_dict())
         """
         # The models' text comes while a step runs: the step then runs in a worker thread.
-        events = run_sync(lambda: self._begin(request, options, deltas), threads=deltas)
+        events = run_sync(lambda: self._begin(request, options, deltas, stop), threads=deltas)
         return iterate_sync(lambda: events, threads=deltas)
 
     async def arun(self, request: RunRequest = None, /, **options: Unpack[RunOptions]) -> RunResult:
@@ -510,20 +519,30 @@ class SkillDeck:
         return await driver.invoke(await self._prepare(driver, request, options, False))
 
     async def astream(
-        self, request: RunRequest = None, /, *, deltas: bool = False, **options: Unpack[RunOptions]
+        self,
+        request: RunRequest = None,
+        /,
+        *,
+        deltas: bool = False,
+        stop: threading.Event | None = None,
+        **options: Unpack[RunOptions],
     ) -> AsyncIterator[Event]:
         """:meth:`stream` on the application's event loop (see :meth:`arun`); a bad request
         raises at the first event."""
-        async for event in await self._begin(request, options, deltas):
+        async for event in await self._begin(request, options, deltas, stop):
             yield event
 
     async def _begin(
-        self, request: RunRequest, options: RunOptions, deltas: bool
+        self,
+        request: RunRequest,
+        options: RunOptions,
+        deltas: bool,
+        stop: threading.Event | None = None,
     ) -> AsyncIterator[Event]:
         """Check ``request`` and take its claims; its events (the run starts when they are
         read)."""
         driver = await self._driver()
-        prepared = await self._prepare(driver, request, options, deltas)
+        prepared = replace(await self._prepare(driver, request, options, deltas), stop=stop)
         await driver.take(prepared)
         return driver.events(prepared)
 

@@ -79,6 +79,7 @@ class ErrorCode(StrEnum):
     PLUGIN_ERROR = "PLUGIN_ERROR"
     MODEL_UNAVAILABLE = "MODEL_UNAVAILABLE"
     SHUTTING_DOWN = "SHUTTING_DOWN"
+    STOPPED = "STOPPED"
 
 
 class SkillDeckError(Exception):

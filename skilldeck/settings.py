@@ -245,6 +245,26 @@ class Settings(BaseSettings):
         ge=1,
         description="Seconds `skilldeck serve` keeps an idle connection open between requests.",
     )
+    drain_timeout_s: float = Field(
+        default=20.0,
+        ge=0,
+        description="Seconds `skilldeck serve` gives its runs to reach their next checkpoint "
+        "after SIGTERM (readiness and new runs answer 503 meanwhile) before it exits; a run "
+        "whose step takes longer is left at its last checkpoint, resumable once the process "
+        "is gone. Keep it under the orchestrator's grace period (Kubernetes: 30 s).",
+    )
+    metrics: bool = Field(
+        default=False,
+        description="Serve Prometheus metrics at GET /metrics (runs, cards pending, model "
+        "calls, tool calls, the run queue, transport retries), behind the API keys like every "
+        "other route, or at metrics_address.",
+    )
+    metrics_address: str | None = Field(
+        default=None,
+        description="HOST:PORT where `skilldeck serve` serves the metrics to anyone who can "
+        "reach it, without an API key (a private interface for the Prometheus scraper), "
+        "instead of GET /metrics on the service; implies metrics.",
+    )
 
     messages_path: str = Field(
         default_factory=lambda: str(state_home().path / "messages.sqlite"),
@@ -276,6 +296,19 @@ class Settings(BaseSettings):
         from skilldeck.skills.trust import split_paths
 
         return split_paths(self.trusted_skills)
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _host_and_port(cls, value: str | None) -> str | None:
+        """``HOST:PORT`` with a port number, or unset."""
+        if value is None or not value.strip():
+            return None
+        host, sep, port = value.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"metrics_address must be HOST:PORT (e.g. 127.0.0.1:9464), not {value!r}"
+            )
+        return value.strip()
 
     @field_validator("files_root", "model", "base_url", mode="before")
     @classmethod

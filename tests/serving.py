@@ -62,8 +62,8 @@ class ServeProcess:
         self.proc.wait(30)
 
     def stop(self) -> int:
-        """SIGTERM, then SIGKILL after 30 s; the exit code (uvicorn shuts down gracefully, then
-        re-raises the signal it caught: ``-SIGTERM``)."""
+        """SIGTERM, then SIGKILL after 30 s; the exit code (``skilldeck serve`` drains its runs
+        and exits 0; another uvicorn app re-raises the signal it caught: ``-SIGTERM``)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -1441,7 +1441,9 @@ def test_a_run_asked_for_while_the_queue_shuts_down_is_refused_and_claims_nothin
     own_matter(demo_deck, "demo-matter", "alice")
     with TestClient(create_app(demo_deck, api_keys=HASHES)) as client:
         thread = client.post("/threads", headers=auth("alice")).json()["thread_id"]
-        client.app.state.service.runs.shutdown()  # type: ignore[attr-defined]
+        runs = client.app.state.service.runs  # type: ignore[attr-defined]
+        assert client.portal is not None
+        assert client.portal.call(runs.drain, 5.0) == frozenset()
         body = {"context": "matter", "matter_id": "demo-matter", "input": {"documents": []}}
         answer = client.post(f"/threads/{thread}/runs", headers=auth("alice"), json=body)
         assert answer.status_code == 503 and answer.headers["retry-after"]

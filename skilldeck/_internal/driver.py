@@ -15,6 +15,11 @@ after that (the service queues runs for a worker): when it does, the request con
 still holds its claims and that the thread is still where it was checked, or gives up with
 :class:`~skilldeck.errors.StaleRunError` having run nothing.
 
+A request may carry a ``stop`` flag (a :class:`threading.Event`; the service sets it when it
+drains before a restart): once it is set, the run ends after the step that is running, at its
+checkpoint, with its claims given back, and the thread is ``resumable`` with the reason
+``STOPPED``; continuing it goes on from there.
+
 A model endpoint that stays away through every transport retry
 (:class:`~skilldeck.errors.ModelUnavailableError`) stops the run at its last checkpoint: the
 driver records the reason in the state and the thread is ``resumable``; continuing it retries
@@ -27,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,6 +53,7 @@ from skilldeck.checkpoints.threads import ThreadIndex, thread_title
 from skilldeck.errors import (
     AlreadyResumedError,
     CheckpointError,
+    ErrorCode,
     ModelUnavailableError,
     SkillDeckError,
     SkillNotLoadedError,
@@ -84,6 +91,8 @@ class Prepared:
     deltas: bool = False
     #: The token the request's claims are made in.
     holder: str = field(default_factory=new_holder)
+    #: Once set, the run ends after the step that is running (see the module docstring).
+    stop: threading.Event | None = None
 
     @property
     def thread_id(self) -> str:
@@ -231,13 +240,19 @@ class Driver:
         :class:`RunResult`); the request's claims are given back however it ends. ``confirm``:
         check the claims first (a stream's run may start long after they were taken)."""
         lease = _Lease(self.claims, request.thread_id)
+        stopped = False
         try:
             if confirm:
                 await self._confirm(request)
-            async for part in self._parts(request, lease):
-                yield part
+            async with contextlib.aclosing(self._parts(request, lease)) as parts:
+                async for part in parts:
+                    yield part
+                    # Only between steps: a step's update part comes once its writes are saved.
+                    if request.stop is not None and request.stop.is_set() and _step_end(part):
+                        stopped = True
+                        break
             # Read before the lease goes, so the outcome is this run's and not a next one's.
-            result = await self._stopped(request.thread_id)
+            result = await self._stopped(request.thread_id, stopped)
         finally:
             # The card's claim goes either way: a failed or abandoned resume gives the card
             # back; a resume that ran has checkpointed the answers, and a later one finds the
@@ -271,25 +286,29 @@ class Driver:
         if request.moved(await self._latest(request.thread_id)):
             raise StaleRunError(request.thread_id)
 
-    async def _parts(self, request: Prepared, lease: _Lease) -> AsyncIterator[Any]:
+    async def _parts(self, request: Prepared, lease: _Lease) -> AsyncGenerator[Any, None]:
         """The graph's stream parts, renewing the run lease as it goes. A run that breaks on
         something the engine did not foresee ends ``failed``, never stuck ``running``; one
         whose model endpoint stayed away stops ``resumable``."""
+        stream = self.graph.astream(
+            request.payload,
+            request.config,
+            stream_mode=request.modes,
+            durability=self.settings.durability,
+            version="v2",
+        )
         with checkpoint_errors():
             try:
-                async for part in self.graph.astream(
-                    request.payload,
-                    request.config,
-                    stream_mode=request.modes,
-                    durability=self.settings.durability,
-                    version="v2",
-                ):
-                    if lease.due():
-                        renewed = await asyncio.to_thread(
-                            self.claims.renew, *request.lease, request.holder
-                        )
-                        lease.renewed(renewed)
-                    yield part
+                # Closed with this generator: a run stopped between steps lets LangGraph's loop
+                # finish saving the last step's writes before the thread is read.
+                async with contextlib.aclosing(stream):
+                    async for part in stream:
+                        if lease.due():
+                            renewed = await asyncio.to_thread(
+                                self.claims.renew, *request.lease, request.holder
+                            )
+                            lease.renewed(renewed)
+                        yield part
             except ModelUnavailableError as exc:
                 await self._stop_resumable(request, exc)
             except Exception as exc:
@@ -340,8 +359,9 @@ class Driver:
                 title=thread_title(given),
             )
 
-    async def _stopped(self, thread_id: str) -> RunResult:
-        """Record in the thread index where the run left the thread; the thread."""
+    async def _stopped(self, thread_id: str, asked: bool = False) -> RunResult:
+        """Record in the thread index where the run left the thread; the thread (``asked``:
+        the run was stopped between steps by its request's ``stop`` flag)."""
         snapshot = await self.snapshot(thread_id)
         if snapshot is None:
             raise ThreadNotFoundError(thread_id, where=self.index.where)
@@ -351,6 +371,8 @@ class Driver:
             # Stopped at its last checkpoint by the reason it records (the model endpoint
             # stayed away): nothing runs it now, it is resumable.
             result = replace(result, status="resumable", error=view.error)
+        elif result.status == "running" and asked:
+            result = replace(result, status="resumable", error=_STOPPED)
         with checkpoint_errors():
             await asyncio.to_thread(
                 self.index.stopped,
@@ -387,6 +409,20 @@ class _Lease:
         The lease is then theirs (giving ours back leaves it alone)."""
         if not still_ours:
             raise ThreadBusyError(self.thread_id)
+
+
+#: Why a run its request stopped is ``resumable`` (not recorded in the state: continuing it
+#: simply goes on).
+_STOPPED = RunError(
+    code=ErrorCode.STOPPED.value,
+    message="the run was stopped after its last step, at its checkpoint (its server is "
+    "shutting down); the thread is resumable: continue it",
+)
+
+
+def _step_end(part: Mapping[str, Any]) -> bool:
+    """Whether a stream part ends a step (a node's update), not a model's text chunk."""
+    return part.get("type") == "updates"
 
 
 def _foreseen(exc: Exception) -> bool:

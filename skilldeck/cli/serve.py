@@ -4,6 +4,7 @@ API ``keys`` and who owns which ``matters``."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -128,6 +129,29 @@ def serve(
             min=1,
         ),
     ] = None,
+    drain_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds runs get to reach their next checkpoint after SIGTERM before the "
+            "process exits (default: SKILLDECK_DRAIN_TIMEOUT_S, 20).",
+            min=0,
+        ),
+    ] = None,
+    metrics: Annotated[
+        bool | None,
+        typer.Option(
+            "--metrics/--no-metrics",
+            help="Serve Prometheus metrics at GET /metrics, behind the API keys (default: "
+            "SKILLDECK_METRICS, off).",
+        ),
+    ] = None,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT to serve the metrics at instead, without an API key (default: "
+            "SKILLDECK_METRICS_ADDRESS).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (FastAPI + uvicorn): threads, SSE runs and card answers, and the card
     console, a web app where people sign in with their key and answer cards, at /.
@@ -137,13 +161,15 @@ def serve(
     only on matters they own or were granted (see `skilldeck matters --help`). Each user's runs
     wait in a queue of their own, served in turn; the per-user limits and the connection limits
     hold per process. docs/security.md is the operator's page on who may reach what and the
-    limits.
+    limits; docs/operations.md on probes (/livez, /readyz), metrics and restarts: on SIGTERM
+    the process stops taking runs, lets its runs reach their next checkpoint, and exits 0.
     """
     try:
         import uvicorn
 
         from skilldeck.server.app import create_app
         from skilldeck.server.limits import server_options
+        from skilldeck.server.shutdown import SHUTDOWN_GRACE_S, DrainingServer
     except ImportError as exc:
         from skilldeck.errors import MissingExtraError
 
@@ -166,7 +192,11 @@ def serve(
         header_timeout_s=header_timeout,
         body_timeout_s=body_timeout,
         keep_alive_s=keep_alive,
+        drain_timeout_s=drain_timeout,
+        metrics=metrics,
+        metrics_address=metrics_address,
     )
+    settings = deck.settings
     try:
         app = create_app(
             deck, api_keys=api_keys, max_body_bytes=max_body_bytes, docs=docs, console=console
@@ -175,7 +205,26 @@ def serve(
         where = [f"console {base}"] if console else []
         where.append(base + ("docs" if docs else "openapi.json"))
         typer.echo(f"skilldeck: {len(api_keys)} API key(s); {'; '.join(where)}", err=True)
-        uvicorn.run(app, host=host, port=port, log_level="info", **server_options(deck.settings))
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="info",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            **server_options(settings),
+        )
+        runs = app.state.service.runs
+        DrainingServer(config, lambda: runs.drain(settings.drain_timeout_s)).run()
+        if runs.abandoned:
+            # Their steps still run in worker threads, which the interpreter would wait for at
+            # exit; their threads go on from their last checkpoint once this process is gone.
+            typer.echo(
+                f"skilldeck: exiting with {len(runs.abandoned)} run(s) mid-step; their threads "
+                "are resumable once this process is gone",
+                err=True,
+            )
+            logging.shutdown()
+            os._exit(0)
     finally:
         deck.close()
 

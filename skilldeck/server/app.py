@@ -20,6 +20,12 @@ matters, :class:`~skilldeck.server.runs.RunStreams` for the runs) in one
 :class:`~skilldeck.server.service.Service` per app, which they get through FastAPI dependencies
 (:mod:`skilldeck.server.dependencies`); the body limit and the API key of a request with a body
 are checked before the app reads it (:mod:`skilldeck.server.limits`).
+
+Operations (``docs/operations.md``): ``/livez`` and ``/readyz`` for an orchestrator's probes;
+Prometheus metrics with ``SKILLDECK_METRICS`` (:mod:`skilldeck.server.metrics`); when the app
+stops, its runs are drained: each stops after its step, at its checkpoint, within
+``SKILLDECK_DRAIN_TIMEOUT_S`` (``skilldeck serve`` drains on SIGTERM while it still answers, so
+``/readyz`` turns 503 first, see :mod:`skilldeck.server.shutdown`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -36,7 +43,9 @@ from skilldeck.server.console import mount_console
 from skilldeck.server.errors import install_error_handlers
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit
+from skilldeck.server.metrics import Metrics
 from skilldeck.server.routers import ROUTERS
+from skilldeck.server.routers.info import metrics_router
 from skilldeck.server.runs import RunStreams
 from skilldeck.server.service import Service, service_version
 from skilldeck.server.threads import MatterCheck, Threads
@@ -83,15 +92,20 @@ def create_app(
         title="skilldeck",
         version=service_version(),
         summary="Run agent skills; stream their events; answer their cards.",
-        lifespan=_finish_runs_on_shutdown,
+        lifespan=_lifespan,
         docs_url="/docs" if docs else None,
         redoc_url="/redoc" if docs else None,
     )
+    settings = deck.settings
+    runs = RunStreams(workers, settings)
+    metrics_on = settings.metrics or settings.metrics_address is not None
+    metrics = Metrics(runs.queue, deck.index) if metrics_on else None
     app.state.service = Service(
         deck=deck,
         keys=keys,
         threads=Threads(deck, matter_check),
-        runs=RunStreams(workers, deck.settings),
+        runs=runs,
+        metrics=metrics,
     )
     app.add_middleware(
         BodyLimit, max_bytes=max_body_bytes, keys=keys, timeout_s=deck.settings.body_timeout_s
@@ -99,15 +113,38 @@ def create_app(
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
+    if metrics is not None and settings.metrics_address is None:
+        app.include_router(metrics_router)
     if console:
         mount_console(app)
     return app
 
 
 @asynccontextmanager
-async def _finish_runs_on_shutdown(app: FastAPI) -> AsyncIterator[None]:
-    """When the app stops, wait for its runs in progress (and those waiting) to reach their
-    card or end."""
-    yield
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Serve the metrics at their own address while the app runs, if so configured; when the
+    app stops, drain its runs (each stops after its step, at its checkpoint, within
+    ``SKILLDECK_DRAIN_TIMEOUT_S``; already done if ``skilldeck serve`` drained on SIGTERM)."""
     service: Service = app.state.service
-    await run_in_threadpool(service.runs.shutdown)
+    settings = service.deck.settings
+    exporter = None
+    if service.metrics is not None and settings.metrics_address is not None:
+        exporter = _serve_metrics(service.metrics, settings.metrics_address)
+    try:
+        yield
+    finally:
+        await service.runs.drain(settings.drain_timeout_s)
+        await run_in_threadpool(service.runs.close)
+        if exporter is not None:
+            exporter.shutdown()
+            exporter.server_close()
+
+
+def _serve_metrics(metrics: Metrics, address: str) -> Any:
+    """``prometheus_client``'s own HTTP server for ``metrics`` on ``address`` (HOST:PORT), in
+    a thread of its own; the server, to shut down."""
+    from prometheus_client import start_http_server
+
+    host, _, port = address.rpartition(":")
+    server, _thread = start_http_server(int(port), host.strip("[]"), registry=metrics.registry)
+    return server

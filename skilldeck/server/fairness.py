@@ -93,6 +93,13 @@ class RunQueue:
         with self._lock:
             return len(self._waiting.get(user, ()))
 
+    def depth(self) -> tuple[int, int]:
+        """How many runs wait for a worker (accepted ones being set up included), and how
+        many go on, all users together."""
+        with self._lock:
+            waiting = sum(len(jobs) for jobs in self._waiting.values())
+            return waiting + sum(self._reserved.values()), self._busy
+
     def _submit(self, user: str, job: Job) -> None:
         with self._lock:
             self._unreserve(user)
@@ -141,13 +148,27 @@ class RunQueue:
                 self._dispatch()
                 self._lock.notify_all()
 
-    def shutdown(self) -> None:
-        """Refuse new runs, and wait for every accepted run, waiting ones too, to reach its
-        card or end."""
+    def close(self) -> None:
+        """Refuse new runs from now on (``SHUTTING_DOWN``); accepted ones go on."""
         with self._lock:
             self._closing = True
-            self._lock.wait_for(lambda: not (self._waiting or self._busy or self._reserved))
-        self._executor.shutdown(wait=True)
+
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Wait until no accepted run waits or goes on (at most ``timeout_s``); whether none
+        does."""
+        with self._lock:
+            return self._lock.wait_for(
+                lambda: not (self._waiting or self._busy or self._reserved), timeout_s
+            )
+
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Refuse new runs, and wait for every accepted run, waiting ones too, to reach its
+        card or end, at most ``timeout_s``; whether they all did. The workers of runs that did
+        not are left to the process's exit."""
+        self.close()
+        idle = self.wait_idle(timeout_s)
+        self._executor.shutdown(wait=idle, cancel_futures=not idle)
+        return idle
 
 
 class Slot:

@@ -5,6 +5,11 @@ receiving events, not the run, which goes on to its card or its end and checkpoi
 Runs wait for a worker in a queue per user, served in turn, within per-user limits
 (:mod:`skilldeck.server.fairness`); their events go to the thread's run log
 (:mod:`skilldeck.server.runlog`), which the response, and any client that reconnects, follows.
+
+Before a restart the runs are drained (:meth:`RunStreams.drain`): new runs are refused
+(``503 SHUTTING_DOWN``), each run going on stops after the step it is in, at its checkpoint (its
+stream ends with an ``error`` event ``STOPPED``, its claims are given back, its thread is
+``resumable``), within a deadline.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -19,7 +25,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from skilldeck._internal.redact import log_error, safe_reason
-from skilldeck.errors import SkillDeckError, ThreadBusyError
+from skilldeck.errors import ErrorCode, SkillDeckError, ThreadBusyError
 from skilldeck.server.fairness import RunQueue
 from skilldeck.server.runlog import SKILLDECK_EVENTS, Protocol, RunLog, RunLogs
 from skilldeck.server.sse import EventStreamResponse
@@ -51,6 +57,9 @@ class RunStreams:
         # Each thread's latest run, numbered, for the client that started it and any that
         # reconnects (GET /threads/{id}/stream), within SKILLDECK_RUN_LOG_MB.
         self.logs = RunLogs(int(settings.run_log_mb * 1_000_000))
+        #: Set when the process drains: each run stops after its step (the deck's ``stop``).
+        self.stopping = threading.Event()
+        self._drained: asyncio.Future[frozenset[str]] | None = None
 
     async def stream(
         self,
@@ -118,9 +127,59 @@ class RunStreams:
             _call_soon(loop, run_log.close)
             _call_soon(loop, self.active.discard, thread_id)
 
-    def shutdown(self) -> None:
-        """Wait for the runs in progress (and those waiting) to reach their card or end."""
-        self.queue.shutdown()
+    @property
+    def draining(self) -> bool:
+        """Whether the process drains (it accepts no run any more)."""
+        return self.stopping.is_set()
+
+    async def drain(self, timeout_s: float) -> frozenset[str]:
+        """Refuse new runs, stop the runs going on (and those waiting) after their step, and
+        wait for them, at most ``timeout_s``; the threads whose runs were still in a step then
+        (their streams are ended here with ``SHUTTING_DOWN``; they keep their claims until the
+        process is gone, so nothing runs their threads twice). Called again, the first
+        call's outcome."""
+        if self._drained is None:
+            self._drained = asyncio.ensure_future(self._stop_runs(timeout_s))
+        return await asyncio.shield(self._drained)
+
+    async def _stop_runs(self, timeout_s: float) -> frozenset[str]:
+        self.stopping.set()
+        self.queue.close()
+        if await run_in_threadpool(self.queue.wait_idle, timeout_s):
+            return frozenset()
+        left = frozenset(self.active)
+        reason = safe_reason(
+            SkillDeckError(
+                f"this server process is shutting down and the run's step did not reach its "
+                f"checkpoint within {timeout_s:g} s (SKILLDECK_DRAIN_TIMEOUT_S); the thread "
+                "goes on from its last checkpoint: continue it once the process is gone",
+                code=ErrorCode.SHUTTING_DOWN,
+            )
+        )
+        for thread_id in left:
+            run_log = self.logs.get(thread_id)
+            if run_log is not None and not run_log.done:
+                error = run_log.protocol.error(thread_id, ErrorCode.SHUTTING_DOWN.value, reason)
+                run_log.append(error)
+                run_log.close()
+        log.warning(
+            "%d run(s) did not reach a checkpoint within the drain timeout (%g s): %s",
+            len(left),
+            timeout_s,
+            ", ".join(sorted(left)),
+        )
+        return left
+
+    @property
+    def abandoned(self) -> frozenset[str]:
+        """The threads whose runs a finished drain gave up on (still in a step then)."""
+        done = self._drained is not None and self._drained.done()
+        return self._drained.result() if done and self._drained is not None else frozenset()
+
+    def close(self) -> None:
+        """Let the workers go: those of runs a drain gave up on are left to the process's
+        exit (call after :meth:`drain`)."""
+        self.queue.shutdown(timeout_s=0)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:

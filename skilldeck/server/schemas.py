@@ -289,6 +289,6 @@ class History(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok", "unavailable"]
+    status: Literal["ok", "unavailable", "draining"]
     version: str
     detail: str | None = None

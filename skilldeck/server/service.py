@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated
+from typing import Annotated, Unpack
 
 from fastapi import Depends, Request
 
 from skilldeck.deck import SkillDeck
 from skilldeck.server.keys import ApiKeys
+from skilldeck.server.metrics import Metrics
 from skilldeck.server.runs import RunStreams
 from skilldeck.server.threads import Threads
+from skilldeck.types import Continue, Event, Resume, RunOptions, RunRequest
 
 __all__ = ["CurrentService", "Service", "current_service", "service_version"]
 
@@ -26,12 +29,33 @@ class Service:
         keys: the API keys, each naming its user.
         threads: who owns which thread, and who may use which matter.
         runs: the runs going on or waiting, and their logs.
+        metrics: the app's Prometheus metrics, when they are on.
     """
 
     deck: SkillDeck
     keys: ApiKeys
     threads: Threads
     runs: RunStreams
+    metrics: Metrics | None = None
+
+    def stream(
+        self, request: RunRequest, *, deltas: bool = False, **options: Unpack[RunOptions]
+    ) -> Iterator[Event]:
+        """The deck's stream of ``request`` as the service runs it (call it in a worker
+        thread: the request is checked and its claims taken here): stopped after its step
+        when the process drains, and counted by the metrics when they are on."""
+        if self.metrics is None:
+            return self.deck.stream(request, deltas=deltas, stop=self.runs.stopping, **options)
+        options["callbacks"] = [*(options.get("callbacks") or ()), self.metrics.model_calls_handler]
+        events = self.deck.stream(request, deltas=deltas, stop=self.runs.stopping, **options)
+        kind = (
+            "resume"
+            if isinstance(request, Resume)
+            else "continue"
+            if isinstance(request, Continue)
+            else "run"
+        )
+        return self.metrics.watch(events, kind)
 
 
 def current_service(request: Request) -> Service:

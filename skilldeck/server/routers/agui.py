@@ -13,7 +13,6 @@ from ag_ui.core import BaseEvent
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from skilldeck.deck import SkillDeck
 from skilldeck.server.agui import (
     AGUI_EVENTS,
     AguiInput,
@@ -27,6 +26,7 @@ from skilldeck.server.agui import (
 )
 from skilldeck.server.dependencies import CurrentService, User
 from skilldeck.server.errors import responses
+from skilldeck.server.service import Service
 from skilldeck.server.sse import MEDIA_TYPE, EventStreamResponse
 from skilldeck.server.threads import Threads, unknown_thread
 from skilldeck.types import Resume
@@ -77,7 +77,7 @@ async def agui(body: AguiInput, user: User, service: CurrentService) -> Any:
     adopted = await _admit(service.threads, body.thread_id, user, asked)
     try:
         return await service.runs.stream(
-            body.thread_id, user, lambda: _events(service.deck, body, user, asked), AGUI_EVENTS
+            body.thread_id, user, lambda: _events(service, body, user, asked), AGUI_EVENTS
         )
     except BaseException:
         if adopted:  # the run was refused: the thread it would have started is not kept
@@ -106,14 +106,17 @@ async def _admit(threads: Threads, thread_id: str, user: str, asked: AguiRequest
     return False
 
 
-def _events(deck: SkillDeck, body: AguiInput, user: str, asked: AguiRequest) -> Iterator[BaseEvent]:
+def _events(
+    service: Service, body: AguiInput, user: str, asked: AguiRequest
+) -> Iterator[BaseEvent]:
     """Start what ``asked`` asks (in a worker thread; the deck's checks raise here, before the
     stream) and give its AG-UI events."""
     thread_id, run_id = body.thread_id, body.run_id
+    deck = service.deck
     if isinstance(asked, AguiRefusal):
         return refused(thread_id, run_id, asked)
     if isinstance(asked, AguiRun):
-        events = deck.stream(
+        events = service.stream(
             asked.input,
             context=asked.context,
             thread_id=thread_id,
@@ -123,5 +126,5 @@ def _events(deck: SkillDeck, body: AguiInput, user: str, asked: AguiRequest) -> 
         )
     else:
         answers = Resume(thread_id, asked.answers, interrupt_id=asked.interrupt_id)
-        events = deck.stream(answers, deltas=True)
+        events = service.stream(answers, deltas=True)
     return agui_events(thread_id, run_id, events, lambda: deck.get_thread(thread_id).state)

@@ -36,13 +36,13 @@ async def start_run(
     thread_id: ThreadId, body: RunRequest, user: User, service: CurrentService
 ) -> Any:
     """Run the thread and stream its events until a card, the end or an error."""
-    deck, threads = service.deck, service.threads
+    threads = service.threads
     await run_in_threadpool(threads.owned, thread_id, user)
     await run_in_threadpool(threads.check_matter, user, body.matter_id)
     return await service.runs.stream(
         thread_id,
         user,
-        lambda: deck.stream(
+        lambda: service.stream(
             body.input,
             context=body.context,
             thread_id=thread_id,
@@ -61,13 +61,12 @@ async def resume(
     """Answer the pending card and stream the run on. Of concurrent answers to one card
     exactly one is applied; the others get 409. The caller must still be allowed the
     thread's matter (else 404 ``MATTER_NOT_FOUND``, nothing changed)."""
-    deck = service.deck
     if await run_in_threadpool(service.threads.authorize, thread_id, user) is None:
         raise NoPendingCardError(thread_id, "new")
     return await service.runs.stream(
         thread_id,
         user,
-        lambda: deck.stream(
+        lambda: service.stream(
             Resume(thread_id, body.answers, interrupt_id=body.interrupt_id),
             deltas=body.stream_deltas,
         ),
@@ -81,10 +80,9 @@ async def continue_thread(
     """Go on with a ``resumable`` thread (its run stopped mid-way, e.g. its server died)
     from its last checkpoint, and stream the run like a resume. Any other thread is a 409
     ``NOT_RESUMABLE``; a live run's is ``THREAD_BUSY``; nothing changes."""
-    deck = service.deck
     if await run_in_threadpool(service.threads.authorize, thread_id, user) is None:
         raise NotResumableError(thread_id, "new")
     deltas = body is not None and body.stream_deltas
     return await service.runs.stream(
-        thread_id, user, lambda: deck.stream(Continue(thread_id), deltas=deltas)
+        thread_id, user, lambda: service.stream(Continue(thread_id), deltas=deltas)
     )
