@@ -682,7 +682,7 @@ async def serve_stdio(
         async with stdio_server() as (read, write):
             await server.server.run(read, write, server.initialization_options())
     finally:
-        await run_in_threadpool(service.runs.shutdown)
+        await _drain(service)
 
 
 def http_app(
@@ -747,7 +747,7 @@ def http_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with manager.run():
             yield
-        await run_in_threadpool(service.runs.shutdown)
+        await _drain(service)
 
     app = Starlette(
         routes=[Route("/mcp", endpoint=_Asgi(endpoint)), Route("/health", endpoint=health)],
@@ -771,3 +771,10 @@ class _Asgi:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
+
+
+async def _drain(service: Service) -> None:
+    """As the HTTP service ends: each run stops after its step, at its checkpoint, within
+    ``SKILLDECK_DRAIN_TIMEOUT_S``; then the run workers go."""
+    await service.runs.drain(service.deck.settings.drain_timeout_s)
+    await run_in_threadpool(service.runs.close)
