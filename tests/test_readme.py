@@ -45,7 +45,8 @@ def test_every_code_block_has_a_runner() -> None:
 
 def test_the_quickstart_is_what_ci_runs() -> None:
     """The first command installs what the demo needs (the core, no extra) and runs it; the
-    second adds the test tools and runs every test, then lists the slowest."""
+    second adds the test tools and runs every test (on a worker a core), then lists the
+    slowest."""
     setup, tests = quickstart()
     assert setup.startswith(
         "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && skilldeck demo "
@@ -53,7 +54,8 @@ def test_the_quickstart_is_what_ci_runs() -> None:
     )
     assert "[" not in setup.split(" && skilldeck demo")[0]  # no extra
     assert re.fullmatch(
-        r'\. \.venv/bin/activate && pip install -e "\.\[dev\]" && python -m pytest --durations=\d+',
+        r'\. \.venv/bin/activate && pip install -e "\.\[dev\]" && '
+        r"python -m pytest -n auto --dist loadfile --durations=\d+",
         tests,
     ), tests
     ci = (ROOT / ".ci" / "run").read_text("utf-8")
