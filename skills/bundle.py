@@ -200,11 +200,15 @@ class SkillBundle:
     def is_candidate(self, state: Mapping[str, Any], *, any_context: bool = False) -> bool:
         """Whether the router may pick this skill for ``state`` (seed 004 triggers/requires);
         ``any_context``: whatever the context (routing by description in context ``auto``)."""
-        return (
-            (any_context or state.get("context") in self.contexts)
-            and all(c.evaluate(state) for c in self.state_conditions)
-            and self.requires_hold(state)
-        )
+        # Loops, not all()/any() over generators: the router asks this of every skill at
+        # every step.
+        meta = self.meta
+        if not any_context and state.get("context") not in meta.triggers.contexts:
+            return False
+        for condition in meta.triggers.state_conditions:
+            if not condition.evaluate(state):
+                return False
+        return self.requires_hold(state)
 
     def why_not(self, state: Mapping[str, Any], *, any_context: bool = False) -> str | None:
         """Why the router may not pick this skill for ``state``, naming the trigger or the
@@ -227,6 +231,8 @@ class SkillBundle:
         return None
 
     def requires_hold(self, state: Mapping[str, Any]) -> bool:
-        return all(c.evaluate(state) for c in self.requires_all) and (
-            not self.requires_any or any(c.evaluate(state) for c in self.requires_any)
-        )
+        requires = self.meta.requires
+        for condition in requires.all:
+            if not condition.evaluate(state):
+                return False
+        return not requires.any or any(c.evaluate(state) for c in requires.any)

@@ -353,20 +353,30 @@ def _compare(op: str, left: Any, right: Any) -> bool:
     return False
 
 
-def _evaluate(node: _Node, state: Any) -> Any:
+def _compile(node: _Node) -> Callable[[Any], Any]:
+    """The function that evaluates ``node`` on a state: the tree is walked once, when the
+    condition is parsed, not at each evaluation (the router evaluates every skill's conditions
+    at every step)."""
     if isinstance(node, _Literal):
-        return node.value
+        value = node.value
+        return lambda state: value
     if isinstance(node, _Path):
-        return _resolve(state, node.segments)
+        segments = node.segments
+        if len(segments) == 1 and isinstance(segments[0], str):  # ``state.key``: most of them
+            key = segments[0]
+            return lambda state: state.get(key) if isinstance(state, Mapping) else None
+        return lambda state: _resolve(state, segments)
     if isinstance(node, _Not):
+        operand = _compile(node.operand)
         # JSON truthiness (null, false, 0, "", [], {} are falsy) matches Python's.
-        return not _evaluate(node.operand, state)
+        return lambda state: not operand(state)
+    left, right = _compile(node.left), _compile(node.right)
     if isinstance(node, _Logic):
-        left = bool(_evaluate(node.left, state))
         if node.op == "and":
-            return left and bool(_evaluate(node.right, state))
-        return left or bool(_evaluate(node.right, state))
-    return _compare(node.op, _evaluate(node.left, state), _evaluate(node.right, state))
+            return lambda state: bool(left(state)) and bool(right(state))
+        return lambda state: bool(left(state)) or bool(right(state))
+    op = node.op
+    return lambda state: _compare(op, left(state), right(state))
 
 
 def _paths(node: _Node) -> Iterator[tuple[str | int, ...]]:
@@ -389,10 +399,18 @@ class Condition:
 
     source: str
     _root: _Node = field(repr=False, compare=False)
+    _run: Callable[[Any], Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_run", _compile(self._root))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The compiled function does not pickle; the text parses to the same condition.
+        return (parse_condition, (self.source,))
 
     def evaluate(self, state: Mapping[str, Any]) -> bool:
         """Evaluates the condition against ``state``; never raises for JSON-native state."""
-        return bool(_evaluate(self._root, state))
+        return bool(self._run(state))
 
     def paths(self) -> tuple[tuple[str | int, ...], ...]:
         """Returns the distinct state paths read, in order of appearance, without 'state'."""
