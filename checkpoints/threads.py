@@ -362,13 +362,20 @@ class ThreadIndex(ABC):
         self, *, user_id: str | None = None, status: str | None = None, limit: int | None = None
     ) -> builtins.list[ThreadRecord]:
         """Threads, most recently run first; only ``user_id``'s or ``status``'s if given."""
-        # Stored rows say "running" for resumable threads too: read those, then sort them out.
+        # A thread cut off mid-run is stored "running" (the lease says whether a run still holds
+        # it) and one stopped on purpose "resumable": read both, then sort them out.
         leased = self.leases is not None and status in ("running", "resumable")
-        where, params = [], []
-        for column, value in (("user_id", user_id), ("status", "running" if leased else status)):
-            if value is not None:
-                where.append(f"{column} = {{p}}")
-                params.append(value)
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if user_id is not None:
+            where.append("user_id = {p}")
+            params.append(user_id)
+        if leased:
+            where.append("status IN ({p}, {p})")
+            params += ["running", "resumable"]
+        elif status is not None:
+            where.append("status = {p}")
+            params.append(status)
         sql = f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE}"
         if where:
             sql += " WHERE " + " AND ".join(where)

@@ -27,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from servers import program
 from serving import ServeProcess, free_port
 
-from skilldeck import SkillDeck, demo
+from skilldeck import SkillDeck, SkillDeckError, demo
 from skilldeck.server.keys import hash_key
 from skilldeck.server.mcp import SESSIONS_PER_USER, elicitation_form
 from skilldeck.settings import Settings
@@ -699,3 +699,18 @@ def test_replies_that_are_not_what_the_form_asked_are_refused_and_asked_again(
     assert body is not None and body["status"] == "finished", result.content
     _, history = thread_of(checkpoint, body["thread_id"])
     assert [row["answers"] for row in history if row["answers"]] == [demo.ANSWERS]
+
+
+def test_a_process_without_a_login_name_is_told_to_pass_user(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a container whose user has no password entry (and no USER), ``getpass`` raises: the
+    stdio server then says how to name its user instead of failing with a traceback."""
+    from skilldeck.server import mcp as mcp_server
+
+    def no_name() -> str:
+        raise OSError("No username set in the environment")
+
+    monkeypatch.setattr(mcp_server.getpass, "getuser", no_name)
+    with pytest.raises(SkillDeckError, match="--user NAME"):
+        mcp_server.local_user()

@@ -428,6 +428,9 @@ def test_an_endpoint_that_stays_away_leaves_the_thread_resumable() -> None:
         assert "(HTTP 503)" in result.error.message and result.error.skill == "litigation-intake"
         assert len(endpoint.requests) == 4  # the first call, then the second three times
         assert deck.get_thread(result.thread_id).status == "resumable"
+        # Listed as what it is, for the operator looking for threads to continue.
+        assert [t.thread_id for t in deck.threads(status="resumable")] == [result.thread_id]
+        assert deck.threads(status="running") == []
         done = deck.run(Continue(result.thread_id))
         assert done.status == "finished", done.error
         assert done.error is None and done.state.get("error") is None

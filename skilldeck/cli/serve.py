@@ -298,6 +298,7 @@ def mcp(
         matter_policy = matter_policy or "claim"
     try:
         api_keys = ApiKeys.load(keys) if http else None
+        who = user or local_user() if api_keys is None else None
     except SkillDeckError as exc:
         fail(exc)
     deck = _service_deck(
@@ -305,7 +306,7 @@ def mcp(
     )
     try:
         if api_keys is None:
-            who = user or local_user()
+            assert who is not None  # the stdio server's user, found above
             typer.echo(f"skilldeck mcp: stdio, as user {who!r}", err=True)
             anyio.run(lambda: serve_stdio(deck, user=who, elicit_timeout_s=elicit_timeout))
         else:

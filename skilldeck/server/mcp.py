@@ -150,8 +150,19 @@ OUTPUT_SCHEMA: dict[str, Any] = {
 
 def local_user() -> str:
     """The user a stdio server acts as when ``--user`` is not given: the login name of the
-    process (``getpass.getuser()``: ``LOGNAME``, ``USER``, ... or the password database)."""
-    return getpass.getuser()
+    process (``getpass.getuser()``: ``LOGNAME``, ``USER``, ... or the password database).
+
+    Raises:
+        SkillDeckError: the process has no login name (a container's user without a
+            password entry, and no ``USER``): pass ``--user``.
+    """
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        raise SkillDeckError(
+            "this process has no login name to act as (no USER or LOGNAME, and no password "
+            "entry for its uid): start the stdio server with --user NAME"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
