@@ -40,11 +40,16 @@ __all__ = [
     "ToolCall",
     "ToolStatus",
     "Turn",
+    "Upgrade",
+    "UpgradePolicy",
     "issues",
 ]
 
 ToolStatus = Literal["pending", "ok", "error", "refused"]
 AttemptAction = Literal["continue", "finish", "ask_user", "retry", "rejected", "failed"]
+#: What a resume does when the skill of its pending card or turn changed since (see
+#: :class:`Upgrade`): refuse, run the new version, or run the bundle's ``scripts/migrate.py``.
+UpgradePolicy = Literal["refuse", "latest", "migrate"]
 
 
 class Record(BaseModel):
@@ -135,6 +140,17 @@ class ToolCall(Record):
         return self.status == "ok"
 
 
+class Upgrade(Record):
+    """A resume that went on with another version of a skill than the one its pending card
+    or turn was made by: the policy that allowed it and both fingerprints (kept on the
+    :class:`Attempt` records the checkpoint history holds)."""
+
+    skill: str
+    policy: Literal["latest", "migrate"]
+    old: str
+    new: str
+
+
 class Turn(Record):
     """A skill's turn in flight: from its opening prompt to an accepted output (or the run's
     end), across attempts and tool rounds. The transcript's messages are immutable rows in the
@@ -150,6 +166,10 @@ class Turn(Record):
 
     id: str
     skill: str
+    #: The fingerprint of the skill's bundle the turn runs (:attr:`SkillBundle.fingerprint`).
+    fingerprint: str | None = None
+    #: The resume that moved the turn to another version of its skill, if one did.
+    upgrade: Upgrade | None = None
     attempt: int = 1
     round: int = 0
     head: str | None = None
@@ -193,6 +213,8 @@ class Interrupt(Record):
     id: str
     kind: Literal["card"] = "card"
     skill: str
+    #: The fingerprint of the skill's bundle that asked (a resume checks it against its own).
+    fingerprint: str | None = None
     review_type: str
     questions: tuple[dict[str, JsonValue], ...]
     #: The schema of the field each answer writes, by field key.
@@ -208,6 +230,12 @@ class Attempt(Record):
     skill: str
     turn: str
     attempt: int
+    #: The fingerprint of the skill's bundle the attempt ran (:attr:`Turn.fingerprint`).
+    fingerprint: str | None = None
+    #: The resume that went on with another version of the skill than the one the turn (or
+    #: the card it asked) was made by: set on the turn's attempts, or on the record of the
+    #: attempt that asked the card.
+    upgrade: Upgrade | None = None
     head: str | None = None
     action: AttemptAction
     model: str | None = None

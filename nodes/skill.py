@@ -369,6 +369,7 @@ class SkillNode:
         turn = Turn(
             id=uuid.uuid4().hex,
             skill=self.name,
+            fingerprint=self.bundle.fingerprint,
             started=time.time(),
             # How the router chose this skill, for the attempt record.
             route=guard.route if guard is not None else None,
@@ -464,6 +465,7 @@ class SkillNode:
             update["card"] = Interrupt(
                 id=uuid.uuid4().hex,
                 skill=self.name,
+                fingerprint=turn.fingerprint,
                 review_type=asked["review_type"],
                 questions=asked["questions"],
                 # Answers are checked against the fields they write, as well as their types.
@@ -616,6 +618,8 @@ class SkillNode:
             skill=self.name,
             turn=turn.id,
             attempt=turn.attempt,
+            fingerprint=turn.fingerprint,
+            upgrade=turn.upgrade,
             head=turn.head,
             model=self.ctx.model_label(self.name),
             output_mode=self.caller.mode if self.ctx.has_model(self.name) else None,

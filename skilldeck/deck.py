@@ -30,6 +30,7 @@ from skilldeck._internal.driver import (
     run_result,
 )
 from skilldeck._internal.ids import check_id
+from skilldeck._internal.upgrade import upgrade_update
 from skilldeck.checkpoints.claims import InterruptClaims
 from skilldeck.checkpoints.inline import InlineSaver, InlineStore
 from skilldeck.checkpoints.inspect import (
@@ -612,7 +613,7 @@ class SkillDeck:
             # The same request again for a run that stopped mid-way (its process died, or its
             # database went away): continue from the last checkpoint. New input would discard
             # the unfinished step, with the writes it had saved (a card's answers among them).
-            return Prepared(None, config, snapshot)
+            return Prepared(_going_on(self._upgrade(thread_id, snapshot)), config, snapshot)
         update = {
             "context": context,
             "input": input,
@@ -654,8 +655,12 @@ class SkillDeck:
         view = RunView(snapshot.values)
         self.check_scripts(view.context)
         self.check_models(view.context)
+        upgrade = self._upgrade(thread_id, snapshot)
         config = self._config(thread_id, _identity(view), options)
-        command: Command[Any] = Command(resume={pending.id: dict(request.answers)})
+        # The upgrade's writes are applied before the card's node takes the answers.
+        command: Command[Any] = Command(
+            resume={pending.id: dict(request.answers)}, update=upgrade or None
+        )
         return Prepared(command, config, snapshot, card=(thread_id, pending.id))
 
     def _continue(
@@ -671,7 +676,8 @@ class SkillDeck:
         self._check_skills(thread_id, snapshot)
         view = RunView(snapshot.values)
         self.check_models(view.context)
-        return Prepared(None, self._config(thread_id, _identity(view), options), snapshot)
+        payload = _going_on(self._upgrade(thread_id, snapshot))
+        return Prepared(payload, self._config(thread_id, _identity(view), options), snapshot)
 
     def _config(
         self, thread_id: str, identity: Mapping[str, Any], options: RunOptions
@@ -725,6 +731,23 @@ class SkillDeck:
             record = self.index.get(thread_id)
             sources = record.sources if record is not None else ()
             raise SkillNotLoadedError(thread_id, skills=missing, sources=sources)
+
+    def _upgrade(self, thread_id: str, snapshot: StateSnapshot) -> dict[str, Any]:
+        """The update that moves a thread whose pending card or turn was made by another
+        version of its skill to this deck's, as the skill's policy allows (see
+        :mod:`skilldeck._internal.upgrade`); empty when it is this version.
+
+        Raises:
+            SkillChangedError: the policy refuses (by default), or the migration failed.
+            UntrustedScriptsError: a migration of a bundle the deck does not trust.
+        """
+        return upgrade_update(
+            thread_id,
+            snapshot.values,
+            self._ctx.bundles,
+            self.settings.changed_skill,
+            frozenset(k for b in self.bundles for k in b.data_keys),
+        )
 
     # -- time travel ----------------------------------------------------------------------
     def fork(
@@ -916,6 +939,12 @@ def _stopped_mid_run(
     same = values.get("input") == input and values.get("context") == context
     same = same and all(values.get(k) == v for k, v in identity.items())
     return same and thread_status(snapshot) == "running"
+
+
+def _going_on(update: Mapping[str, Any]) -> Command[Any] | None:
+    """The request that goes on from a thread's last checkpoint: with ``update`` applied
+    first (an upgrade's), or as it is (``None``)."""
+    return Command(update=dict(update)) if update else None
 
 
 def _identity(view: RunView) -> dict[str, Any]:

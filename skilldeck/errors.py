@@ -35,6 +35,7 @@ __all__ = [
     "PromptTooLongError",
     "QuotaExceededError",
     "ScriptedModelError",
+    "SkillChangedError",
     "SkillDeckError",
     "SkillNotLoadedError",
     "StaleCassetteError",
@@ -69,6 +70,7 @@ class ErrorCode(StrEnum):
     MISSING_EXTRA = "MISSING_EXTRA"
     NO_SKILL = "NO_SKILL"
     SKILL_NOT_LOADED = "SKILL_NOT_LOADED"
+    SKILL_CHANGED = "SKILL_CHANGED"
     MATTER_REQUIRED = "MATTER_REQUIRED"
     PROMPT_TOO_LONG = "PROMPT_TOO_LONG"
     UNTRUSTED_SCRIPTS = "UNTRUSTED_SCRIPTS"
@@ -162,6 +164,28 @@ class SkillNotLoadedError(SkillDeckError):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "skills": self.skills, "fields": self.fields}
+
+
+class SkillChangedError(SkillDeckError):
+    """The thread's pending card or turn was made by another version of a skill than the one
+    this deck loads, and the skill's policy for that (``on_change`` in its skill.meta.json, or
+    ``SKILLDECK_CHANGED_SKILL``) does not let it go on: running the new version on the old
+    state could break it. Nothing was written."""
+
+    code = ErrorCode.SKILL_CHANGED
+
+    def __init__(self, thread_id: str, skill: str, old: str, new: str, reason: str) -> None:
+        self.thread_id, self.skill, self.old, self.new = thread_id, skill, old, new
+        super().__init__(
+            f"thread {thread_id!r} paused in skill {skill!r} at version {old}, and this deck "
+            f"loads version {new}: {reason}. Resume it with the skill as it was, or choose a "
+            'policy: "on_change" in the skill\'s skill.meta.json, or SKILLDECK_CHANGED_SKILL '
+            "for the deck ('latest': run the new version on the old state; 'migrate': rewrite "
+            "the state with the bundle's scripts/migrate.py first); nothing was written"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "skill": self.skill, "old": self.old, "new": self.new}
 
 
 class MatterRequiredError(SkillDeckError):

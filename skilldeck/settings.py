@@ -117,6 +117,15 @@ class Settings(BaseSettings):
         "Windows). The built-in bundles and those made by `skilldeck new` or recorded by "
         "`skilldeck trust` are trusted without it; any other bundle loads without its scripts.",
     )
+    changed_skill: Literal["refuse", "latest", "migrate"] = Field(
+        default="refuse",
+        description="What a resume (or continue) does when the skill of the thread's pending "
+        "card or turn changed since it paused (its fingerprint differs), for skills whose "
+        "skill.meta.json names no on_change: 'refuse' (SKILL_CHANGED, nothing written), "
+        "'latest' (run the new version on the old state, recorded on the attempt record), "
+        "'migrate' (the bundle's scripts/migrate.py rewrites the state first; a trusted bundle "
+        "only).",
+    )
     router: Literal["auto", "lexical", "model"] = Field(
         default="auto",
         description="How a request is routed by description (context 'auto', or candidates "

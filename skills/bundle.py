@@ -35,6 +35,7 @@ SCRIPTS = {
     "validate": "scripts/validate.py",
     "eval_setup": "scripts/eval_setup.py",
     "rules": "scripts/rules.py",
+    "migrate": "scripts/migrate.py",
 }
 #: Files the engine reads itself; they are never offered to the model.
 #: A bundle's JSON Schema of its run input (optional: without it, a skill takes any object).

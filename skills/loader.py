@@ -93,9 +93,13 @@ _FUNCTIONS = {
     "validate": ("validate", "validate(output, state) or validate(output, state, turn)"),
     "eval_setup": ("setup", "setup(task, trial)"),
     "rules": ("respond", "respond(state, results)"),
+    "migrate": ("migrate", "migrate(state, old_fingerprint)"),
 }
 #: The scripts a run of the skill calls (the others serve evals and the ``rules`` provider).
 _RUN_SCRIPTS = ("preprocess", "validate")
+#: The scripts whose bytes join the fingerprint: what a run executes (not its eval hook, nor
+#: the migration that exists because the skill changed).
+_RUN_CODE = (*_RUN_SCRIPTS, "rules")
 # The spec's name; lowercase skill.md is accepted too, as the Agent Skills clients do.
 _SKILL_FILES = ("SKILL.md", "skill.md")
 
@@ -358,6 +362,9 @@ def inspect_bundle(
     schema = _output_schema(reader, folder, meta)
     input_schema, input_validator = _input_schema(reader, folder)
     has = tuple(name for name, file in SCRIPTS.items() if (folder / file).is_file())
+    for name in has:
+        if name in _RUN_CODE:  # the code a run executes is part of the skill's version
+            reader.listed(folder / SCRIPTS[name])
     scripts = _scripts(problems, folder, has) if trusted else _untrusted(problems, folder, has)
     if meta is None:
         return None, problems
@@ -566,7 +573,7 @@ def _untrusted(
         effect = (
             f"a run of this skill fails with {UntrustedScriptsError.code.value} until then"
             if needed
-            else "its eval setup and rules fail until then"
+            else "its eval setup, rules and migration fail until then"
         )
         problems.warn(
             folder / "scripts",

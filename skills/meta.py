@@ -431,6 +431,16 @@ class SkillMeta(_Open):
             "prompt, cut to the host's reference token budget."
         ),
     )
+    on_change: Literal["refuse", "latest", "migrate"] | None = Field(
+        default=None,
+        description=(
+            "What resuming a thread paused in an earlier version of this skill does (its "
+            "fingerprint changed): `refuse` (SKILL_CHANGED), `latest` (run this version on the "
+            "old state), `migrate` (`scripts/migrate.py`'s `migrate(state, old_fingerprint)` "
+            "returns an update of the state first; a trusted bundle only). Default: the "
+            "deck's `SKILLDECK_CHANGED_SKILL`."
+        ),
+    )
     tools: Tools = Field(
         default=(),
         description=(

@@ -44,6 +44,7 @@ _STATUS = {
     ErrorCode.CARD_PENDING: 409,
     ErrorCode.THREAD_BUSY: 409,
     ErrorCode.SKILL_NOT_LOADED: 409,
+    ErrorCode.SKILL_CHANGED: 409,
     ErrorCode.STALE_RUN: 409,
     ErrorCode.NOT_RESUMABLE: 409,
     ErrorCode.INVALID_ANSWERS: 422,
@@ -64,7 +65,8 @@ _DESCRIPTIONS = {
     "nothing was created.",
     404: "Unknown thread, or a thread of another user (the same answer).",
     409: "No pending card, a stale interrupt_id, a card already being answered, a card "
-    "waiting for answers, or a run of the thread in progress.",
+    "waiting for answers, a run of the thread in progress, or a thread paused in a skill "
+    "that changed since (SKILL_CHANGED: the skill's upgrade policy refuses it).",
     408: "The request body did not arrive in time (SKILLDECK_BODY_TIMEOUT_S).",
     413: "The request body is too large.",
     422: "Invalid request body or card answers, or a run that needs a matter; nothing was changed.",
