@@ -187,8 +187,10 @@ def step_rows(snapshots: Iterable[StateSnapshot]) -> list[dict[str, Any]]:
     - ``in_skill``: the skill the step worked for (its own node, its tool calls or its card);
     - ``skill``, ``turn`` (its transcript's id), ``head`` (the transcript as the attempt left
       it: :func:`skilldeck.nodes.transcript.read` reads it), ``attempt``, ``action``,
-      ``validation_errors``, ``model``, ``tokens``, ``attempt_ms``: from the attempt record,
-      only on the step that ended the attempt (``action`` ``rejected`` is a retry);
+      ``validation_errors``, ``model``, ``tokens``, ``attempt_ms``, ``fingerprint`` (the
+      skill's version): from the attempt record, only on the step that ended the attempt
+      (``action`` ``rejected`` is a retry); ``upgrade``: the resume that moved the thread to
+      another version of the skill (``{skill, policy, old, new}``), on the step it made;
     - ``tool_calls``: the calls a skill step asked for (``status`` requested) or a tools step ran
       (``status`` ok, error or refused, with ``ms``);
     - ``elapsed_ms``: wall time since the parent checkpoint (a card's step includes the wait for
@@ -229,6 +231,8 @@ def step_rows(snapshots: Iterable[StateSnapshot]) -> list[dict[str, Any]]:
                 "model": fresh.model if fresh else None,
                 "tokens": fresh.tokens.dump() if fresh and fresh.tokens else None,
                 "attempt_ms": fresh.duration_ms if fresh else None,
+                "fingerprint": fresh.fingerprint if fresh else None,
+                "upgrade": fresh.upgrade.dump() if fresh and fresh.upgrade else None,
                 "tool_calls": _tool_calls(ran, before, values),
                 "elapsed_ms": _elapsed_ms(rows[-1]["created_at"] if rows else None, snap),
                 "card": pending_card(snap.interrupts[0]) if snap.interrupts else None,

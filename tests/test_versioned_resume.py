@@ -75,15 +75,8 @@ def deck(paused: dict[str, Any], *, trust: bool = True, **settings: Any) -> Skil
 
 
 def upgrades(deck: SkillDeck, thread: str) -> list[dict[str, Any]]:
-    """The upgrade records of the thread's checkpoint history, oldest first, without repeats."""
-    found: list[dict[str, Any]] = []
-    for snapshot in reversed(
-        list(deck.graph.get_state_history({"configurable": {"thread_id": thread}}))
-    ):
-        attempt = snapshot.values.get("attempt") or {}
-        if attempt.get("upgrade") and attempt["upgrade"] not in found:
-            found.append(attempt["upgrade"])
-    return found
+    """The upgrades the thread's history rows show, oldest first."""
+    return [row["upgrade"] for row in deck.history(thread) if row["upgrade"]]
 
 
 def test_the_card_and_each_attempt_record_the_skills_fingerprint(paused: dict[str, Any]) -> None:
@@ -92,9 +85,9 @@ def test_the_card_and_each_attempt_record_the_skills_fingerprint(paused: dict[st
         assert state["card"]["fingerprint"] == paused["old"]
         assert state["attempt"]["fingerprint"] == paused["old"]
         assert same.run(Resume(paused["thread"], {"note": "hi"})).status == "finished"
-        history = same.graph.get_state_history({"configurable": {"thread_id": paused["thread"]}})
-        ran = {s.values["attempt"]["fingerprint"] for s in history if s.values.get("attempt")}
-        assert ran == {paused["old"]}
+        rows = same.history(paused["thread"])
+        assert {r["fingerprint"] for r in rows if r["action"]} == {paused["old"]}
+        assert [r["action"] for r in rows if r["action"]] == ["ask_user", "finish"]
         assert upgrades(same, paused["thread"]) == []
 
 
