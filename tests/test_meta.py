@@ -185,8 +185,8 @@ def test_every_problem_of_the_file_at_once_at_its_path() -> None:
         (
             "$",
             "unknown keys 'colour', 'trigers' (did you mean 'triggers'?); the keys are: name, "
-            "description, version, priority, triggers, requires, examples, references, tools, "
-            "outputs, execution_config, $schema; keys of your own must start with 'x-'",
+            "description, version, priority, triggers, requires, examples, references, on_change, "
+            "tools, outputs, execution_config, $schema; keys of your own must start with 'x-'",
         ),
     ]
 
