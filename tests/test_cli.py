@@ -301,3 +301,17 @@ def test_the_terminal_card_asks_numbers_again_until_the_card_takes_them(
         "must be at most 500",
         "Give a whole number of crates.",
     ]
+
+
+def test_an_error_names_the_extra_to_install_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    """An error's text is printed as text: `skilldeck[service]` is not taken for a style and
+    dropped, which left the newcomer without the one thing to install."""
+    import typer
+
+    from skilldeck.cli._shared import fail
+    from skilldeck.errors import MissingExtraError
+
+    with pytest.raises(typer.Exit):
+        fail(MissingExtraError("the service's uvicorn", "service"))
+    said = " ".join(capsys.readouterr().err.split())
+    assert "skilldeck[service]" in said and "[MISSING_EXTRA]" in said, said

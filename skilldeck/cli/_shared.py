@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from skilldeck.errors import SkillDeckError
 
@@ -101,8 +102,10 @@ def fail(exc: SkillDeckError, as_json: bool = False) -> NoReturn:
     if as_json:
         print(json.dumps({"status": "error", "error": exc.to_dict()}, ensure_ascii=False))
     else:
-        # soft_wrap: a long message (a path, a JSON path) stays on one line, whole.
-        err.print(f"[bold red]error[/] [{exc.code.value}] {exc}", highlight=False, soft_wrap=True)
+        # soft_wrap: a long message (a path, a JSON path) stays on one line, whole. The message
+        # is text, not markup: `skilldeck[service]` must not be read as a style and dropped.
+        message = escape(f"[{exc.code.value}] {exc}")
+        err.print(f"[bold red]error[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_USAGE)
 
 

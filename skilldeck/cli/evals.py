@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -193,7 +194,7 @@ def compare(
             table.add_row(r.bucket, r.kind, _fmt(r.base), _fmt(r.new), delta, change)
         out.print(table)
         for reason in result.reasons:
-            err.print(f"[bold red]fail[/] {reason}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]fail[/] {escape(reason)}", highlight=False, soft_wrap=True)
         if result.ok:
             out.print("[green]ok[/]: no bucket dropped")
     if not result.ok:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.prompt import Confirm, Prompt
 
 from skilldeck import Resume
@@ -459,7 +460,7 @@ def demo(
             except InvalidAnswersError as exc:
                 if answers is not None or as_json:
                     raise
-                err.print(f"[red]{exc}[/]", highlight=False)
+                err.print(f"[red]{escape(str(exc))}[/]", highlight=False)
                 continue
             steps.append(summary(result))
     if as_json:
