@@ -4,6 +4,7 @@ policy says (refuse, latest, or the bundle's scripts/migrate.py), never silently
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,51 @@ def test_an_edited_script_changes_the_fingerprint(tmp_path: Path) -> None:
             fingerprints.append(one.bundles[0].fingerprint)
     assert fingerprints[0] != fingerprints[1]
     assert json.dumps(fingerprints)  # plain strings
+
+
+def test_a_run_cut_off_inside_a_changed_skill_continues_only_as_its_policy_says(
+    tmp_path: Path,
+) -> None:
+    """A process died in the middle of a turn (after a tool round); the skill was redeployed
+    since. Continuing the thread is refused by default, and nothing changes; with ``latest``
+    the new version finishes the turn and the history says so."""
+    from conftest import DEMO_ANSWERS, DEMO_FILES, DEMO_SCRIPT
+
+    from skilldeck import Continue
+    from skilldeck.skills import builtin_skills_dir
+
+    skills = tmp_path / "skills"
+    shutil.copytree(builtin_skills_dir() / "litigation-intake", skills / "litigation-intake")
+    url = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    run = {"context": "matter", "matter_id": "demo-matter", "user_id": "u"}
+
+    def open_deck(**settings: Any) -> SkillDeck:
+        chosen = Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES), **settings)
+        return SkillDeck(skills, checkpointer=url, settings=chosen, trust=True)
+
+    with open_deck() as first:
+        events = first.stream({"documents": ["complaint.txt"]}, thread_id="t", **run)
+        for _, _ in zip(range(3), events, strict=False):  # into the turn's tool rounds
+            pass
+        events.close()  # as a process that died: the turn is in flight
+        assert first.get_thread("t").state["turn"] is not None
+        old = first.bundles[0].fingerprint
+    skill_md = skills / "litigation-intake" / "SKILL.md"
+    skill_md.write_text(skill_md.read_text("utf-8") + "\nVersion 2.\n", "utf-8")
+    with open_deck() as changed:
+        before = changed.get_thread("t")
+        with pytest.raises(SkillChangedError) as refused:
+            changed.run(Continue("t"))
+        assert old in str(refused.value) and changed.bundles[0].fingerprint in str(refused.value)
+        assert changed.get_thread("t").checkpoint_id == before.checkpoint_id
+    with open_deck(changed_skill="latest") as latest:
+        new = latest.bundles[0].fingerprint
+        paused = latest.run(Continue("t"))
+        assert paused.status == "interrupted", paused.error
+        assert latest.run(Resume("t", DEMO_ANSWERS)).status == "finished"
+        assert upgrades(latest, "t")[0] == {
+            "skill": "litigation-intake",
+            "policy": "latest",
+            "old": old,
+            "new": new,
+        }
