@@ -134,4 +134,4 @@ class Threads:
     def check_matter(self, user_id: str, matter_id: str | None) -> None:
         """Refuse a matter the user may not use, with the answer an unknown matter gets."""
         if matter_id is not None and not self.matter_check(user_id, matter_id):
-            raise NotFound("MATTER_NOT_FOUND", f"matter {matter_id!r} not found for this API key")
+            raise NotFound("MATTER_NOT_FOUND", f"matter {matter_id!r} not found for this user")
