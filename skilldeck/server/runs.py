@@ -124,8 +124,14 @@ class RunStreams:
             reason = log_error(log, f"run of thread {thread_id} failed", exc, frame=frame)
             _call_soon(loop, run_log.append, error(thread_id, "INTERNAL_ERROR", reason))
         finally:
-            _call_soon(loop, run_log.close)
-            _call_soon(loop, self.active.discard, thread_id)
+            # One callback, the thread freed first: whoever sees the log end (the run's last
+            # event read) may start the thread's next run at once (the MCP server answers a
+            # card the moment its client replies).
+            _call_soon(loop, self._finished, run_log)
+
+    def _finished(self, run_log: RunLog) -> None:
+        self.active.discard(run_log.thread_id)
+        run_log.close()
 
     @property
     def draining(self) -> bool:
