@@ -411,7 +411,7 @@ class SkillNode:
         output, errors = parse_output(message, self.limits)
         if output is None:
             return self._reject(visit, turn, errors, None, message)
-        return self.accept_output(visit, turn, output, message)
+        return self.accept_output(visit, turn, output, message, within_limits=True)
 
     def accept_output(
         self,
@@ -419,15 +419,20 @@ class SkillNode:
         turn: Turn,
         output: dict[str, Any],
         source: AIMessage | None = None,
+        *,
+        within_limits: bool = False,
     ) -> Command[str]:
         """Validate a candidate output and merge it, ask, retry or fail: the one path every
-        execution mode ends in. ``source`` is the model message the output came from."""
+        execution mode ends in. ``source`` is the model message the output came from;
+        ``within_limits``: :func:`parse_output` checked it against the host's limits."""
         state = visit.state
         made = visit.made(turn)
         # Limits first: what is past them must not reach the validator, the merge or a
         # checkpoint (deep nesting, numbers msgpack cannot store).
         fields, errors = self.bundle.contract.problems(
-            output, self.limits, lambda: pin_errors(self.bundle.pins, output, state, made)
+            output,
+            None if within_limits else self.limits,
+            lambda: pin_errors(self.bundle.pins, output, state, made),
         )
         control: dict[str, Any] = (
             output["control"] if isinstance(output.get("control"), dict) else {}

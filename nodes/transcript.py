@@ -127,23 +127,19 @@ def append(
     """
     known = _stored.setdefault(store, set())
     ops: list[Op] = _refer_ops(reaches, [turn_id]) if reaches is not None else []
-    rows: list[dict[str, Any]] = []
     dumped = messages_to_dict(list(messages))
-    # One pass in C finds the rare lone surrogate; only then is every value walked.
-    if _SURROGATE.search(json.dumps(dumped, ensure_ascii=False)):
-        dumped = _storable(dumped)
-    for message in dumped:
-        if not _plain_system(message):
-            rows.append(message)
-            continue
-        key = _digest(message["data"]["content"])
+    row, prompts = _row(dumped, head, calls, attempt)
+    text = _canonical(row)
+    # One pass in C over the row's JSON (and each prompt's own, cached) finds the rare lone
+    # surrogate; only then is every value walked.
+    if _SURROGATE.search(text) or any(_unstorable(p["data"]["content"]) for p in prompts):
+        row, prompts = _row(_storable(dumped), head, calls, attempt)
+        text = _canonical(row)
+    for prompt in prompts:
+        key = _digest(prompt["data"]["content"])
         if key not in known:
-            ops.append(PutOp(PROMPTS, key, {"message": message}))
-        rows.append({"type": _REF, "key": key})
-    row: dict[str, Any] = {"parent": head, "messages": rows}
-    if calls:
-        row |= {"attempt": attempt, "calls": [c.dump() for c in calls]}
-    key = hashlib.sha256(_canonical(row).encode(errors="surrogatepass")).hexdigest()[:32]
+            ops.append(PutOp(PROMPTS, key, {"message": prompt}))
+    key = hashlib.sha256(text.encode(errors="surrogatepass")).hexdigest()[:32]
     ops.append(PutOp(turn_namespace(turn_id), key, row))
     store.batch(ops)
     known.update(op.key for op in ops[:-1] if isinstance(op, PutOp) and op.namespace == PROMPTS)
@@ -248,6 +244,31 @@ def _storable(value: Any) -> Any:
     return value
 
 
+def _row(
+    dumped: list[dict[str, Any]], head: str | None, calls: Sequence[ToolCall], attempt: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A transcript row of ``dumped`` messages after ``head``, and the system prompts it
+    refers to by their hash (stored once, apart)."""
+    rows: list[dict[str, Any]] = []
+    prompts: list[dict[str, Any]] = []
+    for message in dumped:
+        if _plain_system(message):
+            prompts.append(message)
+            rows.append({"type": _REF, "key": _digest(message["data"]["content"])})
+        else:
+            rows.append(message)
+    row: dict[str, Any] = {"parent": head, "messages": rows}
+    if calls:
+        row |= {"attempt": attempt, "calls": [c.dump() for c in calls]}
+    return row, prompts
+
+
+@functools.lru_cache(maxsize=256)
+def _unstorable(text: str) -> bool:
+    # A runner passes the same prompt string every turn: it is searched once.
+    return _SURROGATE.search(text) is not None
+
+
 def _plain_system(message: dict[str, Any]) -> bool:
     """A system message with only text, which its hash identifies."""
     data = message["data"]
@@ -265,8 +286,9 @@ def _canonical(value: Any) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _digest(text: str) -> str:
-    # A runner passes the same prompt string every turn: its hash is computed once.
-    return hashlib.sha256(text.encode()).hexdigest()
+    # A runner passes the same prompt string every turn: its hash is computed once. (A prompt
+    # with a lone surrogate is hashed only to be replaced by its storable copy.)
+    return hashlib.sha256(text.encode(errors="surrogatepass")).hexdigest()
 
 
 def _prompt(store: BaseStore, key: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack, cast
@@ -220,7 +220,7 @@ class SkillDeck:
             checkpointer=InlineSaver(self.checkpointer), store=InlineStore(self.store)
         )
         #: The driver of a compiled graph (one per event loop; see ``_driver``).
-        self._driver_of: Callable[[Any], Driver] = functools.partial(
+        self._driver_of: functools.partial[Driver] = functools.partial(
             Driver,
             settings=self.settings,
             data_keys={b.name: frozenset(b.data_keys) for b in self.bundles},
@@ -551,7 +551,9 @@ class SkillDeck:
         """The driver of the graph for this loop: the synchronous API's own loop runs on the
         deck's savers inline; an application's loop on async savers opened for it (see
         ``LoopGraphs``)."""
-        return self._driver_of(self.graph if on_private_loop() else await self._loops.get())
+        if on_private_loop():
+            return self._driver_of(self.graph, inline=True)
+        return self._driver_of(await self._loops.get())
 
     # -- request checks -------------------------------------------------------------------
     async def _prepare(
@@ -810,7 +812,7 @@ class SkillDeck:
         if turn is not None:
             transcript.refer(self.store, new_thread_id, [turn.id])
         prepared = Prepared(None, config, self._snapshot(new_thread_id))
-        return run_sync(lambda: self._driver_of(self.graph).invoke(prepared))
+        return run_sync(lambda: self._driver_of(self.graph, inline=True).invoke(prepared))
 
     def _applied(self, thread_id: str, checkpoint_id: str) -> StateSnapshot | None:
         """The checkpoint that applied the input of the input checkpoint ``checkpoint_id``."""

@@ -731,14 +731,17 @@ class OutputContract:
     def problems(
         self,
         output: Any,
-        limits: OutputLimits,
+        limits: OutputLimits | None,
         pinned: Callable[[], Errors] | None = None,
     ) -> tuple[dict[str, dict[str, Any]], Errors]:
         """The schema of each field a card asks for, and the errors of ``output``: past the
-        host's ``limits``, against the four-part schema (the data schema, ``provides``, the
-        control), then ``pinned()`` (the pins' errors, when the caller has a run), then a
-        card's field keys and input types. Empty errors: the output is accepted."""
-        errors = limits.problems(output) or format_errors(self.validator, output)
+        host's ``limits`` (``None``: the caller checked them), against the four-part schema
+        (the data schema, ``provides``, the control), then ``pinned()`` (the pins' errors, when
+        the caller has a run), then a card's field keys and input types. Empty errors: the
+        output is accepted."""
+        errors = (limits.problems(output) if limits is not None else []) or format_errors(
+            self.validator, output
+        )
         if not errors and pinned is not None:
             errors = pinned()
         if errors:

@@ -34,9 +34,9 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
@@ -71,6 +71,8 @@ from skilldeck.types import Event, RunResult
 __all__ = ["Driver", "Prepared", "checkpoint_errors", "run_config", "run_result"]
 
 Claim = tuple[str, str]
+P = ParamSpec("P")
+R = TypeVar("R")
 log = logging.getLogger("skilldeck")
 
 
@@ -167,6 +169,17 @@ class Driver:
     skills: Mapping[str, str]
     #: The bundle folders of the deck's skills (recorded too: a resume can reopen them).
     sources: Sequence[str]
+    #: Call the claims and the thread index inline: the synchronous API's private loop, where
+    #: blocking the loop blocks only its caller (as its savers do, see
+    #: :mod:`skilldeck.checkpoints.inline`); else each call goes to a worker thread.
+    inline: bool = False
+
+    async def _io(self, call: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """``call`` (blocking database I/O) inline or on a worker thread (see ``inline``): a
+        thread hop costs more than one of these SQLite statements."""
+        if self.inline:
+            return call(*args, **kwargs)
+        return await asyncio.to_thread(call, *args, **kwargs)
 
     # -- reading ------------------------------------------------------------------------
     async def snapshot(self, thread_id: str) -> StateSnapshot | None:
@@ -216,12 +229,12 @@ class Driver:
         async with contextlib.AsyncExitStack() as undo:
             for claim, lost in request.takes():
                 with checkpoint_errors():
-                    won = await self.claims.aclaim(*claim, request.holder)
+                    won = await self._io(self.claims.claim, *claim, request.holder)
                     for pause in _pauses(claim):
                         if won:
                             break
                         await asyncio.sleep(pause)
-                        won = await self.claims.aclaim(*claim, request.holder)
+                        won = await self._io(self.claims.claim, *claim, request.holder)
                 if not won:
                     raise lost
                 undo.push_async_callback(self._release, claim, request.holder)
@@ -229,11 +242,11 @@ class Driver:
             if request.moved(latest):
                 raise request.overtaken()
             self._check_fields(request.thread_id, latest)
-            await asyncio.to_thread(self._started, request)
+            await self._io(self._started, request)
             undo.pop_all()
 
     async def _release(self, claim: Claim, holder: str) -> None:
-        await asyncio.to_thread(self.claims.release, *claim, holder)
+        await self._io(self.claims.release, *claim, holder)
 
     async def _drive(self, request: Prepared, *, confirm: bool = True) -> AsyncGenerator[Any, None]:
         """The graph's stream parts, then the thread as the run left it (a
@@ -268,7 +281,7 @@ class Driver:
         """Release a claim as a run ends. One that cannot be released (the database went
         away, or the deck was closed under an abandoned stream) runs out with its lease."""
         try:
-            await self.claims.arelease(*claim, holder)
+            await self._io(self.claims.release, *claim, holder)
         except Exception as exc:
             log_error(log, f"claim {claim} not released", exc, level=logging.WARNING)
 
@@ -278,10 +291,8 @@ class Driver:
         :class:`StaleRunError`, nothing run."""
         with checkpoint_errors():
             for claim, _ in request.takes():
-                renewed = await self.claims.arenew(*claim, request.holder)
-                if not renewed and not await asyncio.to_thread(
-                    self.claims.claim, *claim, request.holder
-                ):
+                renewed = await self._io(self.claims.renew, *claim, request.holder)
+                if not renewed and not await self._io(self.claims.claim, *claim, request.holder):
                     raise StaleRunError(request.thread_id)
         if request.moved(await self._latest(request.thread_id)):
             raise StaleRunError(request.thread_id)
@@ -304,7 +315,7 @@ class Driver:
                 async with contextlib.aclosing(stream):
                     async for part in stream:
                         if lease.due():
-                            renewed = await asyncio.to_thread(
+                            renewed = await self._io(
                                 self.claims.renew, *request.lease, request.holder
                             )
                             lease.renewed(renewed)
@@ -374,7 +385,7 @@ class Driver:
         elif result.status == "running" and asked:
             result = replace(result, status="resumable", error=_STOPPED)
         with checkpoint_errors():
-            await asyncio.to_thread(
+            await self._io(
                 self.index.stopped,
                 thread_id,
                 status=result.status,
