@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 import yaml
 from conftest import output, write_bundle
+from fastapi.testclient import TestClient
 
 from skilldeck import Resume, Settings, SkillDeck
 from skilldeck.errors import ErrorCode, SkillChangedError, UntrustedScriptsError
+from skilldeck.server import create_app, hash_key
 from skilldeck.server.errors import status_of
 
 pytestmark = pytest.mark.L2
@@ -113,6 +115,33 @@ def test_a_changed_skill_is_refused_by_default_and_nothing_changes(
         assert after.status == "interrupted"
         assert after.checkpoint_id == before.checkpoint_id
         assert after.state == before.state
+
+
+def test_over_http_a_changed_skill_answers_409_skill_changed_and_nothing_changes(
+    paused: dict[str, Any],
+) -> None:
+    key = "sdk_versioned_resume_key_0123456789"
+    auth = {"Authorization": f"Bearer {key}"}
+    with deck(paused) as same:  # a thread of alice's, paused on version 1's card
+        thread = same.run(context="ctx", user_id="alice").thread_id
+    change(paused["skills"])
+    with (
+        deck(paused) as changed,
+        TestClient(create_app(changed, api_keys={hash_key(key): "alice"})) as http,
+    ):
+        before = http.get(f"/threads/{thread}", headers=auth).json()
+        assert before["status"] == "interrupted"
+        body = {"answers": {"note": "hi"}, "interrupt_id": before["card"]["interrupt_id"]}
+        response = http.post(f"/threads/{thread}/resume", headers=auth, json=body)
+        assert response.status_code == 409, response.text
+        error = response.json()["error"]
+        assert error["code"] == "SKILL_CHANGED"
+        assert (error["skill"], error["old"], error["new"]) == (
+            "asker", paused["old"], changed.bundles[0].fingerprint,
+        )  # fmt: skip
+        assert "SKILLDECK_CHANGED_SKILL" in error["message"]
+        after = http.get(f"/threads/{thread}", headers=auth).json()
+        assert after == before  # nothing written: the card still waits for the same answer
 
 
 def test_latest_runs_the_new_version_and_the_history_records_it(paused: dict[str, Any]) -> None:
