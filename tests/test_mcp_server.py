@@ -637,6 +637,7 @@ def test_arguments_are_checked_before_anything_is_stored(checkpoint: str, tmp_pa
         ("resume", {"thread_id": "t1", "answers": "yes", "elicit": "no"}),
         ("no-such-tool", {}),
         ("litigation-intake", {"documents": ["complaint.txt"]}),  # needs a matter
+        ("run", {"request": "x" * 1_000_001}),  # over stdio nothing else bounds them
     ]
 
     async def main() -> list[types.CallToolResult]:
@@ -657,6 +658,7 @@ def test_arguments_are_checked_before_anything_is_stored(checkpoint: str, tmp_pa
         ["error [INVALID_INPUT]", "$.answers: must be an object", "$.elicit: must be true or"],
         ["error [UNKNOWN_TOOL]", "no tool 'no-such-tool'"],
         ["error [MATTER_REQUIRED]"],
+        ["error [INVALID_INPUT]", "1,000,0", "over the server's limit of 1,000,000"],
     ]
     for text, parts in zip(texts, expected, strict=True):
         assert all(part in text for part in parts), (text, parts)

@@ -39,6 +39,9 @@ keys_app = typer.Typer(
 # The options `serve` and `mcp` share.
 HostOpt = Annotated[str, typer.Option(help="Interface to listen on.")]
 PortOpt = Annotated[int, typer.Option(help="TCP port.", min=0, max=65535)]
+MaxBodyOpt = Annotated[
+    int, typer.Option(help="Larger request bodies (MCP: tool arguments) are refused.", min=1)
+]
 KeysOpt = Annotated[
     Path | None,
     typer.Option(help="API key file {sha256: user_id} (default: $SKILLDECK_API_KEYS)."),
@@ -68,9 +71,7 @@ def serve(
     trust: TrustOpt = None,
     checkpoint: ServiceCheckpointOpt = None,
     model: ModelOpt = None,
-    max_body_bytes: Annotated[int, typer.Option(help="Larger request bodies get 413.", min=1)] = (
-        1_000_000
-    ),
+    max_body_bytes: MaxBodyOpt = 1_000_000,
     files_root: FilesRootOpt = None,
     matter_policy: MatterPolicyOpt = None,
     docs: Annotated[
@@ -272,6 +273,7 @@ def mcp(
             help="Streamable HTTP sessions one user may hold open at once (then 429).", min=1
         ),
     ] = 16,
+    max_body_bytes: MaxBodyOpt = 1_000_000,
 ) -> None:
     """Serve the deck over MCP (stdio, or streamable HTTP with --http): each skill a tool, its
     cards asked by elicitation; a card left unanswered stays pending, for the resume tool.
@@ -308,13 +310,21 @@ def mcp(
         if api_keys is None:
             assert who is not None  # the stdio server's user, found above
             typer.echo(f"skilldeck mcp: stdio, as user {who!r}", err=True)
-            anyio.run(lambda: serve_stdio(deck, user=who, elicit_timeout_s=elicit_timeout))
+            anyio.run(
+                lambda: serve_stdio(
+                    deck,
+                    user=who,
+                    elicit_timeout_s=elicit_timeout,
+                    max_body_bytes=max_body_bytes,
+                )
+            )
         else:
             app = http_app(
                 deck,
                 api_keys,
                 elicit_timeout_s=elicit_timeout,
                 sessions_per_user=sessions_per_user,
+                max_body_bytes=max_body_bytes,
             )
             typer.echo(
                 f"skilldeck mcp: {len(api_keys)} API key(s); http://{host}:{port}/mcp", err=True

@@ -261,12 +261,20 @@ class DeckServer:
             API key (set by :class:`~skilldeck.server.limits.KeyRequired`).
         elicit_timeout_s: how long a card's elicitation waits for the client's answer before
             the card is left pending.
+        max_arguments_bytes: larger tool arguments (as JSON) are refused, as the HTTP service
+            refuses larger bodies: over stdio nothing else bounds them.
     """
 
     def __init__(
-        self, service: Service, *, user: str | None = None, elicit_timeout_s: float = 600.0
+        self,
+        service: Service,
+        *,
+        user: str | None = None,
+        elicit_timeout_s: float = 600.0,
+        max_arguments_bytes: int = 1_000_000,
     ) -> None:
         self.service, self.user, self.elicit_timeout_s = service, user, elicit_timeout_s
+        self.max_arguments_bytes = max_arguments_bytes
         deck = service.deck
         taken = sorted({b.name for b in deck.bundles} & {RUN_TOOL, RESUME_TOOL})
         if taken:
@@ -353,6 +361,13 @@ class DeckServer:
         validator: Validator | None = self._validators.get(name)
         if validator is None:
             raise _Refused("UNKNOWN_TOOL", f"no tool {name!r}: list the tools (tools/list)")
+        size = len(json.dumps(arguments, ensure_ascii=False).encode(errors="surrogatepass"))
+        if size > self.max_arguments_bytes:
+            raise SkillDeckError(
+                f"the arguments of tool {name!r} are {size:,} bytes of JSON, over the server's "
+                f"limit of {self.max_arguments_bytes:,} (--max-body-bytes): send less, or keep "
+                "long documents in files the skill reads"
+            )
         for key in _ID_ARGS:
             if key in arguments:
                 check_id(key, arguments[key])
@@ -681,14 +696,22 @@ def _service(deck: SkillDeck, keys: ApiKeys, workers: int) -> Service:
 
 
 async def serve_stdio(
-    deck: SkillDeck, *, user: str, elicit_timeout_s: float = 600.0, workers: int = 8
+    deck: SkillDeck,
+    *,
+    user: str,
+    elicit_timeout_s: float = 600.0,
+    workers: int = 8,
+    max_body_bytes: int = 1_000_000,
 ) -> None:
     """Serve ``deck`` over stdio as ``user`` until the client closes stdin; then wait for the
-    runs going on to reach their card or end."""
+    runs going on to reach their card or end. Tool arguments over ``max_body_bytes`` (as
+    JSON) are refused."""
     from mcp.server.stdio import stdio_server
 
     service = _service(deck, ApiKeys({}), workers)
-    server = DeckServer(service, user=user, elicit_timeout_s=elicit_timeout_s)
+    server = DeckServer(
+        service, user=user, elicit_timeout_s=elicit_timeout_s, max_arguments_bytes=max_body_bytes
+    )
     try:
         async with stdio_server() as (read, write):
             await server.server.run(read, write, server.initialization_options())
@@ -713,7 +736,9 @@ def http_app(
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     service = _service(deck, keys, workers)
-    server = DeckServer(service, elicit_timeout_s=elicit_timeout_s)
+    server = DeckServer(
+        service, elicit_timeout_s=elicit_timeout_s, max_arguments_bytes=max_body_bytes
+    )
     manager = StreamableHTTPSessionManager(app=server.server, max_request_body_size=max_body_bytes)
     opening: Counter[str] = Counter()  # each user's requests opening a session, in flight
 
