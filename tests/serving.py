@@ -1,5 +1,6 @@
-"""Real ``skilldeck serve`` processes for the tests: a free port, and a process that is waited
-for until it answers ``/health`` and is stopped however the test ends."""
+"""Real ``skilldeck serve`` processes for the tests: a free port, a process that is waited
+for until it answers ``/health`` and is stopped however the test ends, and the server of a
+serve root (``conftest.write_serve_root``) with the demo's runs."""
 
 from __future__ import annotations
 
@@ -10,10 +11,21 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, Self
 
 import httpx
+from conftest import DEMO_FILES, serve_command
 
-__all__ = ["ServeProcess", "free_port"]
+__all__ = ["DEMO_RUN", "SLOW_RUN", "DemoServer", "ServeProcess", "free_port"]
+
+#: The demo's intake on its matter, as the body of ``POST /threads/{id}/runs``.
+DEMO_RUN: dict[str, Any] = {
+    "input": {"documents": ["complaint.txt"]},
+    "context": "matter",
+    "matter_id": "demo-matter",
+}
+#: A run of a serve root's ``slow`` context: a quick step, a slow one, then a card.
+SLOW_RUN: dict[str, Any] = {"context": "slow"}
 
 
 def free_port() -> int:
@@ -43,7 +55,7 @@ class ServeProcess:
                 stderr=subprocess.STDOUT,
             )
 
-    def wait(self, timeout: float = 60) -> ServeProcess:
+    def wait(self, timeout: float = 60) -> Self:
         """Return once ``/health`` answers 200; fail with the log if the process dies first."""
         deadline = time.monotonic() + timeout
         while True:
@@ -71,3 +83,27 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         return self.proc.returncode
+
+
+class DemoServer(ServeProcess):
+    """``skilldeck serve`` of a serve root (``conftest.write_serve_root``) on ``checkpoint``,
+    on a free port, with the demo's files and ``options``; its clients send ``key``."""
+
+    def __init__(
+        self,
+        root: Path,
+        checkpoint: str,
+        key: str,
+        options: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        port = free_port()
+        command = [*serve_command(root, port, checkpoint), *options]
+        environment = {"SKILLDECK_FILES_ROOT": str(DEMO_FILES), **(env or {})}
+        super().__init__(command, port, root / f"server-{port}.log", environment)
+        self.auth = {"Authorization": f"Bearer {key}"}
+
+    def client(self, headers: Mapping[str, str] | None = None) -> httpx.Client:
+        """A client of this server that sends ``headers`` (by default the key)."""
+        sent = self.auth if headers is None else headers
+        return httpx.Client(base_url=self.url, headers=dict(sent), timeout=60)

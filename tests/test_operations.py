@@ -20,13 +20,12 @@ from conftest import (
     DEMO_FILES,
     INTAKE_FINAL,
     own_matter,
-    serve_command,
     write_serve_root,
 )
 from endpoint import Answer, serve, text
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from serving import ServeProcess, free_port
+from serving import DEMO_RUN, SLOW_RUN, DemoServer, free_port
 
 from skilldeck import Continue, Settings, SkillDeck
 from skilldeck.server import create_app, hash_key
@@ -36,48 +35,22 @@ pytestmark = [pytest.mark.L2, pytest.mark.server]
 
 KEY = "sdk_operations_test_key_0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-DEMO_RUN = {
-    "input": {"documents": ["complaint.txt"]},
-    "context": "matter",
-    "matter_id": "demo-matter",
-}
-SLOW_RUN = {"context": "slow"}
-
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-class Server(ServeProcess):
-    """``skilldeck serve`` of ``root`` (see ``write_serve_root``) on a free port."""
-
-    def __init__(
-        self,
-        root: Path,
-        checkpoint: str,
-        options: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        port = free_port()
-        command = [*serve_command(root, port, checkpoint), *options]
-        environment = {"SKILLDECK_FILES_ROOT": str(DEMO_FILES), **(env or {})}
-        super().__init__(command, port, root / f"server-{port}.log", environment)
-
-    def client(self, headers: Mapping[str, str] = AUTH) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=dict(headers), timeout=60)
-
-
 @pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+def start(tmp_path: Path) -> Iterator[Callable[..., DemoServer]]:
     """``start(root, checkpoint, options=(), env=None)``: a server, waited for; every server
     started is stopped (by pid) after the test."""
-    started: list[Server] = []
+    started: list[DemoServer] = []
 
     def launch(
         root: Path,
         checkpoint: str,
         options: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
-    ) -> Server:
-        server = Server(root, checkpoint, options, env)
+    ) -> DemoServer:
+        server = DemoServer(root, checkpoint, KEY, options, env)
         started.append(server)
         server.wait()
         return server
@@ -130,7 +103,7 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 # -- item 2: metrics --------------------------------------------------------------------------
 @pytest.mark.timeout(180)
 def test_metrics_are_off_by_default_and_behind_the_api_keys_or_at_their_own_address(
-    start: Callable[..., Server], tmp_path: Path
+    start: Callable[..., DemoServer], tmp_path: Path
 ) -> None:
     root, url = _root(tmp_path, 0.1)
     plain = start(root, url)
@@ -160,7 +133,7 @@ def test_metrics_are_off_by_default_and_behind_the_api_keys_or_at_their_own_addr
 
 @pytest.mark.timeout(240)
 def test_metrics_count_a_demo_run_to_its_card_and_its_resume_across_processes(
-    start: Callable[..., Server], tmp_path: Path
+    start: Callable[..., DemoServer], tmp_path: Path
 ) -> None:
     root, url = _root(tmp_path, 0.1)
     one = start(root, url, env={"SKILLDECK_METRICS": "1"})
@@ -252,7 +225,7 @@ def test_model_tokens_latency_and_transport_retries_are_counted_by_skill_and_mod
 
 
 # -- item 5: graceful restarts ----------------------------------------------------------------
-def _slow_run_mid_step(server: Server, thread: str) -> tuple[httpx.Client, httpx.Response]:
+def _slow_run_mid_step(server: DemoServer, thread: str) -> tuple[httpx.Client, httpx.Response]:
     """Start the slow run of ``thread`` and return once its first step is checkpointed and the
     slow step is running; the client and the open stream."""
     http = server.client()
@@ -267,7 +240,7 @@ def _slow_run_mid_step(server: Server, thread: str) -> tuple[httpx.Client, httpx
     return http, response
 
 
-def _drained_exit(server: Server, within_s: float) -> float:
+def _drained_exit(server: DemoServer, within_s: float) -> float:
     """Wait for the process to exit after SIGTERM; how long it took. It must exit 0."""
     sent = time.monotonic()
     server.proc.wait(within_s)
@@ -278,7 +251,7 @@ def _drained_exit(server: Server, within_s: float) -> float:
 
 @pytest.mark.timeout(180)
 def test_sigterm_drains_a_run_to_its_checkpoint_and_a_restarted_server_continues_it(
-    start: Callable[..., Server], tmp_path: Path
+    start: Callable[..., DemoServer], tmp_path: Path
 ) -> None:
     root, url = _root(tmp_path, 3.0)
     first = start(root, url, ["--drain-timeout", "30"])
@@ -334,7 +307,7 @@ def test_sigterm_drains_a_run_to_its_checkpoint_and_a_restarted_server_continues
 
 @pytest.mark.timeout(180)
 def test_a_drain_timeout_shorter_than_the_step_still_exits_and_leaves_the_thread_resumable(
-    start: Callable[..., Server], tmp_path: Path
+    start: Callable[..., DemoServer], tmp_path: Path
 ) -> None:
     root, url = _root(tmp_path, 8.0)
     first = start(root, url, ["--drain-timeout", "1"])

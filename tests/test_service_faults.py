@@ -35,7 +35,6 @@ from conftest import (
     FakeClock,
     output,
     own_matter,
-    serve_command,
     write_bundle,
     write_serve_root,
 )
@@ -43,7 +42,7 @@ from fastapi.testclient import TestClient
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import StateSnapshot
 from servers import Services
-from serving import ServeProcess, free_port
+from serving import DEMO_RUN, SLOW_RUN, DemoServer
 
 import skilldeck._internal.postgres as pg_internal
 from skilldeck import Continue, Resume, Settings, SkillDeck
@@ -67,12 +66,6 @@ pytestmark = [pytest.mark.L2, pytest.mark.server]
 
 KEY = "sdk_faults_test_key_0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-DEMO_RUN = {
-    "input": {"documents": ["complaint.txt"]},
-    "context": "matter",
-    "matter_id": "demo-matter",
-}
-SLOW_RUN = {"context": "slow"}
 SLOW_S = 2.0
 
 
@@ -85,32 +78,16 @@ def serve_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_serve_root(tmp_path_factory.mktemp("faults"), {hash_key(KEY): "carol"}, SLOW_S)
 
 
-class Server(ServeProcess):
-    """One ``skilldeck serve`` process of ``serve_root`` on a free port (with ``options``)."""
-
-    def __init__(self, root: Path, checkpoint: str, options: Sequence[str] = ()) -> None:
-        port = free_port()
-        env = {"SKILLDECK_FILES_ROOT": str(DEMO_FILES), "SKILLDECK_DURABILITY": "sync"}
-        command = [*serve_command(root, port, checkpoint), *options]
-        super().__init__(command, port, root / f"server-{port}.log", env)
-
-    def wait(self, timeout: float = 60) -> Server:
-        super().wait(timeout)
-        return self
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=AUTH, timeout=60)
-
-
 @pytest.fixture
-def serve(serve_root: Path) -> Iterator[Callable[..., list[Server]]]:
+def serve(serve_root: Path) -> Iterator[Callable[..., list[DemoServer]]]:
     """``serve(url, n=1, options=())``: ``n`` servers on ``url``, started at once; stopped
     after the test."""
-    started: list[Server] = []
+    started: list[DemoServer] = []
 
-    def start(url: str, n: int = 1, options: Sequence[str] = ()) -> list[Server]:
+    def start(url: str, n: int = 1, options: Sequence[str] = ()) -> list[DemoServer]:
         own_matter(url, "demo-matter", "carol")
-        servers = [Server(serve_root, url, options) for _ in range(n)]
+        durable = {"SKILLDECK_DURABILITY": "sync"}
+        servers = [DemoServer(serve_root, url, KEY, options, durable) for _ in range(n)]
         started.extend(servers)
         return [server.wait() for server in servers]
 
@@ -149,7 +126,7 @@ def answered_cards(http: httpx.Client, thread: str) -> list[dict[str, Any]]:
 # -- two servers, one database ----------------------------------------------------------------
 @pytest.mark.server
 def test_a_run_on_one_server_is_answered_on_the_other(
-    serve: Callable[..., list[Server]], postgres_url: str
+    serve: Callable[..., list[DemoServer]], postgres_url: str
 ) -> None:
     one, two = serve(postgres_url, 2)
     with one.client() as first, two.client() as second:
@@ -169,7 +146,7 @@ def test_a_run_on_one_server_is_answered_on_the_other(
 
 @pytest.mark.server
 def test_kill_9_after_a_card_then_a_new_server_resumes_it_exactly_once(
-    serve: Callable[..., list[Server]], postgres_url: str
+    serve: Callable[..., list[DemoServer]], postgres_url: str
 ) -> None:
     (first,) = serve(postgres_url)
     with first.client() as http:
@@ -187,7 +164,7 @@ def test_kill_9_after_a_card_then_a_new_server_resumes_it_exactly_once(
 
 
 def test_kill_9_mid_run_then_the_same_run_request_continues_it(
-    serve: Callable[..., list[Server]], database_url: str
+    serve: Callable[..., list[DemoServer]], database_url: str
 ) -> None:
     one, two = serve(database_url, 2)
     with one.client() as first, two.client() as second:
@@ -227,7 +204,7 @@ def test_kill_9_mid_run_then_the_same_run_request_continues_it(
         assert second.get(f"/threads/{thread}").json()["state"]["note"] == "kept"
 
 
-def _kill_mid_run(server: Server, thread: str) -> list[dict[str, Any]]:
+def _kill_mid_run(server: DemoServer, thread: str) -> list[dict[str, Any]]:
     """Start the slow run of ``thread`` on ``server`` and ``kill -9`` it (by pid) while the
     slow step runs, after the first step is checkpointed; the checkpoints it left."""
     path = f"/threads/{thread}/runs"
@@ -243,7 +220,7 @@ def _kill_mid_run(server: Server, thread: str) -> list[dict[str, Any]]:
 
 
 def test_kill_9_mid_run_then_restarted_the_thread_is_resumable_and_continue_finishes_it(
-    serve: Callable[..., list[Server]], tmp_path: Path
+    serve: Callable[..., list[DemoServer]], tmp_path: Path
 ) -> None:
     url = f"sqlite:///{tmp_path / 'resumable.sqlite'}"
     (first,) = serve(url)
@@ -276,7 +253,7 @@ def test_kill_9_mid_run_then_restarted_the_thread_is_resumable_and_continue_fini
 
 @pytest.mark.server
 def test_a_postgres_restart_between_run_and_resume_needs_no_manual_step(
-    serve: Callable[..., list[Server]], private_postgres: Services
+    serve: Callable[..., list[DemoServer]], private_postgres: Services
 ) -> None:
     url = private_postgres.env["SKILLDECK_TEST_POSTGRES_URL"]
     (server,) = serve(url)
@@ -296,14 +273,14 @@ GUARDS = ("--header-timeout", "2", "--body-timeout", "2", "--max-connections", "
 
 
 @pytest.fixture
-def guarded(serve: Callable[..., list[Server]], tmp_path: Path) -> Server:
+def guarded(serve: Callable[..., list[DemoServer]], tmp_path: Path) -> DemoServer:
     """A server whose clients have 2 s for their headers and 2 s for their body, and that
     keeps at most 20 connections."""
     (server,) = serve(f"sqlite:///{tmp_path / 'guarded.sqlite'}", options=GUARDS)
     return server
 
 
-def _slow(server: Server, head: bytes) -> socket.socket:
+def _slow(server: DemoServer, head: bytes) -> socket.socket:
     """A connection that sent ``head`` and then nothing more."""
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     sock.sendall(head)
@@ -327,20 +304,20 @@ def _post_head(length: int, key: str | None) -> bytes:
     ).encode()
 
 
-def test_a_slow_body_without_a_key_is_refused_before_it_is_read(guarded: Server) -> None:
+def test_a_slow_body_without_a_key_is_refused_before_it_is_read(guarded: DemoServer) -> None:
     for key in (None, "not-a-key"):
         got, took = _reply(_slow(guarded, _post_head(100_000, key)))
         assert got.startswith(b"HTTP/1.1 401") and b"UNAUTHORIZED" in got, got
         assert took < 1.5  # at once: not after the body deadline
 
 
-def test_a_slow_body_with_a_key_gets_408_at_its_deadline(guarded: Server) -> None:
+def test_a_slow_body_with_a_key_gets_408_at_its_deadline(guarded: DemoServer) -> None:
     got, took = _reply(_slow(guarded, _post_head(100_000, KEY)))
     assert got.startswith(b"HTTP/1.1 408") and b"REQUEST_TIMEOUT" in got, got
     assert 1.5 < took < 8
 
 
-def test_slow_headers_are_cut_off_and_connections_are_limited(guarded: Server) -> None:
+def test_slow_headers_are_cut_off_and_connections_are_limited(guarded: DemoServer) -> None:
     got, took = _reply(_slow(guarded, b"POST /threads HTTP/1.1\r\nHost: x\r\n"))
     assert got == b"" and 1.5 < took < 8  # closed without a word at the header deadline
     idle = [_slow(guarded, b"GET /health HTTP/1.1\r\n") for _ in range(20)]
