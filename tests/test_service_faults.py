@@ -654,15 +654,17 @@ def test_a_live_run_holds_its_thread_until_its_process_dies(gate: Path, database
     )
     settings = Settings(model=f"scripted:{gate / 'script.yaml'}")
     folder = gate / "gate"
-    clock = FakeClock()
     with SkillDeck(folder, checkpointer=database_url, settings=settings, trust=[folder]) as deck:
-        deck.claims.clock = clock
         try:
             deadline = time.monotonic() + 60
             while deck._snapshot("busy") is None or len(deck.history("busy")) < 2:
                 assert child.poll() is None and time.monotonic() < deadline, child.stderr
                 time.sleep(0.05)  # the run's first step is checkpointed; the skill waits
             before = deck.history("busy")
+            # The claims' clock starts now, after the child claimed the thread on the real one
+            # (a loaded machine may take many seconds to start it).
+            clock = FakeClock()
+            deck.claims.clock = clock
             # past the grace (within the lease): a live owner keeps its lease
             clock.elapse(database_url, deck.claims.dead_owner_grace_s + 1)
             with pytest.raises(ThreadBusyError, match="'busy' is in progress") as caught:
