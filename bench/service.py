@@ -1231,10 +1231,8 @@ class LangGraphClient:
             interrupts = (await self.sdk.threads.get_state(thread))["interrupts"]
         (card,) = interrupts
         t2 = time.perf_counter()
-        resume = {"resume": {card["id"]: demo.ANSWERS}}
-        done = await self.sdk.runs.wait(
-            thread, LANGGRAPH_GRAPH, command=resume, config=self.config
-        )  # type: ignore[arg-type]
+        resume: Any = {"resume": {card["id"]: demo.ANSWERS}}
+        done = await self.sdk.runs.wait(thread, LANGGRAPH_GRAPH, command=resume, config=self.config)
         t3 = time.perf_counter()
         if not isinstance(done, dict) or done.get("status") != "finished":
             raise RuntimeError(f"thread {thread}: the resume ended {done!r:.200}")
@@ -1287,7 +1285,9 @@ def measure_peers(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     other), interleaved with the others."""
     venv = langgraph_venv()
     work = workdir(tmp, "peers")
-    one = Server("peer", f"sqlite:///{work / 'checkpoints.sqlite'}", work, extra=ONE_KEY_MANY_CLIENTS)
+    one = Server(
+        "peer", f"sqlite:///{work / 'checkpoints.sqlite'}", work, extra=ONE_KEY_MANY_CLIENTS
+    )
     # Runs at once: its default (10) or one per client, so that no client waits in its queue.
     langgraph = LangGraphDev(work, venv, max(10, args.peer_clients))
     pg = Postgres(tmp / "pg-peers")
@@ -1324,7 +1324,7 @@ async def _peers(
         "langgraph": _langgraph_versions(langgraph.venv),
     }
     try:
-        for name, client in clients.items():  # warm each: imports, connections, caches
+        for client in clients.values():  # warm each: imports, connections, caches
             await flows_at(client, 3, 1)
         for mode, width in (("sequential", 1), (f"{args.peer_clients} clients", args.peer_clients)):
             times: dict[str, list[Timed]] = {name: [] for name in names}
@@ -1557,7 +1557,9 @@ def print_peers(peers: dict[str, Any], wide: Console) -> None:
                 pair(row["resume_to_done_ms"]),
                 f"{row['flows_per_s_median']:.1f}",
             )
-        wide.print(f"{mode}: langgraph dev / skilldeck flow time {rows['langgraph_over_skilldeck']}")
+        wide.print(
+            f"{mode}: langgraph dev / skilldeck flow time {rows['langgraph_over_skilldeck']}"
+        )
     wide.print(table)
 
 

@@ -23,8 +23,14 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import DEMO_ANSWERS, DEMO_FILES, MEMORY_TEXTS, own_matter, serve_command
-from conftest import write_serve_root
+from conftest import (
+    DEMO_ANSWERS,
+    DEMO_FILES,
+    MEMORY_TEXTS,
+    own_matter,
+    serve_command,
+    write_serve_root,
+)
 from servers import fresh_database
 from serving import ServeProcess, free_port
 from test_service_faults import SLOW_RUN, resume, run_to_card, sse
