@@ -1107,7 +1107,8 @@ def measure_slow(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 # -- peers: one skilldeck serve against langgraph dev ----------------------------------------
 #: LangGraph's own server lives in a virtualenv of its own (``langgraph-api`` pins versions the
 #: dev tools do not share), made as the README's "LangGraph's server" block makes it, with this
-#: checkout installed editable so that the server runs the code measured here.
+#: checkout installed editable so that the server runs the code measured here (one that exists
+#: already is used as it is).
 LANGGRAPH_VENV = ROOT / ".venv-langgraph"
 LANGGRAPH_CLI = "langgraph-cli[inmem]>=0.4,<0.5"
 LANGGRAPH_GRAPH = "skilldeck"  # the graph's id in langgraph.json
