@@ -3,9 +3,10 @@ configured as docs/operations.md ("Several processes") says: checkpoints, the th
 claims and the message store in PostgreSQL (``--checkpoint``, ``SKILLDECK_MESSAGES_PATH``), the
 vectors on the Chroma server (``SKILLDECK_CHROMA_URL``).
 
-Any process answers any thread; a search on one process finds what another indexed into the
-shared Chroma server, including vectors indexed after it had loaded the user's index; a process
-killed with ``kill -9`` in the middle of a run loses nothing, and another continues the thread.
+A memory search on one process finds what another indexed into the shared Chroma server,
+including vectors indexed after it had loaded the user's index; the knowledge base one process
+indexed is searched by another; a process killed with ``kill -9`` in the middle of a run loses
+nothing, and another, which read the thread meanwhile, continues and finishes it.
 tests/test_service_faults.py has the two-process faults on the checkpoints alone (and a
 PostgreSQL restart); ``bench/service.py`` measures them under load.
 """
@@ -208,3 +209,32 @@ def _kill_and_continue(a: ServeProcess, b: ServeProcess) -> None:
         assert view["status"] == "finished" and view["state"]["note"] == "kept"
         assert [r["answers"] for r in on_b.get(f"/threads/{thread}/history").json()[
             "checkpoints"] if r.get("answers")] == [{"note": "kept"}]  # fmt: skip
+
+
+def test_the_knowledge_base_indexed_by_one_process_is_searched_by_another(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """``skilldeck knowledge index`` in one process, ``rag_retrieve`` in another: the chunks in
+    the shared knowledge folder, their vectors on the Chroma server."""
+    from skilldeck.services import open_knowledge
+    from skilldeck.settings import Settings
+
+    settings = Settings(
+        model=None,
+        chroma_url=cluster.chroma,
+        chroma_path=str(cluster.embedded),
+        knowledge_path=str(tmp_path / "knowledge"),
+    )
+    indexer = open_knowledge(settings)
+    try:
+        indexer.index(Path(__file__).parent / "fixtures" / "knowledge")
+    finally:
+        indexer.close()
+    searcher = open_knowledge(settings)  # its own Chroma client, as another process has
+    try:
+        # No word of the query is in the (Chinese) policy: only its vector on the server finds it.
+        result = searcher.rag_retrieve("can I return an item I bought", top_k=3)
+    finally:
+        searcher.close()
+    assert result["chunks"][0]["file_ref"] == "policies/after-sales.md#L5-L6"
+    assert not cluster.embedded.exists()
