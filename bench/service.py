@@ -27,6 +27,13 @@ send slowly, a byte or a header line a second (half a body with a key, half head
 ``--keyless-senders`` more send a body without a key, all connecting again whenever they are
 cut off; ``--health-probes`` spread over ``--slow-window-s``, against the same server before
 they connect (finding 6; default settings).
+``--only peers``: the same demo flow on one ``skilldeck serve`` (SQLite) and on ``langgraph
+dev`` (LangGraph's own server with the shipped ``langgraph.json``, in ``.venv-langgraph``,
+made on first use, driven with LangGraph's SDK: ``runs.wait`` to the interrupt, ``runs.wait``
+with the resume command to the end), sequentially and with ``--peer-clients`` clients,
+``--peer-flows`` flows each in ``--peer-rounds`` rounds that alternate which server goes first;
+and, interleaved with them, two ``skilldeck serve`` processes on one PostgreSQL database (run
+on one, resume on the other; ``--no-peer-postgres`` leaves them out).
 
 Faults (configuration B, ``--fault-runs`` flows each, on a fresh database):
 
@@ -477,7 +484,7 @@ class Client:
                 await self.disconnected_flow(flow)
             else:
                 await self.run_to_card(flow)
-                await self.run(Resume(flow))
+                await self.resume(flow)
             flow.ok = True
         except Exception as exc:
             flow.problem = f"{type(exc).__name__}: {exc}"
@@ -1097,6 +1104,280 @@ def measure_slow(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     }
 
 
+# -- peers: one skilldeck serve against langgraph dev ----------------------------------------
+#: LangGraph's own server lives in a virtualenv of its own (``langgraph-api`` pins versions the
+#: dev tools do not share), made as the README's "LangGraph's server" block makes it, with this
+#: checkout installed editable so that the server runs the code measured here (one that exists
+#: already is used as it is).
+LANGGRAPH_VENV = ROOT / ".venv-langgraph"
+LANGGRAPH_CLI = "langgraph-cli[inmem]>=0.4,<0.5"
+LANGGRAPH_GRAPH = "skilldeck"  # the graph's id in langgraph.json
+PEERS = ("skilldeck", "langgraph")
+PG_PAIR = "skilldeck ×2 + PostgreSQL"
+
+
+def langgraph_venv() -> Path:
+    """``.venv-langgraph`` in the checkout, made on first use (a few minutes)."""
+    langgraph = LANGGRAPH_VENV / "bin" / "langgraph"
+    if not langgraph.exists():
+        log(f"making {LANGGRAPH_VENV} with {LANGGRAPH_CLI} and this checkout (editable)")
+        subprocess.run([sys.executable, "-m", "venv", str(LANGGRAPH_VENV)], check=True)
+        pip = [str(LANGGRAPH_VENV / "bin" / "python"), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, LANGGRAPH_CLI, "-e", str(ROOT)], check=True)
+    return LANGGRAPH_VENV
+
+
+class LangGraphDev:
+    """``langgraph dev`` serving the shipped ``langgraph.json`` with the demo's settings (the
+    README's block): the scripted model, the demo's files, the litigation-intake skill, the
+    bench user's API key and matter; its state in ``work``."""
+
+    def __init__(self, work: Path, venv: Path, jobs: int) -> None:
+        self.work, self.venv, self.jobs = work, venv, jobs
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        skill = str(builtin_skills_dir() / "litigation-intake")
+        matters = f"sqlite:///{self.work / 'matters.sqlite'}"
+        own_demo_matter(matters)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SKILLDECK_")}
+        env.update(
+            PATH=f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+            VIRTUAL_ENV=str(self.venv),
+            LANGGRAPH_CLI_NO_ANALYTICS="1",
+            SKILLDECK_MODEL=f"scripted:{demo.SCRIPT}",
+            SKILLDECK_FILES_ROOT=str(demo.FILES),
+            SKILLDECK_SKILLS=skill,
+            SKILLDECK_TRUSTED_SKILLS=skill,
+            SKILLDECK_CHECKPOINT_URL=matters,
+            SKILLDECK_API_KEYS=str(self.work / "keys.json"),
+        )
+        # The server resolves langgraph.json's paths against its working directory and keeps
+        # its state (.langgraph_api/) there: a folder of links to the checkout's files.
+        where = self.work / "langgraph-root"
+        where.mkdir()
+        for entry in ROOT.iterdir():
+            if not entry.name.startswith("."):
+                (where / entry.name).symlink_to(entry)
+        command = [
+            str(self.venv / "bin" / "langgraph"),
+            *("dev", "--port", str(self.port)),
+            *("--no-browser", "--no-reload", "--allow-blocking"),
+            *("--n-jobs-per-worker", str(self.jobs)),
+        ]
+        with (self.work / "langgraph.log").open("ab") as out:
+            self.proc = subprocess.Popen(
+                command,
+                env=env,
+                cwd=where,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # the server and its children stop with the group
+            )
+        deadline = time.monotonic() + 180
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"langgraph dev exited; see {self.work / 'langgraph.log'}")
+            try:
+                if httpx.get(f"{self.url}/ok", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("langgraph dev did not answer /ok in 180 s")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+
+@dataclass
+class Timed:
+    """One flow's times (ms): run request to card, resume request to done, and all of it
+    (thread creation included)."""
+
+    card_ms: float
+    done_ms: float
+    flow_ms: float
+
+
+class LangGraphClient:
+    """The demo flow through LangGraph's SDK: a thread, ``runs.wait`` to the interrupt (the
+    card), ``runs.wait`` with ``Command(resume={interrupt_id: answers})`` to the end."""
+
+    def __init__(self, url: str) -> None:
+        from langgraph_sdk import get_client
+
+        self.sdk = get_client(url=url, api_key=KEY, timeout=120)
+        self.config: Any = {"configurable": {"matter_id": demo.MATTER_ID}}
+
+    async def flow(self) -> Timed:
+        t0 = time.perf_counter()
+        thread = (await self.sdk.threads.create())["thread_id"]
+        t1 = time.perf_counter()
+        paused = await self.sdk.runs.wait(
+            thread, LANGGRAPH_GRAPH, input=RUN_BODY, config=self.config
+        )
+        interrupts = paused.get("__interrupt__") if isinstance(paused, dict) else None
+        if not interrupts:  # a server that does not return the interrupts with the values
+            interrupts = (await self.sdk.threads.get_state(thread))["interrupts"]
+        (card,) = interrupts
+        t2 = time.perf_counter()
+        resume: Any = {"resume": {card["id"]: demo.ANSWERS}}
+        done = await self.sdk.runs.wait(thread, LANGGRAPH_GRAPH, command=resume, config=self.config)
+        t3 = time.perf_counter()
+        if not isinstance(done, dict) or done.get("status") != "finished":
+            raise RuntimeError(f"thread {thread}: the resume ended {done!r:.200}")
+        return Timed((t2 - t1) * 1000, (t3 - t2) * 1000, (t3 - t0) * 1000)
+
+    async def aclose(self) -> None:
+        await self.sdk.http.client.aclose()
+
+
+class SkilldeckClient:
+    """The same flow on ``skilldeck serve`` (the load measurements' client): ``POST /threads``,
+    the run streamed to its card on one server, the resume streamed to ``done`` on the next."""
+
+    def __init__(self, servers: Sequence[Server]) -> None:
+        self.client = Client(servers)
+        self.n = 0
+
+    async def flow(self) -> Timed:
+        flow = Flow(self.n, self.n % len(self.client.servers), 0)
+        flow.resume_on = self.client.other(flow.run_on)
+        self.n += 1
+        t0 = time.perf_counter()
+        await self.client.flow(flow)
+        if not flow.ok or flow.card_ms is None or flow.done_ms is None:
+            raise RuntimeError(f"thread {flow.thread_id}: {flow.problem}")
+        return Timed(flow.card_ms, flow.done_ms, (time.perf_counter() - t0) * 1000)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+async def flows_at(client: SkilldeckClient | LangGraphClient, n: int, clients: int) -> list[Timed]:
+    """``n`` flows, ``clients`` at a time."""
+    out: list[Timed] = []
+    left = iter(range(n))
+
+    async def one_client() -> None:
+        for _ in left:
+            out.append(await client.flow())
+
+    await asyncio.gather(*(one_client() for _ in range(clients)))
+    return out
+
+
+def measure_peers(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """The demo flow on one ``skilldeck serve`` (SQLite) and on ``langgraph dev``, side by side:
+    sequentially and with ``--peer-clients`` clients, ``--peer-flows`` flows each, in
+    ``--peer-rounds`` rounds that alternate which server goes first; then the same on two
+    ``skilldeck serve`` processes sharing a PostgreSQL database (run on one, resume on the
+    other), interleaved with the others."""
+    venv = langgraph_venv()
+    work = workdir(tmp, "peers")
+    one = Server(
+        "peer", f"sqlite:///{work / 'checkpoints.sqlite'}", work, extra=ONE_KEY_MANY_CLIENTS
+    )
+    # Runs at once: its default (10) or one per client, so that no client waits in its queue.
+    langgraph = LangGraphDev(work, venv, max(10, args.peer_clients))
+    pg = Postgres(tmp / "pg-peers")
+    pair: list[Server] = []
+    try:
+        if args.peer_postgres:
+            pg.start()
+            url = pg.database("bench_peers")
+            pair = [Server(f"pg{i + 1}", url, work, extra=ONE_KEY_MANY_CLIENTS) for i in (0, 1)]
+        start_all([one, *pair])
+        langgraph.start()
+        result = asyncio.run(_peers(args, one, langgraph, pair))
+    finally:
+        langgraph.stop()
+        for server in (one, *pair):
+            server.stop()
+        pg.stop()
+    return result
+
+
+async def _peers(
+    args: argparse.Namespace, one: Server, langgraph: LangGraphDev, pair: Sequence[Server]
+) -> dict[str, Any]:
+    clients: dict[str, SkilldeckClient | LangGraphClient] = {
+        "skilldeck": SkilldeckClient([one]),
+        "langgraph": LangGraphClient(langgraph.url),
+    }
+    if pair:
+        clients[PG_PAIR] = SkilldeckClient(pair)
+    names = list(clients)
+    out: dict[str, Any] = {
+        "flows": args.peer_flows,
+        "rounds": args.peer_rounds,
+        "langgraph": _langgraph_versions(langgraph.venv),
+    }
+    try:
+        for client in clients.values():  # warm each: imports, connections, caches
+            await flows_at(client, 3, 1)
+        for mode, width in (("sequential", 1), (f"{args.peer_clients} clients", args.peer_clients)):
+            times: dict[str, list[Timed]] = {name: [] for name in names}
+            rates: dict[str, list[float]] = {name: [] for name in names}
+            per_round = -(-args.peer_flows // args.peer_rounds)
+            for r in range(args.peer_rounds):
+                order = names[r % len(names) :] + names[: r % len(names)]
+                for name in order:
+                    t0 = time.perf_counter()
+                    got = await flows_at(clients[name], per_round, width)
+                    rates[name].append(len(got) / (time.perf_counter() - t0))
+                    times[name].extend(got)
+                log(f"peers {mode}: round {r + 1}/{args.peer_rounds} done ({', '.join(order)})")
+            out[mode] = {
+                name: {
+                    "flows": len(times[name]),
+                    "flow_ms": percentiles([t.flow_ms for t in times[name]]),
+                    "run_to_card_ms": percentiles([t.card_ms for t in times[name]]),
+                    "resume_to_done_ms": percentiles([t.done_ms for t in times[name]]),
+                    "flows_per_s_median": round(statistics.median(rates[name]), 1),
+                }
+                for name in names
+            }
+            sd, lg = out[mode]["skilldeck"]["flow_ms"], out[mode]["langgraph"]["flow_ms"]
+            out[mode]["langgraph_over_skilldeck"] = {
+                q: round(lg[q] / sd[q], 2) for q in ("p50", "p95")
+            }
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    out["skilldeck_ahead"] = all(
+        out[mode]["langgraph_over_skilldeck"][q] > 1
+        for mode in out
+        if isinstance(out[mode], dict) and "langgraph_over_skilldeck" in out[mode]
+        for q in ("p50", "p95")
+    )
+    return out
+
+
+def _langgraph_versions(venv: Path) -> dict[str, str]:
+    """The versions of LangGraph's server packages in ``venv``."""
+    code = (
+        "import importlib.metadata as m\n"
+        "for p in ('langgraph-cli', 'langgraph-api', 'langgraph-runtime-inmem', 'langgraph'):\n"
+        "    print(p, m.version(p))\n"
+    )
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True
+    )
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+
 def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     expected = reference_state()
     report: dict[str, Any] = {
@@ -1115,7 +1396,12 @@ def run_all(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     if args.skip_faults:
         only -= {"kill", "pg_restart", "disconnect"}
     # Measurements of one or two servers of their own, without PostgreSQL.
-    standalone = {"deltas": measure_deltas, "fairness": measure_fairness, "slow": measure_slow}
+    standalone = {
+        "deltas": measure_deltas,
+        "fairness": measure_fairness,
+        "slow": measure_slow,
+        "peers": measure_peers,
+    }
     for key, measure_one in standalone.items():
         if key in only:
             log(f"{key}: measuring")
@@ -1241,8 +1527,41 @@ def print_extras(report: dict[str, Any], wide: Console) -> None:
             f"{s['slow_senders_connected_min']} of {s['slow_senders']} slow senders connected "
             f"{s['during_ms']} ms (max {s['during_max_ms']}); cut off: {s['cut_off']}"
         )
+    if "peers" in report:
+        print_peers(report["peers"], wide)
     verdict = "[green]nothing lost[/green]" if report["ok"] else "[red]threads lost or wrong[/red]"
     wide.print(f"{verdict}; wall time {report['wall_s']} s")
+
+
+def print_peers(peers: dict[str, Any], wide: Console) -> None:
+    table = Table(title=f"the demo flow, skilldeck serve and langgraph dev ({peers['langgraph']})")
+    for column in ("clients", "server", "flows", "flow p50 / p95 ms", "run→card p50 / p95 ms"):
+        table.add_column(column, justify="left" if column in ("clients", "server") else "right")
+    table.add_column("resume→done p50 / p95 ms", justify="right")
+    table.add_column("flows/s (median round)", justify="right")
+
+    def pair(p: dict[str, float]) -> str:
+        return f"{p['p50']:.0f} / {p['p95']:.0f}"
+
+    for mode, rows in peers.items():
+        if not (isinstance(rows, dict) and "langgraph_over_skilldeck" in rows):
+            continue
+        for name, row in rows.items():
+            if name == "langgraph_over_skilldeck":
+                continue
+            table.add_row(
+                mode,
+                name,
+                str(row["flows"]),
+                pair(row["flow_ms"]),
+                pair(row["run_to_card_ms"]),
+                pair(row["resume_to_done_ms"]),
+                f"{row['flows_per_s_median']:.1f}",
+            )
+        wide.print(
+            f"{mode}: langgraph dev / skilldeck flow time {rows['langgraph_over_skilldeck']}"
+        )
+    wide.print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1256,7 +1575,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["A", "B", "kill", "pg_restart", "disconnect", "deltas", "fairness", "slow"],
+        choices=[
+            *("A", "B", "kill", "pg_restart", "disconnect"),
+            *("deltas", "fairness", "slow", "peers"),
+        ],
         help="run only these measurements (repeatable)",
     )
     parser.add_argument(
@@ -1292,6 +1614,21 @@ def main(argv: list[str] | None = None) -> int:
         default=40.0,
         help="seconds the /health requests are spread over, each way: longer than the body "
         "deadline, so every kind of slow sender is cut off and comes back within it (40)",
+    )
+    parser.add_argument(
+        "--peer-flows", type=int, default=96, help="flows per server and mode, --only peers (96)"
+    )
+    parser.add_argument(
+        "--peer-rounds", type=int, default=3, help="rounds they are split in, alternating (3)"
+    )
+    parser.add_argument(
+        "--peer-clients", type=int, default=16, help="concurrent clients, --only peers (16)"
+    )
+    parser.add_argument(
+        "--no-peer-postgres",
+        dest="peer_postgres",
+        action="store_false",
+        help="--only peers without two skilldeck processes on PostgreSQL",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)

@@ -55,8 +55,11 @@ def _skills() -> list[str] | None:
     return [p for p in given.split(os.pathsep) if p] if given else None
 
 
+@functools.cache
 def graph() -> Any:
-    """The compiled graph the server runs (a factory: built when the server loads it).
+    """The compiled graph the server runs (a factory: built when the server loads it, once per
+    server process: LangGraph's server calls a factory for every run and copies what it
+    returns, so a deck built per call cost each run its bundles' loading and was never closed).
 
     Raises:
         SkillDeckError: no API keys are configured, or a skill's scripts would not be trusted.

@@ -12,6 +12,7 @@ runs without the vectors extra.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -19,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import markdown_blocks
@@ -27,6 +29,8 @@ from conftest import DEMO_ANSWERS
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 from serving import free_port
+
+from skilldeck import SkillDeck
 
 pytestmark = [pytest.mark.L2, pytest.mark.server]
 
@@ -204,3 +208,32 @@ def test_python_in_the_checkouts_root_imports_a_whole_package(server: str, check
     done = subprocess.run([python, "-c", code], cwd=checkout, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "'litigation-intake'" in done.stdout and done.stdout.strip().endswith("True")
+
+
+def test_the_graph_factory_builds_one_deck_per_server_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LangGraph's server calls the graph factory for every run and copies what it returns:
+    the deck behind it is built once, not once per run (and left open)."""
+    from skilldeck import langgraph_app
+    from skilldeck.server import hash_key
+    from skilldeck.skills import builtin_skills_dir
+
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({hash_key("sdk_factory_test_key_0123456789"): "alice"}), "utf-8")
+    monkeypatch.setenv("SKILLDECK_API_KEYS", str(keys))
+    monkeypatch.setenv("SKILLDECK_SKILLS", str(builtin_skills_dir() / "litigation-intake"))
+    built: list[object] = []
+
+    def deck(*args: Any, **kwargs: Any) -> SkillDeck:
+        built.append(SkillDeck(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(langgraph_app, "SkillDeck", deck)
+    langgraph_app._keys.cache_clear()
+    try:
+        first = langgraph_app.graph()
+        assert langgraph_app.graph() is first and len(built) == 1
+    finally:
+        langgraph_app.graph.cache_clear()
+        langgraph_app._keys.cache_clear()
