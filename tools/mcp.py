@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jsonschema import Draft202012Validator
 from langchain_core.tools import BaseTool, ToolException
@@ -35,6 +35,9 @@ from skilldeck._internal.redact import log_error
 from skilldeck.errors import MissingExtraError, SkillDeckError, ToolError, UntrustedScriptsError
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.tools.registry import IDENTITY_KEYS
+
+if TYPE_CHECKING:  # the mcp extra's
+    from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
 
 __all__ = [
     "MCP_PREFIX",
@@ -221,13 +224,18 @@ class _TraceContextMeta:
     def __init__(self, connection: Any) -> None:
         self.connection = connection
 
-    async def __call__(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def __call__(
+        self,
+        request: MCPToolCallRequest,
+        handler: Callable[[MCPToolCallRequest], Awaitable[MCPToolCallResult]],
+    ) -> MCPToolCallResult:
         meta = tracing.trace_meta()
         if not meta:
             return await handler(request)
         from langchain_mcp_adapters.sessions import create_session
 
         failed: Exception | None = None
+        result: MCPToolCallResult | None = None
         async with create_session(self.connection) as session:
             await session.initialize()
             try:
@@ -236,6 +244,7 @@ class _TraceContextMeta:
                 failed = exc
         if failed is not None:
             raise failed
+        assert result is not None  # the call returned, or failed above
         return result
 
 
@@ -262,7 +271,9 @@ def mcp_tools(
                 "mcp.json beside the skills or to SKILLDECK_MCP_CONFIG"
             )
         connection: Any = dict(server.connection)
-        traced = [_TraceContextMeta(connection)] if tracing.tracer() is not None else None
+        traced: list[Any] | None = None  # the adapters' protocol is not typed to be met
+        if tracing.tracer() is not None:
+            traced = [_TraceContextMeta(connection)]
         client = MultiServerMCPClient({name: connection}, tool_interceptors=traced)
 
         def listing(c: Any = client, n: str = name) -> Awaitable[list[BaseTool]]:

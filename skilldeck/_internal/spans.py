@@ -35,6 +35,7 @@ import json
 import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 from uuid import UUID
 
@@ -216,7 +217,7 @@ class RunTrace(BaseCallbackHandler):
         )
         if not same:
             self._close_turn()
-            attributes = {
+            attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "invoke_agent",
                 "gen_ai.agent.name": skill,
                 "skilldeck.skill": skill,
@@ -252,7 +253,7 @@ class RunTrace(BaseCallbackHandler):
         span = self._attempt.span
         span.set_attribute("skilldeck.attempt.action", action)
         if record.get("model"):
-            span.set_attribute("skilldeck.model", str(record["model"]))
+            span.set_attribute("skilldeck.model", _model_name(str(record["model"])))
         errors = [e for e in record.get("validation_errors") or () if isinstance(e, Mapping)]
         if errors:
             span.set_attribute("skilldeck.contract.errors", len(errors))
@@ -415,11 +416,8 @@ class RunTrace(BaseCallbackHandler):
         meta = metadata or {}
         params = invocation_params or kwargs.get("invocation_params") or {}
         provider = str(meta.get("ls_provider") or "unknown")
-        model = str(
-            meta.get("ls_model_name")
-            or params.get("model")
-            or params.get("model_name")
-            or "unknown"
+        model = _model_name(
+            str(meta.get("ls_model_name") or params.get("model") or params.get("model_name") or "")
         )
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
@@ -549,6 +547,15 @@ class RunTrace(BaseCallbackHandler):
         span.set_attribute("skilldeck.tool.status", "error")
         self._error(span, type(error).__name__, str(safe_reason(error)))
         span.end()
+
+
+def _model_name(label: str) -> str:
+    """A model's name as spans show it: a scripted model's (or rules') file by its name only,
+    not its path on this host."""
+    kind, sep, source = label.partition(":")
+    if sep and kind in ("scripted", "rules") and "/" in source:
+        return f"{kind}:{PurePath(source).name}"
+    return label or "unknown"
 
 
 def _message(message: Any) -> dict[str, Any]:

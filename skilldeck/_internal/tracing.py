@@ -9,9 +9,9 @@ itself (the ``otel`` extra): a batch processor per exporter, ``OTEL_SERVICE_NAME
 ``OTEL_EXPORTER_OTLP_*`` settings.
 
 A deck asks :func:`tracer` once, when it opens. With tracing off it gets ``None``: a run then
-builds no span, no attribute and no handler, and nothing of OpenTelemetry is imported. With it
-on, each run gets a :class:`~skilldeck._internal.spans.RunTrace` among its LangChain callbacks
-(the module that imports the SDK's API, only then).
+builds no span, no attribute and no handler (the module that builds them is not even
+imported). With it on, each run gets a :class:`~skilldeck._internal.spans.RunTrace` among its
+LangChain callbacks.
 
 The other places that ask are the two that carry a run's trace context out of the process, the
 W3C ``traceparent``: the model client's HTTP requests (:func:`http_clients`) and MCP tool calls
@@ -29,7 +29,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from skilldeck.errors import MissingExtraError, SkillDeckError
 from skilldeck.types import Continue, Resume
@@ -182,7 +182,8 @@ def traced(tracer: Tracer, prepared: Prepared, request: Any, skills: frozenset[s
     if started is not None:
         started.append(trace.span_context)
     config = dict(prepared.config)
-    config["callbacks"] = [*(config.get("callbacks") or ()), trace]
+    # run_config makes the callbacks a list (or leaves them out).
+    config["callbacks"] = [*cast("list[Any]", config.get("callbacks") or []), trace]
     return replace(prepared, config=config)  # type: ignore[arg-type]
 
 
@@ -190,7 +191,8 @@ def run_trace(config: Mapping[str, Any]) -> RunTrace | None:
     """The run's trace among the callbacks of its ``config``, if it has one."""
     from skilldeck._internal.spans import RunTrace
 
-    found = (h for h in config.get("callbacks") or () if isinstance(h, RunTrace))
+    handlers = cast("list[Any]", config.get("callbacks") or [])
+    found = (h for h in handlers if isinstance(h, RunTrace))
     return next(found, None)
 
 

@@ -10,7 +10,7 @@ and records the run's span (:func:`~skilldeck._internal.tracing.runs_started`).
 
 from __future__ import annotations
 
-from opentelemetry import context, propagate
+from opentelemetry import context, propagate, trace
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from skilldeck._internal import tracing
@@ -19,8 +19,9 @@ __all__ = ["TraceContext"]
 
 
 class TraceContext:
-    """Takes an incoming ``traceparent`` (and ``tracestate``) as the request's trace context;
-    answers with the ``traceparent`` of the run the request started, if it started one."""
+    """Takes an incoming ``traceparent`` (and ``tracestate``) as the request's trace context,
+    unless a server span is current already; answers with the ``traceparent`` of the run the
+    request started, if it started one."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -29,8 +30,12 @@ class TraceContext:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        token = context.attach(propagate.extract(headers))
+        # A server span already current (FastAPI's own telemetry, or an instrumentation) took
+        # the request's traceparent: the runs go under it. Else the traceparent is taken here.
+        token = None
+        if not trace.get_current_span().get_span_context().is_valid:
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            token = context.attach(propagate.extract(headers))
         try:
             with tracing.runs_started() as started:
 
@@ -46,4 +51,5 @@ class TraceContext:
 
                 await self.app(scope, receive, sending)
         finally:
-            context.detach(token)
+            if token is not None:
+                context.detach(token)
