@@ -31,6 +31,7 @@ carry their ``traceparent``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -175,7 +176,10 @@ class RunTrace(BaseCallbackHandler):
             elif isinstance(last, ErrorEvent):
                 self.run.set_attribute("skilldeck.run.status", "error")
                 self._error(self.run, last.code)
-            if error is not None:
+            if isinstance(error, GeneratorExit | asyncio.CancelledError):
+                # Its reader left (the run stops after its step): not the run's failure.
+                self.run.set_attribute("skilldeck.run.status", "abandoned")
+            elif error is not None:
                 code = getattr(getattr(error, "code", None), "value", None)
                 self._error(self.run, str(code or type(error).__name__), str(safe_reason(error)))
             self._close_turn()
