@@ -36,7 +36,7 @@ from conftest import (
     write_bundle,
     write_serve_root,
 )
-from endpoint import serve, text
+from endpoint import Answer, serve, text
 from servers import CHROMIUM_INSTALL, program
 from serving import ServeProcess, free_port
 
@@ -359,11 +359,12 @@ with SkillDeck([skills], checkpointer="memory://", settings=settings, trust=[ski
 def test_the_model_endpoint_and_the_mcp_server_get_the_calls_traceparent(
     phoenix: str, skills_dir: Path, tmp_path: Path
 ) -> None:
-    """A skill on an OpenAI-compatible endpoint (recording its requests) calls a tool of a
-    real MCP server, answers wrongly once, then rightly: the endpoint's requests carry each
-    model call's ``traceparent`` as a header, the MCP request its tool call's in ``_meta``; the
-    spans carry the endpoint's token counts and the contract's errors, and (the operator opted
-    in with ``SKILLDECK_TRACE_CONTENT=1``) what was said."""
+    """A skill on an OpenAI-compatible endpoint (recording its requests; it answers 503 once)
+    calls a tool of a real MCP server, answers wrongly once, then rightly: the endpoint's
+    requests carry each model call's ``traceparent`` as a header (the retried one too), the MCP
+    request its tool call's in ``_meta``; the spans carry the endpoint's token counts, the retry
+    and the contract's errors, and (the operator opted in with ``SKILLDECK_TRACE_CONTENT=1``)
+    what was said."""
     write_bundle(skills_dir, "agent", meta=AGENT_META)
     config = tmp_path / "mcp.json"
     config.write_text(
@@ -371,6 +372,7 @@ def test_the_model_endpoint_and_the_mcp_server_get_the_calls_traceparent(
     )
     finish = {"response": "done", "profile": {}, "data": {}, "control": {"action": "finish"}}
     steps: list[Any] = [
+        Answer(status=503),  # no reply: the transport retries the call
         text(json.dumps({"tool": "mcp__t__trace_context", "arguments": {}})),
         text(json.dumps({"final": {**finish, "control": {"action": "dance"}}})),  # rejected
         text(json.dumps({"final": finish})),
@@ -388,7 +390,7 @@ def test_the_model_endpoint_and_the_mcp_server_get_the_calls_traceparent(
         assert json.loads(ran.stdout.strip().splitlines()[-1])["status"] == "finished", ran.stdout
         sent = [h.get("traceparent", "") for h in endpoint.headers]
         # The tool's result (the _meta it was sent) is in the next request's conversation.
-        told = re.findall(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", json.dumps(endpoint.requests[1]))
+        told = re.findall(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", json.dumps(endpoint.requests[2]))
     spans = read_trace(phoenix, trace_id)
     run = only(spans, "skilldeck.run")
     assert run["parent_id"] == caller
@@ -409,7 +411,12 @@ def test_the_model_endpoint_and_the_mcp_server_get_the_calls_traceparent(
     assert [parse_traceparent(h) for h in sent] == [
         (trace_id, c["context"]["span_id"]) for c in chats
     ]
-    for chat in chats:
+    failed, *replied = chats
+    assert failed["status_code"] == "ERROR" and failed["attributes"]["error.type"]  # its class
+    (retried,) = first["events"]
+    assert retried["name"] == "skilldeck.transport_retry"
+    assert retried["attributes"]["reason"] == "http_503"
+    for chat in replied:
         attributes = chat["attributes"]
         assert attributes["gen_ai.provider.name"] == attributes["gen_ai.system"] == "openai"
         assert attributes["gen_ai.request.model"] == "local-model"
@@ -424,10 +431,10 @@ def test_the_model_endpoint_and_the_mcp_server_get_the_calls_traceparent(
     assert tool["attributes"]["gen_ai.tool.name"] == "mcp__t__trace_context"
     assert [parse_traceparent(t) for t in told] == [(trace_id, tool["context"]["span_id"])]
     # Opted in: the prompts, the replies, the tool's arguments and result, the errors' text.
-    asked = json.loads(chats[0]["attributes"]["gen_ai.input.messages"])
+    asked = json.loads(replied[0]["attributes"]["gen_ai.input.messages"])
     assert asked[0]["role"] == "system" and asked[-1]["role"] == "user"
-    replied = json.loads(chats[0]["attributes"]["gen_ai.output.messages"])
-    assert "mcp__t__trace_context" in replied[0]["content"]
+    reply = json.loads(replied[0]["attributes"]["gen_ai.output.messages"])
+    assert "mcp__t__trace_context" in reply[0]["content"]
     assert tool["attributes"]["gen_ai.tool.call.arguments"] == "{}"
     assert "traceparent" in tool["attributes"]["gen_ai.tool.call.result"]
     assert first["attributes"]["skilldeck.contract.error_messages"]

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -31,20 +32,26 @@ except SkillDeckError as exc:
     print("REPORT", json.dumps({"error": exc.code.value, "message": str(exc)}))
     sys.exit(0)
 with deck:
-    result = deck.run(demo.INPUT, context=demo.CONTEXT, matter_id=demo.MATTER_ID)
+    if sys.argv[1:] == ["leave"]:  # read the stream's first event, then leave it
+        events = deck.stream(demo.INPUT, context=demo.CONTEXT, matter_id=demo.MATTER_ID)
+        next(events)
+        events.close()
+        status = deck.get_thread(deck.threads()[0].thread_id).status
+    else:
+        status = deck.run(demo.INPUT, context=demo.CONTEXT, matter_id=demo.MATTER_ID).status
     spans_module = "skilldeck._internal.spans" in sys.modules
-report = {"traced": deck.traced, "status": result.status, "spans_module": spans_module}
+report = {"traced": deck.traced, "status": status, "spans_module": spans_module}
 print("REPORT", json.dumps(report))
 """
 
 
-def run_demo(env: Mapping[str, str]) -> tuple[dict[str, object], str]:
+def run_demo(env: Mapping[str, str], *args: str) -> tuple[dict[str, object], str]:
     """The demo run to its card in a new process with ``env`` (and no other ``OTEL_*``
     variable); what it reported, and everything else it printed (the spans exported to the
     console, at its exit)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     ran = subprocess.run(
-        [sys.executable, "-c", DEMO],
+        [sys.executable, "-c", DEMO, *args],
         env={**clean, **env},
         capture_output=True,
         text=True,
@@ -72,13 +79,7 @@ def test_without_an_exporter_a_run_builds_no_span() -> None:
 def test_the_console_exporter_prints_the_runs_span_tree() -> None:
     reported, printed = run_demo({"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "intake"})
     assert reported == {"traced": True, "status": "interrupted", "spans_module": True}
-    spans = []
-    decoder = json.JSONDecoder()
-    at = printed.find("{")
-    while at != -1:  # the console exporter prints one JSON object per span
-        span, end = decoder.raw_decode(printed, at)
-        spans.append(span)
-        at = printed.find("{", end)
+    spans = printed_spans(printed)
     by_id = {s["context"]["span_id"]: s for s in spans}
     names = {s["name"] for s in spans}
     assert {
@@ -92,6 +93,25 @@ def test_the_console_exporter_prints_the_runs_span_tree() -> None:
     for span in spans:  # one tree: every other span's parent is in it
         assert span is run or span["parent_id"] in by_id
     assert all(s["context"]["trace_id"] == run["context"]["trace_id"] for s in spans)
+
+
+def printed_spans(printed: str) -> list[dict[str, Any]]:
+    """The spans the console exporter printed (one JSON object each)."""
+    spans, decoder = [], json.JSONDecoder()
+    at = printed.find("{")
+    while at != -1:
+        span, end = decoder.raw_decode(printed, at)
+        spans.append(span)
+        at = printed.find("{", end)
+    return spans
+
+
+def test_a_stream_its_reader_leaves_ends_its_run_abandoned_not_failed() -> None:
+    reported, printed = run_demo({"OTEL_TRACES_EXPORTER": "console"}, "leave")
+    assert reported["traced"] is True
+    (run,) = [s for s in printed_spans(printed) if s["name"] == "skilldeck.run"]
+    assert run["attributes"]["skilldeck.run.status"] == "abandoned"
+    assert run["status"]["status_code"] == "UNSET"
 
 
 @pytest.mark.parametrize(
