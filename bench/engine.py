@@ -4,6 +4,7 @@ rounds) and cold-process resume latency.
 Usage::
 
     python bench/engine.py [--reps 300] [--resume-reps 7] [--steps 1000] [--rounds 200] [--json]
+    python bench/engine.py --tracing-only [--reps 300]   # section 6 alone
 
 Everything is written to a temporary directory that is removed at the end. Five measurements,
 all in one run so that ratios compare numbers taken on the same (noisy, shared) machine:
@@ -33,6 +34,12 @@ all in one run so that ratios compare numbers taken on the same (noisy, shared) 
    Then it is forked at every checkpoint of its thread and each fork is run to its end (its
    card answered the same way); each fork's requests must be byte-identical to the original's
    from that point on.
+6. **Tracing**: the chain of 1. with tracing off and on, ``--reps`` interleaved pairs, ms per
+   skill step and the ratio of the medians. Off is how a deck runs when no ``OTEL_*`` variable
+   names an exporter (it found no tracer when it opened: its runs build no span). On is the
+   OpenTelemetry SDK with a batch span processor exporting to memory, the whole span tree of
+   each run built and exported (needs the ``otel`` extra). Measured last: once a tracer
+   provider is set, every deck opened after it is traced.
 """
 
 from __future__ import annotations
@@ -339,6 +346,69 @@ def bench_overhead(tmp: Path, reps: int) -> dict[str, Any]:
         deck.close()
         conn.close()
         floor_conn.close()
+
+
+# -- 6. tracing --------------------------------------------------------------------------------
+def bench_tracing(tmp: Path, reps: int) -> dict[str, Any]:
+    """The chain's ms per skill step with tracing off and on (see the module docstring)."""
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    except ImportError:
+        raise SystemExit("section 6 needs the otel extra: pip install 'skilldeck[otel]'") from None
+    (tmp / "off").mkdir()
+    (tmp / "on").mkdir()
+    off = chain_deck(tmp / "off")
+    if off.traced:
+        raise SystemExit(
+            "unset the OTEL_* variables: the deck that should not trace found a tracer"
+        )
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    on = chain_deck(tmp / "on")
+    try:
+        assert on.traced
+        for _ in range(2):  # warm-up
+            run_engine(off)
+            run_engine(on)
+        label = f"{CHAIN}-skill chain, tracing off vs on"
+        off_ms, on_ms = interleave(lambda: run_engine(off), lambda: run_engine(on), reps, label)
+        provider.force_flush()
+        spans = len(exporter.get_finished_spans())
+    finally:
+        off.close()
+        on.close()
+        provider.shutdown()
+    return {
+        "reps": reps,
+        "off_ms_per_step": round(median(off_ms), 3),
+        "on_ms_per_step": round(median(on_ms), 3),
+        "off_iqr": quartiles(off_ms),
+        "on_iqr": quartiles(on_ms),
+        "ratio_on_off": round(median(on_ms) / median(off_ms), 2),
+        "ratio_median_of_pairs": round(
+            median([b / a for a, b in zip(off_ms, on_ms, strict=True)]), 2
+        ),
+        "spans_per_run": round(spans / (reps + 2), 1),
+    }
+
+
+def print_tracing(out: Console, tr: dict[str, Any]) -> None:
+    table = Table(title=f"6. Tracing: ms per skill step (median of {tr['reps']} pairs)")
+    for column in ("off", "on", "on / off", "pairs' median", "spans per run"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        f"{tr['off_ms_per_step']:.2f}",
+        f"{tr['on_ms_per_step']:.2f}",
+        f"{tr['ratio_on_off']:.2f}x",
+        f"{tr['ratio_median_of_pairs']:.2f}x",
+        f"{tr['spans_per_run']:.0f}",
+    )
+    out.print(table)
 
 
 # -- 2. checkpoint growth ---------------------------------------------------------------------
@@ -860,6 +930,7 @@ def print_report(report: dict[str, Any]) -> None:
         for item in ov["profile_top10"]:
             prof.add_row(item["function"], str(item["calls"]), f"{item['cumulative_ms']:.2f}")
         out.print(prof)
+    print_tracing(out, report["tracing"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -872,26 +943,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=int, default=200, help="tool rounds of the long turn (default 200)"
     )
+    parser.add_argument(
+        "--tracing-only", action="store_true", help="run section 6 (tracing off and on) alone"
+    )
     args = parser.parse_args(argv)
+    if args.tracing_only:
+        return tracing_only(args.reps, args.json)
     if args.steps < 10 or args.rounds < 20 or args.reps < 1 or args.resume_reps < 1:
         parser.error("--steps must be >= 10, --rounds >= 20, --reps and --resume-reps >= 1")
     report = report_header()
     with tempfile.TemporaryDirectory(prefix="skilldeck-bench-") as name:
         tmp = Path(name)
-        log(f"1/5 engine overhead: {args.reps} interleaved repetitions")
+        log(f"1/6 engine overhead: {args.reps} interleaved repetitions")
         report["overhead"] = ov = bench_overhead(tmp, args.reps)
         log(f"engine {ov['engine_ms_per_step']:.2f} ms/step, bare {ov['bare_ms_per_step']:.2f}")
-        log(f"2/5 checkpoint growth: {args.steps} steps")
+        log(f"2/6 checkpoint growth: {args.steps} steps")
         report["growth"] = bench_growth(tmp, args.steps)
-        log(f"3/5 one long turn: {args.rounds} tool rounds")
+        log(f"3/6 one long turn: {args.rounds} tool rounds")
         report["long_turn"] = lt = bench_long_turn(tmp, args.rounds)
         log(f"bytes/round {lt['bytes_per_round_at_10']:.0f} -> {lt['bytes_per_round_at_last']:.0f}")
-        log(f"4/5 resume latency: {args.resume_reps} new processes")
+        log(f"4/6 resume latency: {args.resume_reps} new processes")
         report["resume"] = bench_resume(tmp, args.resume_reps)
-        log("5/5 forks: the demo forked at every checkpoint")
+        log("5/6 forks: the demo forked at every checkpoint")
         report["forks"] = fk = bench_forks(tmp)
         log(f"{fk['identical_forks']} of {fk['checkpoints']} forks sent identical requests")
+        log(f"6/6 tracing: {args.reps} interleaved pairs, off and on")
+        report["tracing"] = bench_tracing(tmp, args.reps)
     return show_report(report, args.json, print_report)
+
+
+def tracing_only(reps: int, as_json: bool) -> int:
+    """Section 6 alone."""
+    report = report_header()
+    with tempfile.TemporaryDirectory(prefix="skilldeck-bench-") as name:
+        report["tracing"] = bench_tracing(Path(name), reps)
+    return show_report(report, as_json, lambda r: print_tracing(Console(), r["tracing"]))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command, StateSnapshot
 
 import skilldeck.nodes.transcript as transcript
+from skilldeck._internal import tracing
 from skilldeck._internal.aio import LoopGraphs, iterate_sync, on_private_loop, run_sync
 from skilldeck._internal.driver import (
     Driver,
@@ -166,6 +167,8 @@ class SkillDeck:
         """The deck's parts that do not depend on where its runs are kept: its skills, their
         tools, the nodes' context and the graph's builder."""
         self.settings = settings
+        #: The tracer of the deck's runs, or None: tracing is off (asked once, here).
+        self._tracer = tracing.tracer()
         self._memory = Lazy(lambda: open_memory(self.settings))
         self._knowledge = Lazy(lambda: open_knowledge(self.settings))
         self._embedder = Lazy(lambda: embedding_function(self.settings))
@@ -517,7 +520,17 @@ class SkillDeck:
         running loop, blocking work in worker threads. ``await deck.aclose()`` (or
         ``async with deck:``) before the loop ends."""
         driver = await self._driver()
-        return await driver.invoke(await self._prepare(driver, request, options, False))
+        prepared = await self._prepare(driver, request, options, False)
+        trace = tracing.run_trace(prepared.config) if self._tracer is not None else None
+        if trace is None:
+            return await driver.invoke(prepared)
+        try:
+            result = await driver.invoke(prepared)
+        except BaseException as exc:
+            trace.end(error=exc)
+            raise
+        trace.finished(result)
+        return result
 
     async def astream(
         self,
@@ -544,8 +557,16 @@ class SkillDeck:
         read)."""
         driver = await self._driver()
         prepared = replace(await self._prepare(driver, request, options, deltas), stop=stop)
-        await driver.take(prepared)
-        return driver.events(prepared)
+        trace = tracing.run_trace(prepared.config) if self._tracer is not None else None
+        if trace is None:
+            await driver.take(prepared)
+            return driver.events(prepared)
+        try:
+            await driver.take(prepared)
+        except BaseException as exc:
+            trace.end(error=exc)
+            raise
+        return trace.watch(driver.events(prepared))
 
     async def _driver(self) -> Driver:
         """The driver of the graph for this loop: the synchronous API's own loop runs on the
@@ -575,6 +596,8 @@ class SkillDeck:
         else:
             thread_id = _thread_id(options.get("thread_id"))
             prepared = self._start(await driver.snapshot(thread_id), thread_id, request, options)
+        if self._tracer is not None:
+            prepared = tracing.traced(self._tracer, prepared, request, frozenset(driver.data_keys))
         return replace(prepared, deltas=deltas)
 
     def _start(
@@ -896,6 +919,12 @@ class SkillDeck:
     def mermaid(self) -> str:
         """The compiled graph as Mermaid text (rendered offline by any Mermaid viewer)."""
         return str(self.graph.get_graph().draw_mermaid())
+
+    @property
+    def traced(self) -> bool:
+        """Whether the deck's runs are traced with OpenTelemetry (``OTEL_*`` variables, or an
+        application's own tracer provider; see ``docs/operations.md``)."""
+        return self._tracer is not None
 
     @property
     def memory(self) -> Memory:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from langchain_core.language_models import BaseChatModel
 
+from skilldeck._internal import tracing
 from skilldeck.errors import ModelConfigError, NoModelConfiguredError
 from skilldeck.rules import DEFAULT_RULES, RulesChatModel
 from skilldeck.scripted import ScriptedChatModel
@@ -134,6 +135,8 @@ def build_model(spec: ModelSpec, settings: Settings) -> BaseChatModel:
         max_retries=0,
         # Streamed calls (stream_deltas) report their token usage too, as the attempt records it.
         stream_usage=True,
+        # With tracing on, clients whose requests carry the model call's traceparent.
+        **tracing.http_clients(),
     )
 
 

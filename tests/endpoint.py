@@ -43,6 +43,8 @@ class Endpoint:
     authorizations: list[str] = field(default_factory=list)
     #: Each request's body as it came, byte for byte.
     raw: list[bytes] = field(default_factory=list)
+    #: Each request's headers (names in lower case).
+    headers: list[dict[str, str]] = field(default_factory=list)
 
 
 def text(content: str) -> dict[str, Any]:
@@ -82,6 +84,7 @@ def serve(steps: list[Step]) -> Iterator[Endpoint]:
             body = json.loads(data)
             endpoint.raw.append(data)
             endpoint.authorizations.append(self.headers.get("Authorization", ""))
+            endpoint.headers.append({k.lower(): v for k, v in self.headers.items()})
             endpoint.requests.append(body)
             index = len(endpoint.requests) - 1
             past = Answer(status=400, error="test endpoint: no step left for this request")

@@ -3,11 +3,12 @@ serves stdio, ``python mcp_server.py --http PORT`` streamable HTTP on 127.0.0.1.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp import Context, FastMCP
 
 server = FastMCP("test-tools", log_level="WARNING")
 
@@ -34,6 +35,13 @@ def search_docs(query: str) -> str:
 def search_web(query: str) -> str:
     """Search the web."""
     return f"web about {query}"
+
+
+@server.tool()
+def trace_context(ctx: Context) -> str:  # type: ignore[type-arg]
+    """The ``_meta`` the request carried, as JSON (a trace context's ``traceparent``)."""
+    meta = ctx.request_context.meta
+    return json.dumps(meta.model_dump(exclude_none=True) if meta is not None else {})
 
 
 @server.tool()

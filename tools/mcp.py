@@ -17,22 +17,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jsonschema import Draft202012Validator
 from langchain_core.tools import BaseTool, ToolException
 
+from skilldeck._internal import tracing
 from skilldeck._internal.documents import DocumentError, parse_json
 from skilldeck._internal.redact import log_error
 from skilldeck.errors import MissingExtraError, SkillDeckError, ToolError, UntrustedScriptsError
 from skilldeck.skills.bundle import SkillBundle
 from skilldeck.tools.registry import IDENTITY_KEYS
+
+if TYPE_CHECKING:  # the mcp extra's
+    from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
 
 __all__ = [
     "MCP_PREFIX",
@@ -161,8 +166,10 @@ def run_sync(make: Callable[[], Awaitable[T]], timeout_s: float) -> T:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(bounded())
+    # In this thread's context: the run's callbacks and its trace context go with the call.
+    context = contextvars.copy_context()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, bounded()).result()
+        return pool.submit(context.run, asyncio.run, bounded()).result()
 
 
 class McpTool(BaseTool):
@@ -208,6 +215,39 @@ def _text(result: Any) -> str:
     return str(getattr(result, "content", result))
 
 
+class _TraceContextMeta:
+    """A tool call interceptor (tracing on): the call's request carries the run's trace context
+    in its ``_meta`` (``traceparent``, ``tracestate``), as the MCP trace-context proposal has
+    it. The adapters' own call cannot pass ``_meta``, so it is made here, on a session of its
+    own as the adapters make one per call."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+    async def __call__(
+        self,
+        request: MCPToolCallRequest,
+        handler: Callable[[MCPToolCallRequest], Awaitable[MCPToolCallResult]],
+    ) -> MCPToolCallResult:
+        meta = tracing.trace_meta()
+        if not meta:
+            return await handler(request)
+        from langchain_mcp_adapters.sessions import create_session
+
+        failed: Exception | None = None
+        result: MCPToolCallResult | None = None
+        async with create_session(self.connection) as session:
+            await session.initialize()
+            try:
+                result = await session.call_tool(request.name, request.args, meta=meta)
+            except Exception as exc:  # raised outside the session, which may swallow it
+                failed = exc
+        if failed is not None:
+            raise failed
+        assert result is not None  # the call returned, or failed above
+        return result
+
+
 def mcp_tools(
     servers: Mapping[str, McpServer], wanted: Iterable[str], timeout_s: float
 ) -> list[tuple[McpTool, str]]:
@@ -230,7 +270,11 @@ def mcp_tools(
                 f"MCP server {name!r} is not configured (servers: {known}); add it to a "
                 "mcp.json beside the skills or to SKILLDECK_MCP_CONFIG"
             )
-        client = MultiServerMCPClient({name: dict(server.connection)})  # type: ignore[dict-item]
+        connection: Any = dict(server.connection)
+        traced: list[Any] | None = None  # the adapters' protocol is not typed to be met
+        if tracing.tracer() is not None:
+            traced = [_TraceContextMeta(connection)]
+        client = MultiServerMCPClient({name: connection}, tool_interceptors=traced)
 
         def listing(c: Any = client, n: str = name) -> Awaitable[list[BaseTool]]:
             return c.get_tools(server_name=n)  # type: ignore[no-any-return]

@@ -110,6 +110,10 @@ def create_app(
     app.add_middleware(
         BodyLimit, max_bytes=max_body_bytes, keys=keys, timeout_s=deck.settings.body_timeout_s
     )
+    if deck.traced:
+        from skilldeck.server.tracing import TraceContext
+
+        app.add_middleware(TraceContext)  # outermost: the body limit's refusals are traced too
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -38,6 +38,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 
 from skilldeck._internal.redact import log_error
+from skilldeck._internal.usage import reply_tokens
 from skilldeck.checkpoints.threads import ThreadIndex
 from skilldeck.errors import SkillDeckError
 from skilldeck.nodes.transport import TRANSPORT_RETRY_EVENT
@@ -194,7 +195,7 @@ class ModelCallMetrics(BaseCallbackHandler):
         call = self._done(run_id, "ok")
         if call is None:
             return
-        for direction, tokens in _tokens(response).items():
+        for direction, tokens in reply_tokens(response).items():
             self.metrics.model_tokens.labels(*call, direction).inc(tokens)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -215,26 +216,6 @@ class ModelCallMetrics(BaseCallbackHandler):
         self.metrics.model_seconds.labels(skill, model).observe(time.perf_counter() - started)
         self.metrics.model_calls.labels(skill, model, outcome).inc()
         return skill, model
-
-
-def _tokens(response: LLMResult) -> dict[str, int]:
-    """The tokens the endpoint reported for a reply (LangChain's ``usage_metadata``, else the
-    OpenAI-style ``token_usage``); none when it reported none (the scripted model)."""
-    for generations in response.generations:
-        for generation in generations:
-            usage = getattr(getattr(generation, "message", None), "usage_metadata", None)
-            if usage:
-                return {
-                    "input": int(usage.get("input_tokens", 0)),
-                    "output": int(usage.get("output_tokens", 0)),
-                }
-    usage = (response.llm_output or {}).get("token_usage") or {}
-    if not usage:
-        return {}
-    return {
-        "input": int(usage.get("prompt_tokens", 0)),
-        "output": int(usage.get("completion_tokens", 0)),
-    }
 
 
 class _Now(Collector):
