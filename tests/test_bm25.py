@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy.typing as npt
 import pytest
 from rank_bm25 import BM25Okapi
 
-from skilldeck.tools.bm25 import BM25Index
+from skilldeck.tools.bm25 import BM25Index, IndexPart, merge_parts
 
 pytestmark = pytest.mark.L2
 
@@ -289,3 +290,58 @@ def test_adding_one_by_one_does_not_rebuild() -> None:
         assert index.add(rng.choices(words, k=12)) == i
     assert len(index) == 20_000
     assert index.count_matches(["t1"]) == index.docs_with_all(["t1"]).size > 0
+
+
+def _split_at(corpus: Corpus, cuts: list[int]) -> list[IndexPart]:
+    bounds = [0, *cuts, len(corpus)]
+    return [build(corpus[a:b]).to_part() for a, b in itertools.pairwise(bounds)]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_an_index_opened_from_parts_or_merged_scores_bit_for_bit_as_one_built(seed: int) -> None:
+    rng = random.Random(8000 + seed)
+    corpus = random_corpus(rng, 300)
+    cuts = sorted(rng.sample(range(1, 300), rng.randint(1, 6)))
+    parts = _split_at(corpus, cuts)
+    built = build(corpus)
+    opened = BM25Index.from_parts(parts)
+    merged = BM25Index.from_parts([merge_parts(parts)])
+    assert len(opened) == len(merged) == len(built) == 300
+    for terms in [random_query(rng) for _ in range(20)] + [COMMON]:  # floored terms too
+        expected = built.scores(terms)
+        assert np.array_equal(opened.scores(terms), expected), terms
+        assert np.array_equal(merged.scores(terms), expected), terms
+        assert opened.top(terms, 10) == merged.top(terms, 10) == built.top(terms, 10)
+        assert np.array_equal(opened.docs_with_all(terms[:2]), built.docs_with_all(terms[:2]))
+    # A document added to each after opening: still the same scores.
+    for index in (opened, merged, built):
+        index.add(["w1", "fresh", "the"])
+    assert np.array_equal(opened.scores(["fresh", "w1"]), built.scores(["fresh", "w1"]))
+    assert np.array_equal(merged.scores(["the", "w2"]), built.scores(["the", "w2"]))
+
+
+def test_parts_keep_their_integer_types_narrow_and_their_arrays_untouched() -> None:
+    corpus = [["a", "b", "a"], ["b", "c"], ["a"]]
+    part = build(corpus).to_part()
+    narrow = IndexPart(
+        part.terms,
+        part.offsets,
+        part.docs.astype(np.uint8),
+        part.tfs.astype(np.uint8),
+        part.lengths.astype(np.uint16),
+    )
+    for array in (narrow.docs, narrow.tfs):
+        array.flags.writeable = False  # as read from a stored blob
+    index = BM25Index.from_parts([narrow, narrow])  # the second's documents are 3, 4, 5
+    assert index.docs_with_all(["a"]).tolist() == [0, 2, 3, 5]
+    index.add(["c"] * 300)  # a tf past uint8, appended to postings made from the parts
+    expected = build([*corpus, *corpus, ["c"] * 300])
+    assert np.array_equal(index.scores(["c", "a"]), expected.scores(["c", "a"]))
+    assert narrow.docs.tolist() == part.docs.tolist()
+    with pytest.raises(ValueError, match="offsets"):
+        IndexPart(["a"], np.array([0, 1, 2]), part.docs, part.tfs, part.lengths)
+    with pytest.raises(ValueError, match="last offset"):
+        IndexPart(["a"], np.array([0, 9]), part.docs, part.tfs, part.lengths)
+    with pytest.raises(ValueError, match="at least one"):
+        merge_parts([])
+    assert len(BM25Index.from_parts([])) == 0
