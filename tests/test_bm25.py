@@ -10,7 +10,7 @@ import numpy.typing as npt
 import pytest
 from rank_bm25 import BM25Okapi
 
-from skilldeck.tools.bm25 import BM25Index, IndexPart, merge_parts
+from skilldeck.tools.bm25 import BM25Index, IndexPart, index_part, merge_parts
 
 pytestmark = pytest.mark.L2
 
@@ -292,9 +292,15 @@ def test_adding_one_by_one_does_not_rebuild() -> None:
     assert index.count_matches(["t1"]) == index.docs_with_all(["t1"]).size > 0
 
 
-def _split_at(corpus: Corpus, cuts: list[int]) -> list[IndexPart]:
-    bounds = [0, *cuts, len(corpus)]
-    return [build(corpus[a:b]).to_part() for a, b in itertools.pairwise(bounds)]
+def _split_at(corpus: Corpus, cuts: list[int]) -> tuple[list[str], list[IndexPart]]:
+    """The parts of ``corpus`` cut before ``cuts``, each made knowing the terms before it."""
+    vocabulary: dict[str, int] = {}
+    parts = []
+    for a, b in itertools.pairwise([0, *cuts, len(corpus)]):
+        part, new = index_part(corpus[a:b], vocabulary, len(vocabulary))
+        vocabulary.update(zip(new, itertools.count(len(vocabulary))))
+        parts.append(part)
+    return list(vocabulary), parts
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -302,10 +308,12 @@ def test_an_index_opened_from_parts_or_merged_scores_bit_for_bit_as_one_built(se
     rng = random.Random(8000 + seed)
     corpus = random_corpus(rng, 300)
     cuts = sorted(rng.sample(range(1, 300), rng.randint(1, 6)))
-    parts = _split_at(corpus, cuts)
+    vocabulary, parts = _split_at(corpus, cuts)
     built = build(corpus)
-    opened = BM25Index.from_parts(parts)
-    merged = BM25Index.from_parts([merge_parts(parts)])
+    assert vocabulary == list(built.vocabulary)  # terms numbered as document by document
+    opened = BM25Index.from_parts(vocabulary, parts)
+    halves = [merge_parts(parts[:1]), merge_parts(parts[1:])]
+    merged = BM25Index.from_parts(vocabulary, [merge_parts(halves)])
     assert len(opened) == len(merged) == len(built) == 300
     for terms in [random_query(rng) for _ in range(20)] + [COMMON]:  # floored terms too
         expected = built.scores(terms)
@@ -320,28 +328,37 @@ def test_an_index_opened_from_parts_or_merged_scores_bit_for_bit_as_one_built(se
     assert np.array_equal(merged.scores(["the", "w2"]), built.scores(["the", "w2"]))
 
 
-def test_parts_keep_their_integer_types_narrow_and_their_arrays_untouched() -> None:
+def test_parts_may_be_narrow_and_read_only_and_are_checked() -> None:
     corpus = [["a", "b", "a"], ["b", "c"], ["a"]]
-    part = build(corpus).to_part()
+    built = build(corpus)
+    part = built.to_part()
     narrow = IndexPart(
-        part.terms,
-        part.offsets,
+        part.term_ids.astype(np.uint8),
+        part.offsets.astype(np.uint8),
         part.docs.astype(np.uint8),
         part.tfs.astype(np.uint8),
         part.lengths.astype(np.uint16),
     )
     for array in (narrow.docs, narrow.tfs):
         array.flags.writeable = False  # as read from a stored blob
-    index = BM25Index.from_parts([narrow, narrow])  # the second's documents are 3, 4, 5
+    vocabulary = list(built.vocabulary)
+    index = BM25Index.from_parts(vocabulary, [narrow, narrow])  # documents 3, 4, 5 too
     assert index.docs_with_all(["a"]).tolist() == [0, 2, 3, 5]
     index.add(["c"] * 300)  # a tf past uint8, appended to postings made from the parts
     expected = build([*corpus, *corpus, ["c"] * 300])
     assert np.array_equal(index.scores(["c", "a"]), expected.scores(["c", "a"]))
     assert narrow.docs.tolist() == part.docs.tolist()
+    arrays = (part.docs, part.tfs, part.lengths)
     with pytest.raises(ValueError, match="offsets"):
-        IndexPart(["a"], np.array([0, 1, 2]), part.docs, part.tfs, part.lengths)
+        IndexPart(np.array([0]), np.array([0, 1, 2]), *arrays)
     with pytest.raises(ValueError, match="last offset"):
-        IndexPart(["a"], np.array([0, 9]), part.docs, part.tfs, part.lengths)
+        IndexPart(np.array([0]), np.array([0, 9]), *arrays)
+    with pytest.raises(ValueError, match="ascending"):
+        IndexPart(np.array([1, 0, 2]), part.offsets, *arrays)
+    with pytest.raises(ValueError, match="repeat"):
+        BM25Index.from_parts(["a", "b", "a"], [part])
+    with pytest.raises(ValueError, match="past the vocabulary"):
+        BM25Index.from_parts(["a", "b"], [part])
     with pytest.raises(ValueError, match="at least one"):
         merge_parts([])
-    assert len(BM25Index.from_parts([])) == 0
+    assert len(BM25Index.from_parts([], [])) == 0

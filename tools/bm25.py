@@ -6,27 +6,29 @@ frequencies in growable numpy buffers: adding a document appends to the postings
 and a query touches only the postings of its own terms. idf is computed at query time from the
 document count and the term's document frequency, so nothing is ever rebuilt.
 
-An index also exists as :class:`IndexPart` runs of consecutive documents in flat arrays (what
-the message store persists, see :mod:`skilldeck.tools.memory`): :meth:`BM25Index.from_parts`
-opens parts without copying their postings (a term's postings are gathered from the parts the
-first time a query or an added document touches it), and :func:`merge_parts` merges adjacent
-parts into one. Terms are numbered in order of first appearance however the documents were
-split into parts, so an index opened from parts scores bit for bit as one built document by
-document.
+An index also exists as a vocabulary (its terms in id order: the order in which they first
+appeared) and :class:`IndexPart` runs of consecutive documents in flat arrays, keyed by term id
+(what the message store keeps, see :mod:`skilldeck.tools.memory`). :func:`index_part` makes the
+part of new documents given the vocabulary so far, :func:`merge_parts` merges adjacent parts,
+and :meth:`BM25Index.from_parts` opens parts without copying their postings (a term's postings
+are gathered from the parts the first time a query or an added document touches it). Terms keep
+the ids they would get document by document, so an index opened from parts scores bit for bit
+as one built document by document.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BM25Index", "IndexPart", "merge_parts"]
+__all__ = ["BM25Index", "IndexPart", "index_part", "merge_parts"]
 
 _INITIAL_CAPACITY = 4  # most terms are rare (Zipf), so postings start small
 # Estimated bytes of one vocabulary term besides its postings' entries: the term string and its
@@ -54,47 +56,79 @@ class IndexPart:
     """Consecutive documents of an index as flat arrays, postings grouped by term (CSR).
 
     Attributes:
-        terms: The vocabulary of these documents, in order of first appearance.
-        offsets: ``len(terms) + 1`` positions: term ``i``'s postings are
+        term_ids: The ids, in the index's vocabulary, of the terms these documents hold,
+            ascending.
+        offsets: ``len(term_ids) + 1`` positions: the postings of ``term_ids[i]`` are
             ``docs[offsets[i]:offsets[i + 1]]`` (ascending) and the same slice of ``tfs``.
-        docs: Document numbers, from 0 within the part.
+        docs: Document numbers, from 0 within the part (any integer type).
         tfs: The term's frequency in each of those documents (any integer type).
         lengths: The number of tokens of each document.
     """
 
-    terms: Sequence[str]
+    term_ids: npt.NDArray[np.integer]
     offsets: npt.NDArray[np.integer]
     docs: npt.NDArray[np.integer]
     tfs: npt.NDArray[np.integer]
     lengths: npt.NDArray[np.integer]
 
     def __post_init__(self) -> None:
-        if len(self.offsets) != len(self.terms) + 1 or len(self.docs) != len(self.tfs):
-            raise ValueError("an index part needs len(terms) + 1 offsets and a tf per posting")
+        if len(self.offsets) != len(self.term_ids) + 1 or len(self.docs) != len(self.tfs):
+            raise ValueError("an index part needs len(term_ids) + 1 offsets and a tf per posting")
         if len(self.docs) != int(self.offsets[-1]):
             raise ValueError("an index part's last offset must be its number of postings")
+        if np.any(np.diff(self.term_ids) <= 0):
+            raise ValueError("an index part's term ids must be ascending")
 
     @property
     def nbytes(self) -> int:
-        return self.offsets.nbytes + self.docs.nbytes + self.tfs.nbytes + self.lengths.nbytes
+        arrays = (self.term_ids, self.offsets, self.docs, self.tfs, self.lengths)
+        return sum(a.nbytes for a in arrays)
+
+    def postings(self, term_id: int) -> tuple[int, int] | None:
+        """Where the postings of ``term_id`` are in ``docs`` and ``tfs`` (None: not here)."""
+        i = int(np.searchsorted(self.term_ids, term_id))
+        if i == len(self.term_ids) or int(self.term_ids[i]) != term_id:
+            return None
+        return int(self.offsets[i]), int(self.offsets[i + 1])
 
 
-def _union(parts: Sequence[IndexPart]) -> tuple[list[str], dict[str, int], list[IntArray]]:
-    """The vocabulary of ``parts`` in order of first appearance, its term ids, and each part's
-    local-to-global term ids. The first part's terms keep their numbers (no lookup)."""
-    terms = list(parts[0].terms) if parts else []
-    ids = dict(zip(terms, range(len(terms)), strict=True))
-    maps = [np.arange(len(terms), dtype=np.int64)] if parts else []
-    for part in parts[1:]:
-        local = np.empty(len(part.terms), dtype=np.int64)
-        for i, term in enumerate(part.terms):
-            found = ids.get(term)
-            if found is None:
-                found = ids[term] = len(terms)
-                terms.append(term)
-            local[i] = found
-        maps.append(local)
-    return terms, ids, maps
+def _blocks(offsets: npt.NDArray[np.integer], order: IntArray) -> tuple[IntArray, IntArray]:
+    """The CSR ``offsets`` of blocks taken in ``order``, and the positions to take them from."""
+    sizes = np.diff(offsets).astype(np.int64)[order]
+    taken = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=taken[1:])
+    starts = offsets[:-1].astype(np.int64)[order]
+    positions = np.repeat(starts - taken[:-1], sizes) + np.arange(int(taken[-1]), dtype=np.int64)
+    return taken, positions
+
+
+def index_part(
+    docs: Iterable[Sequence[str]], vocabulary: Mapping[str, int], size: int
+) -> tuple[IndexPart, list[str]]:
+    """The part of ``docs`` in an index whose first ``size`` terms (ids below ``size``) are
+    those of ``vocabulary``; other terms are new to it, numbered from ``size`` in order of
+    first appearance, as :meth:`BM25Index.add` would number them.
+
+    Returns:
+        The part and its new terms, in id order.
+    """
+    local = BM25Index()
+    local.add_many(docs)
+    built = local.to_part()
+    new: list[str] = []
+    ids = np.empty(len(local.vocabulary), dtype=np.int64)
+    for i, term in enumerate(local.vocabulary):
+        found = vocabulary.get(term)
+        if found is None or found >= size:
+            found = size + len(new)
+            new.append(term)
+        ids[i] = found
+    order = np.argsort(ids, kind="stable")
+    offsets, positions = _blocks(built.offsets, order)
+    part = IndexPart(
+        ids[order], offsets, built.docs[positions], built.tfs[positions], built.lengths
+    )
+    return part, new
 
 
 def merge_parts(parts: Sequence[IndexPart]) -> IndexPart:
@@ -105,45 +139,37 @@ def merge_parts(parts: Sequence[IndexPart]) -> IndexPart:
     """
     if not parts:
         raise ValueError("merge_parts needs at least one part")
-    terms, _, maps = _union(parts)
-    sizes = np.zeros(len(terms), dtype=np.int64)
-    for part, ids in zip(parts, maps, strict=True):
-        sizes[ids] += np.diff(part.offsets)  # ids are distinct within a part
-    offsets = np.zeros(len(terms) + 1, dtype=np.int64)
+    term_ids = np.unique(np.concatenate([p.term_ids.astype(np.int64) for p in parts]))
+    places = [np.searchsorted(term_ids, p.term_ids) for p in parts]
+    sizes = np.zeros(len(term_ids), dtype=np.int64)
+    for part, place in zip(parts, places, strict=True):
+        sizes[place] += np.diff(part.offsets)  # a term is in a part once
+    offsets = np.zeros(len(term_ids) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     cursor = offsets[:-1].copy()  # where each term's next postings go
     docs = np.empty(int(offsets[-1]), dtype=np.int32)
     tfs = np.empty(int(offsets[-1]), dtype=np.int32)
     base = 0
-    for part, ids in zip(parts, maps, strict=True):
+    for part, place in zip(parts, places, strict=True):
         local_sizes = np.diff(part.offsets).astype(np.int64)
-        term_of = np.repeat(np.arange(len(ids)), local_sizes)
+        term_of = np.repeat(np.arange(len(place)), local_sizes)
         # A posting's destination: its term's cursor plus its rank among the term's postings.
         rank = np.arange(len(part.docs), dtype=np.int64) - part.offsets[:-1][term_of]
-        dest = cursor[ids][term_of] + rank
+        dest = cursor[place][term_of] + rank
         docs[dest] = part.docs.astype(np.int64) + base
         tfs[dest] = part.tfs
-        cursor[ids] += local_sizes
+        cursor[place] += local_sizes
         base += len(part.lengths)
     lengths = np.concatenate([p.lengths.astype(np.int64) for p in parts])
-    return IndexPart(terms, offsets, docs, tfs, lengths)
+    return IndexPart(term_ids, offsets, docs, tfs, lengths)
 
 
 @dataclass(frozen=True, slots=True)
 class _Opened:
-    """A part an index was opened from: its arrays, its first document's number in the index,
-    and its postings' slot for a global term id (``None``: the first part, whose ids are
-    global)."""
+    """A part an index was opened from, and its first document's number in the index."""
 
     part: IndexPart
     base: int
-    local: dict[int, int] | None
-
-    def slice(self, term_id: int) -> tuple[int, int] | None:
-        local = self.local.get(term_id) if self.local is not None else term_id
-        if local is None or local >= len(self.part.terms):
-            return None
-        return int(self.part.offsets[local]), int(self.part.offsets[local + 1])
 
 
 class _Postings:
@@ -252,9 +278,14 @@ class BM25Index:
         self._average_idf = None
         return doc
 
+    @property
+    def vocabulary(self) -> Mapping[str, int]:
+        """Each term's id: the order in which terms first appeared (read only)."""
+        return MappingProxyType(self._term_ids)
+
     def to_part(self) -> IndexPart:
-        """The whole index as one :class:`IndexPart` (a copy); :meth:`from_parts` opens an
-        index that scores exactly as this one."""
+        """The whole index as one :class:`IndexPart` (a copy): with :attr:`vocabulary`, what
+        :meth:`from_parts` opens as an index that scores exactly as this one."""
         every = [self._get(i) for i in range(len(self._postings))]
         sizes = np.array([p.size for p in every], dtype=np.int64)
         offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
@@ -265,34 +296,42 @@ class BM25Index:
             docs[start:end] = postings.docs[: postings.size]
             tfs[start:end] = postings.tfs[: postings.size]
         lengths = self._lengths[: self._count].copy()
-        return IndexPart(list(self._term_ids), offsets, docs, tfs, lengths)
+        return IndexPart(np.arange(len(every), dtype=np.int64), offsets, docs, tfs, lengths)
 
     @classmethod
     def from_parts(
         cls,
+        vocabulary: Sequence[str],
         parts: Sequence[IndexPart],
         *,
         k1: float = 1.5,
         b: float = 0.75,
         epsilon: float = 0.25,
     ) -> BM25Index:
-        """The index of the documents of ``parts``, in order, without copying their postings
-        (the parts' arrays must not change while the index lives)."""
+        """The index of the documents of ``parts``, in order, whose terms are ``vocabulary``
+        (in id order), without copying the parts' postings: their arrays must not change while
+        the index lives.
+
+        Raises:
+            ValueError: ``vocabulary`` repeats a term, or a part holds a term id past it.
+        """
         index = cls(k1=k1, b=b, epsilon=epsilon)
-        if not parts:
-            return index
-        terms, index._term_ids, maps = _union(parts)
-        index._postings = [None] * len(terms)
-        index._df = np.zeros(len(terms), dtype=np.int64)
+        index._term_ids = dict(zip(vocabulary, range(len(vocabulary)), strict=True))
+        if len(index._term_ids) != len(vocabulary):
+            raise ValueError("an index's vocabulary cannot repeat a term")
+        index._postings = [None] * len(vocabulary)
+        index._df = np.zeros(max(len(vocabulary), 1), dtype=np.int64)
         base = 0
-        for i, (part, ids) in enumerate(zip(parts, maps, strict=True)):
-            index._df[ids] += np.diff(part.offsets)  # ids are distinct within a part
-            local = None if i == 0 else dict(zip(ids.tolist(), range(len(ids)), strict=True))
-            index._parts.append(_Opened(part, base, local))
+        for part in parts:
+            if len(part.term_ids) and int(part.term_ids[-1]) >= len(vocabulary):
+                raise ValueError("an index part holds a term id past the vocabulary")
+            index._df[part.term_ids] += np.diff(part.offsets)
+            index._parts.append(_Opened(part, base))
             base += len(part.lengths)
-        index._lengths = np.concatenate([p.lengths.astype(np.int64) for p in parts])
+        lengths = [p.lengths.astype(np.int64) for p in parts]
+        index._lengths = np.concatenate(lengths) if lengths else np.zeros(1, dtype=np.int64)
         index._count = base
-        index._total_length = int(index._lengths.sum())
+        index._total_length = int(index._lengths[:base].sum())
         return index
 
     def add_many(self, docs: Iterable[Sequence[str]]) -> range:
@@ -405,7 +444,7 @@ class BM25Index:
             tfs: list[npt.NDArray[np.int32]] = []
             copied = False
             for opened in self._parts:
-                found = opened.slice(term_id)
+                found = opened.part.postings(term_id)
                 if found is None:
                     continue
                 start, end = found

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import logging
 import threading
@@ -47,7 +48,7 @@ import numpy as np
 
 from skilldeck._internal.redact import log_error
 from skilldeck.errors import ToolError
-from skilldeck.tools.bm25 import BM25Index, IndexPart, merge_parts
+from skilldeck.tools.bm25 import BM25Index, IndexPart, index_part, merge_parts
 from skilldeck.tools.fusion import RRF_K, rrf
 from skilldeck.tools.index_cache import IndexCache, shared_cache
 from skilldeck.tools.messages import LexiconSegment, Message, MessageStore, parse_ts
@@ -72,9 +73,9 @@ _LEXICON_LAYOUT = 2
 # A new segment merges with the stored one before it while that one holds fewer than this many
 # times its messages (then with the one before, ...).
 _MERGE_FACTOR = 4
-# No segment holds more messages (about 130 MB at 50 tokens a message; PostgreSQL's bytea
-# holds 1 GB at most).
-_SEGMENT_MAX_DOCS = 500_000
+# No segment holds more messages, so that a posting's document fits two bytes (a stored
+# segment is about 3 bytes a posting, 150 bytes a 30-word message with its previous turn).
+_SEGMENT_MAX_DOCS = 1 << 16
 
 log = logging.getLogger(__name__)
 
@@ -194,23 +195,32 @@ def _codes(names: Sequence[str], codes: np.ndarray, into: dict[str, int]) -> np.
 @dataclass(frozen=True, slots=True)
 class _Segment:
     """A stored run of a user's lexicon: the BM25 postings of consecutive messages (in ``seq``
-    order, every message of the user in its range) and their ``seq``, role and time."""
+    order, every message of the user in its range), keyed by the lexicon's term ids, with the
+    terms that first appear in it and their messages' ``seq``, role and time."""
 
     part: IndexPart
+    first_term: int  # the id of new_terms[0]: how many terms the segments before it hold
+    new_terms: Sequence[str]
     seqs: np.ndarray
     roles: np.ndarray  # codes into role_names
     role_names: Sequence[str]
     ts: np.ndarray
 
     @classmethod
-    def of(cls, docs: Sequence[tuple[Message, Sequence[str]]]) -> _Segment:
-        """The segment of messages and their tokens."""
-        index = BM25Index()
+    def of(
+        cls,
+        docs: Sequence[tuple[Message, Sequence[str]]],
+        vocabulary: Mapping[str, int],
+        size: int,
+    ) -> _Segment:
+        """The segment of messages and their tokens, after segments holding ``size`` terms,
+        those of ``vocabulary`` with ids below ``size``."""
+        part, new_terms = index_part((tokens for _, tokens in docs), vocabulary, size)
         names: dict[str, int] = {}
-        for _, tokens in docs:
-            index.add(tokens)
         return cls(
-            index.to_part(),
+            part,
+            size,
+            new_terms,
             np.array([m.seq for m, _ in docs], dtype=np.int64),
             np.array([names.setdefault(m.role, len(names)) for m, _ in docs], dtype=np.int32),
             list(names),
@@ -224,6 +234,8 @@ class _Segment:
         roles = [_codes(s.role_names, s.roles, names) for s in segments]
         return cls(
             merge_parts([s.part for s in segments]),
+            segments[0].first_term,
+            [term for s in segments for term in s.new_terms],
             np.concatenate([s.seqs for s in segments]),
             np.concatenate(roles),
             list(names),
@@ -233,10 +245,12 @@ class _Segment:
     def to_bytes(self) -> bytes:
         """The segment as one :func:`~skilldeck.tools.snapshots.pack` blob (no pickle)."""
         part = self.part
+        counts = [len(self.new_terms), len(self.role_names), self.first_term]
         return pack(
             {
-                "terms": joined(part.terms),
-                "offsets": part.offsets.astype(np.int64, copy=False),
+                "new_terms": joined(self.new_terms),
+                "term_ids": _narrow(part.term_ids),
+                "offsets": _narrow(part.offsets),
                 "docs": _narrow(part.docs),
                 "tfs": _narrow(part.tfs),
                 "lengths": _narrow(part.lengths),
@@ -244,7 +258,7 @@ class _Segment:
                 "roles": _narrow(self.roles),
                 "role_names": joined(self.role_names),
                 "ts": self.ts,
-                "counts": np.array([len(part.terms), len(self.role_names)], dtype=np.int64),
+                "counts": np.array(counts, dtype=np.int64),
             }
         )
 
@@ -252,16 +266,12 @@ class _Segment:
     def from_bytes(cls, data: bytes) -> _Segment:
         """The segment :meth:`to_bytes` stored; its arrays are read-only views of ``data``."""
         saved = unpack(data)
-        terms, roles = (int(n) for n in saved["counts"])
-        part = IndexPart(
-            split(saved["terms"], terms),
-            saved["offsets"],
-            saved["docs"],
-            saved["tfs"],
-            saved["lengths"],
-        )
+        terms, roles, first_term = (int(n) for n in saved["counts"])
+        arrays = ("term_ids", "offsets", "docs", "tfs", "lengths")
+        part = IndexPart(*(saved[name] for name in arrays))
         names = split(saved["role_names"], roles)
-        return cls(part, saved["seqs"], saved["roles"], names, saved["ts"])
+        new_terms = split(saved["new_terms"], terms)
+        return cls(part, first_term, new_terms, saved["seqs"], saved["roles"], names, saved["ts"])
 
 
 @dataclass
@@ -291,13 +301,22 @@ class _Lexicon:
 
     @classmethod
     def from_segments(cls, segments: Sequence[_Segment]) -> _Lexicon:
-        """The lexicon of consecutive segments (their postings are not copied)."""
+        """The lexicon of consecutive segments (their postings are not copied).
+
+        Raises:
+            ValueError: the segments do not follow each other.
+        """
         if not segments:
             return cls()
+        vocabulary: list[str] = []
+        for segment in segments:
+            if segment.first_term != len(vocabulary):
+                raise ValueError("the lexicon's segments do not follow each other")
+            vocabulary += segment.new_terms
         codes: dict[str, int] = {}
         roles = [_codes(s.role_names, s.roles, codes) for s in segments]
         return cls(
-            index=BM25Index.from_parts([s.part for s in segments]),
+            index=BM25Index.from_parts(vocabulary, [s.part for s in segments]),
             seqs=_Column.of(np.concatenate([s.seqs for s in segments])),
             roles=_Column.of(np.concatenate(roles)),
             ts=_Column.of(np.concatenate([s.ts for s in segments])),
@@ -395,21 +414,25 @@ class Memory:
             by_user.setdefault(m.user_id, []).append(m)
         added: list[Message] = []
         for user, given in by_user.items():
+            key = (self._space, user)
             with self._stripe(user):
+                # The lexicon so far: its vocabulary numbers the new segment's terms.
+                lexicon = self._lexicon(user) if self.snapshots else self._cache.get(key)
                 with self.store.transaction([user]):
                     before = self.store.last_seq(user)
+                    if lexicon is not None and lexicon.last_seq < before:
+                        self._catch_up(user, lexicon)  # what another process stored meanwhile
                     new = self.store.add(given)
                     pairs = self._in_context(user, new, seeded=True)
                     docs = [(m, self.tokenizer.tokens(text)) for m, text in pairs]
-                    if self.snapshots and docs:
-                        self._persist(user, docs, after=before)
-                lexicon = self._cache.get((self._space, user))
-                # A lexicon that lacks messages stored meanwhile by another process reads them
-                # from the store before its next search, these with them.
-                if lexicon is not None and lexicon.last_seq == before:
+                    if lexicon is not None and self.snapshots and docs:
+                        self._persist(user, docs, after=before, vocabulary=lexicon.index.vocabulary)
+                if (
+                    lexicon is not None and lexicon.last_seq == before
+                ):  # (not changed if rolled back)
                     for m, tokens in docs:
                         lexicon.add(m, tokens)
-                    self._cache.reweigh((self._space, user), lexicon)
+                    self._cache.reweigh(key, lexicon)
             self._index_vectors(user, pairs)
             added += new
         return added
@@ -497,14 +520,19 @@ class Memory:
             lexicon = self._cache.peek(key)  # loaded or extended by another thread meanwhile
             if lexicon is None or lexicon.last_seq > last:  # (messages deleted: load again)
                 lexicon = self._load(user_id)
-            elif lexicon.last_seq < last:  # messages another process stored
-                head = lexicon.last_seq
-                docs = self._tokenized(user_id, self.store.iter_user(user_id, after=head))
-                for m, tokens in docs:
-                    lexicon.add(m, tokens)
-                self._save(user_id, docs, after=head)
+            elif lexicon.last_seq < last:
+                self._catch_up(user_id, lexicon)
             self._cache.put(key, lexicon)
             return lexicon
+
+    def _catch_up(self, user_id: str, lexicon: _Lexicon) -> None:
+        """Index the messages stored after ``lexicon``'s last (by another process, or another
+        path), and store them if the stored lexicon lacks them."""
+        head = lexicon.last_seq
+        docs = self._tokenized(user_id, self.store.iter_user(user_id, after=head))
+        for m, tokens in docs:
+            lexicon.add(m, tokens)
+        self._save(user_id, docs, after=head, vocabulary=lexicon.index.vocabulary)
 
     @property
     def _version(self) -> str:
@@ -520,55 +548,68 @@ class Memory:
 
     def _load(self, user_id: str, *, fresh: bool = False) -> _Lexicon:
         """The user's lexicon from its stored segments and the messages stored after them, or
-        from every message (``fresh``: always), which then replace the stored segments."""
-        stored = (
-            [] if fresh or not self.snapshots else self.store.lexicon_data(user_id, self._version)
-        )
-        head = stored[-1][0].last_seq if stored else 0
-        newer = list(self.store.iter_user(user_id, after=head))
-        held = sum(segment.docs for segment, _ in stored)
-        if held and held + len(newer) != self.store.count(
-            user_id, upto=newer[-1].seq if newer else head
-        ):
-            # A message below the segments' end that they lack (a history stored before the
-            # store numbered a user's messages in commit order, or a store edited by hand).
-            stored, head, newer = [], 0, list(self.store.iter_user(user_id))
+        from every message (``fresh``: always), whose segments then replace the stored ones."""
+        lexicon = None if fresh or not self.snapshots else self._open(user_id)
+        if lexicon is not None:
+            self._catch_up(user_id, lexicon)
+            return lexicon
+        docs = self._tokenized(user_id, self.store.iter_user(user_id), seeded=False)
+        if not self.snapshots:
+            lexicon = _Lexicon()
+            for m, tokens in docs:
+                lexicon.add(m, tokens)
+            return lexicon
+        # From every message: its segments are made first, stored, then opened.
+        vocabulary: dict[str, int] = {}
+        segments = []
+        for start in range(0, len(docs), _SEGMENT_MAX_DOCS):
+            segment = _Segment.of(
+                docs[start : start + _SEGMENT_MAX_DOCS], vocabulary, len(vocabulary)
+            )
+            vocabulary.update(zip(segment.new_terms, itertools.count(len(vocabulary))))
+            segments.append(segment)
+        try:
+            with self.store.transaction([user_id]):
+                self.store.clear_lexicon(user_id)
+                for segment in segments:
+                    self._put(user_id, [], segment)
+        except Exception as exc:  # a search never fails for it: the next cold start stores it
+            log_error(log, f"could not store the lexicon of {len(docs):,} messages", exc)
+        return _Lexicon.from_segments(segments)
+
+    def _open(self, user_id: str) -> _Lexicon | None:
+        """The lexicon of the user's stored segments, if they can be trusted: they hold every
+        message up to their end (``None``: none of this version, or they do not)."""
+        stored = self.store.lexicon_data(user_id, self._version)
         if not stored:
-            docs = self._tokenized(user_id, newer, seeded=False)
-            if not self.snapshots:
-                lexicon = _Lexicon()
-                for m, tokens in docs:
-                    lexicon.add(m, tokens)
-                return lexicon
-            # From every message: its segments are made first, stored, then opened.
-            segments = [
-                _Segment.of(docs[i : i + _SEGMENT_MAX_DOCS])
-                for i in range(0, len(docs), _SEGMENT_MAX_DOCS)
-            ]
-            self._save(user_id, docs, after=None, segments=segments)
-            return _Lexicon.from_segments(segments)
-        lexicon = _Lexicon.from_segments([_Segment.from_bytes(data) for _, data in stored])
-        docs = self._tokenized(user_id, newer)
-        for m, tokens in docs:
-            lexicon.add(m, tokens)
-        self._save(user_id, docs, after=head)
-        return lexicon
+            return None
+        head = stored[-1][0].last_seq
+        if sum(segment.docs for segment, _ in stored) != self.store.count(user_id, upto=head):
+            # A message below the segments' end that they lack, or that is gone (a history
+            # stored before the store numbered a user's messages in commit order, or one
+            # edited by hand).
+            return None
+        try:
+            return _Lexicon.from_segments([_Segment.from_bytes(data) for _, data in stored])
+        except ValueError as exc:
+            log_error(log, "the stored lexicon is inconsistent; indexing every message", exc)
+            return None
 
     def _save(
         self,
         user_id: str,
         docs: Sequence[tuple[Message, Sequence[str]]],
         *,
-        after: int | None,
-        segments: Sequence[_Segment] = (),
+        after: int,
+        vocabulary: Mapping[str, int],
     ) -> None:
-        """Store the segments of ``docs``, read by a search (see :meth:`_persist`), unless
-        snapshots are off. A search never fails for it: the next cold start does it again."""
-        if not self.snapshots or (after is not None and not docs):
+        """:meth:`_persist` what a search indexed, in a transaction of its own, unless there is
+        nothing to store or snapshots are off. A search never fails for it."""
+        if not self.snapshots or not docs:
             return
         try:
             with self.store.transaction([user_id]):
-                self._persist(user_id, docs, after=after, segments=segments)
+                self._persist(user_id, docs, after=after, vocabulary=vocabulary)
         except Exception as exc:
             log_error(log, f"could not store the lexicon of {len(docs):,} messages", exc)
 
@@ -577,8 +618,8 @@ class Memory:
         user_id: str,
         docs: Sequence[tuple[Message, Sequence[str]]],
         *,
-        after: int | None,
-        segments: Sequence[_Segment] = (),
+        after: int,
+        vocabulary: Mapping[str, int],
     ) -> None:
         """Append the segment of ``docs`` (messages in ``seq`` order, with their tokens) to the
         user's stored lexicon, inside a transaction of the user.
@@ -586,31 +627,31 @@ class Memory:
         ``after`` is the ``seq`` of the message just before ``docs``: only the messages after
         the stored segments' end are appended, and only if it is ``after`` or one of
         ``docs``, so that the segments always hold every message up to their end.
-        ``None`` replaces every stored segment of the user (another tokenizer's too) with
-        ``segments``, the segments of ``docs`` made by the caller. An appended segment merges
-        with the newest stored ones while they hold fewer than ``_MERGE_FACTOR`` times its
-        messages: a user's lexicon stays a few segments, each message rewritten a few times.
+        ``vocabulary`` numbers the terms the stored segments hold (a lexicon holding at least
+        the messages up to their end). A new segment merges with the newest stored ones while
+        they hold fewer than ``_MERGE_FACTOR`` times its messages: a user's lexicon stays a
+        few segments, each message rewritten a few times in all.
         """
         version = self._version
-        if after is None:
-            self.store.clear_lexicon(user_id)
-            for segment in segments:
-                self._put(user_id, [], segment)
-            return
         stored = self.store.lexicon_segments(user_id, version)
         head = stored[-1].last_seq if stored else 0
         seqs = [m.seq for m, _ in docs]
-        if head != after and head not in seqs:
-            return  # a gap (or they hold these and more): append nothing
-        docs = docs[seqs.index(head) + 1 :] if head != after else docs
+        if head != after:
+            if head not in seqs:
+                return  # a gap, or they hold these already
+            docs = docs[seqs.index(head) + 1 :]
+        size = sum(s.terms for s in stored)
         for start in range(0, len(docs), _SEGMENT_MAX_DOCS):
-            segment = _Segment.of(docs[start : start + _SEGMENT_MAX_DOCS])
-            size, keep = len(segment.seqs), len(stored)
-            while keep and stored[keep - 1].docs < _MERGE_FACTOR * size:
-                if stored[keep - 1].docs + size > _SEGMENT_MAX_DOCS:
+            segment = _Segment.of(docs[start : start + _SEGMENT_MAX_DOCS], vocabulary, size)
+            if start + _SEGMENT_MAX_DOCS < len(docs):  # the next segment's terms know these
+                vocabulary = {**vocabulary, **dict(zip(segment.new_terms, itertools.count(size)))}
+            size += len(segment.new_terms)
+            count, keep = len(segment.seqs), len(stored)
+            while keep and stored[keep - 1].docs < _MERGE_FACTOR * count:
+                if stored[keep - 1].docs + count > _SEGMENT_MAX_DOCS:
                     break
                 keep -= 1
-                size += stored[keep].docs
+                count += stored[keep].docs
             older = stored[keep:]
             if older:
                 found = self.store.lexicon_data(user_id, version, [o.first_seq for o in older])
@@ -620,7 +661,8 @@ class Memory:
     def _put(
         self, user_id: str, replaced: Sequence[LexiconSegment], segment: _Segment
     ) -> LexiconSegment:
-        row = LexiconSegment(int(segment.seqs[0]), int(segment.seqs[-1]), len(segment.seqs))
+        first, last = int(segment.seqs[0]), int(segment.seqs[-1])
+        row = LexiconSegment(first, last, len(segment.seqs), len(segment.new_terms))
         drop = [r.first_seq for r in replaced]
         data = segment.to_bytes()
         self.store.replace_lexicon(user_id, self._version, drop=drop, segment=row, data=data)

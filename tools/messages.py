@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, get_args
@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS messages_lexicon (
     first_seq INTEGER NOT NULL,
     last_seq INTEGER NOT NULL,
     docs INTEGER NOT NULL,
+    terms INTEGER NOT NULL,
     data BLOB NOT NULL,
     PRIMARY KEY (user_id, version, first_seq)
 );
@@ -90,6 +91,7 @@ CREATE TABLE IF NOT EXISTS {_PG_TABLE}_lexicon (
     first_seq BIGINT NOT NULL,
     last_seq BIGINT NOT NULL,
     docs BIGINT NOT NULL,
+    terms BIGINT NOT NULL,
     data BYTEA NOT NULL,
     PRIMARY KEY (user_id, version, first_seq)
 );
@@ -156,12 +158,14 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class LexiconSegment:
-    """One persisted run of a user's lexicon: the documents of the messages ``first_seq`` to
-    ``last_seq`` (``docs`` of them: every message of the user in that range)."""
+    """One stored run of a user's lexicon: the documents of the messages ``first_seq`` to
+    ``last_seq`` (``docs`` of them: every message of the user in that range), and how many
+    terms first appear in it."""
 
     first_seq: int
     last_seq: int
     docs: int
+    terms: int
 
 
 def _row(row: Sequence[Any]) -> Message:
@@ -567,11 +571,11 @@ class MessageStore:
     def lexicon_segments(self, user_id: str, version: str) -> list[LexiconSegment]:
         """The segments of ``user_id``'s lexicon made as ``version`` says, in ``seq`` order."""
         rows = self._db.query(
-            f"SELECT first_seq, last_seq, docs FROM {self._table}_lexicon "
+            f"SELECT first_seq, last_seq, docs, terms FROM {self._table}_lexicon "
             "WHERE user_id = ? AND version = ? ORDER BY first_seq",
             [user_id, version],
         )
-        return [LexiconSegment(int(a), int(b), int(n)) for a, b, n in rows]
+        return [LexiconSegment(*(int(x) for x in row)) for row in rows]
 
     def lexicon_data(
         self, user_id: str, version: str, first_seqs: Sequence[int] | None = None
@@ -579,7 +583,7 @@ class MessageStore:
         """The segments (all, or those starting at ``first_seqs``) with their data, in ``seq``
         order."""
         sql = (
-            f"SELECT first_seq, last_seq, docs, data FROM {self._table}_lexicon "
+            f"SELECT first_seq, last_seq, docs, terms, data FROM {self._table}_lexicon "
             "WHERE user_id = ? AND version = ?"
         )
         params: list[Any] = [user_id, version]
@@ -589,7 +593,7 @@ class MessageStore:
             sql += f" AND first_seq IN ({','.join('?' * len(first_seqs))})"
             params += [int(s) for s in first_seqs]
         rows = self._db.query(sql + " ORDER BY first_seq", params, binary=True)
-        return [(LexiconSegment(int(a), int(b), int(n)), bytes(data)) for a, b, n, data in rows]
+        return [(LexiconSegment(*(int(x) for x in row[:4])), bytes(row[4])) for row in rows]
 
     def replace_lexicon(
         self,
@@ -610,9 +614,9 @@ class MessageStore:
                     [user_id, version, *[int(s) for s in drop]],
                 )
             self._db.execute(
-                f"INSERT INTO {self._table}_lexicon "
-                "(user_id, version, first_seq, last_seq, docs, data) VALUES (?, ?, ?, ?, ?, ?)",
-                [user_id, version, segment.first_seq, segment.last_seq, segment.docs, data],
+                f"INSERT INTO {self._table}_lexicon (user_id, version, first_seq, last_seq, "
+                "docs, terms, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [user_id, version, *astuple(segment), data],
             )
 
     def clear_lexicon(self, user_id: str) -> None:
