@@ -362,3 +362,14 @@ def test_parts_may_be_narrow_and_read_only_and_are_checked() -> None:
     with pytest.raises(ValueError, match="at least one"):
         merge_parts([])
     assert len(BM25Index.from_parts([], [])) == 0
+
+
+def test_a_part_of_documents_without_tokens_still_counts_them() -> None:
+    corpus: Corpus = [[], [], ["a", "b"], []]
+    vocabulary, parts = _split_at(corpus, [2, 3])
+    assert [len(p.term_ids) for p in parts] == [0, 2, 0]
+    opened = BM25Index.from_parts(vocabulary, parts)
+    merged = BM25Index.from_parts(vocabulary, [merge_parts(parts)])
+    for index in (opened, merged):
+        assert len(index) == 4
+        assert np.array_equal(index.scores(["a"]), build(corpus).scores(["a"]))

@@ -92,14 +92,13 @@ class IndexPart:
         return int(self.offsets[i]), int(self.offsets[i + 1])
 
 
-def _blocks(offsets: npt.NDArray[np.integer], order: IntArray) -> tuple[IntArray, IntArray]:
-    """The CSR ``offsets`` of blocks taken in ``order``, and the positions to take them from."""
-    sizes = np.diff(offsets).astype(np.int64)[order]
-    taken = np.zeros(len(order) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=taken[1:])
-    starts = offsets[:-1].astype(np.int64)[order]
-    positions = np.repeat(starts - taken[:-1], sizes) + np.arange(int(taken[-1]), dtype=np.int64)
-    return taken, positions
+def _grouped(term_ids: IntArray) -> tuple[IntArray, IntArray]:
+    """The distinct values of the sorted ``term_ids`` and the CSR offsets of their runs."""
+    if not len(term_ids):
+        return term_ids, np.zeros(1, dtype=np.int64)
+    starts = np.flatnonzero(np.diff(term_ids)) + 1
+    offsets = np.concatenate([[0], starts, [len(term_ids)]]).astype(np.int64)
+    return term_ids[offsets[:-1]], offsets
 
 
 def index_part(
@@ -112,23 +111,31 @@ def index_part(
     Returns:
         The part and its new terms, in id order.
     """
-    local = BM25Index()
-    local.add_many(docs)
-    built = local.to_part()
-    new: list[str] = []
-    ids = np.empty(len(local.vocabulary), dtype=np.int64)
-    for i, term in enumerate(local.vocabulary):
-        found = vocabulary.get(term)
-        if found is None or found >= size:
-            found = size + len(new)
-            new.append(term)
-        ids[i] = found
-    order = np.argsort(ids, kind="stable")
-    offsets, positions = _blocks(built.offsets, order)
+    new: dict[str, int] = {}
+    term_column: list[int] = []
+    doc_column: list[int] = []
+    tf_column: list[int] = []
+    lengths: list[int] = []
+    for doc, tokens in enumerate(docs):
+        lengths.append(len(tokens))
+        for term, tf in Counter(tokens).items():
+            found = vocabulary.get(term)
+            if found is None or found >= size:
+                found = new.setdefault(term, size + len(new))
+            term_column.append(found)
+            doc_column.append(doc)
+            tf_column.append(tf)
+    ids = np.array(term_column, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")  # a term's documents stay ascending
+    term_ids, offsets = _grouped(ids[order])
     part = IndexPart(
-        ids[order], offsets, built.docs[positions], built.tfs[positions], built.lengths
+        term_ids,
+        offsets,
+        np.array(doc_column, dtype=np.int32)[order],
+        np.array(tf_column, dtype=np.int32)[order],
+        np.array(lengths, dtype=np.int64),
     )
-    return part, new
+    return part, list(new)
 
 
 def merge_parts(parts: Sequence[IndexPart]) -> IndexPart:

@@ -427,9 +427,9 @@ class Memory:
                     docs = [(m, self.tokenizer.tokens(text)) for m, text in pairs]
                     if lexicon is not None and self.snapshots and docs:
                         self._persist(user, docs, after=before, vocabulary=lexicon.index.vocabulary)
-                if (
-                    lexicon is not None and lexicon.last_seq == before
-                ):  # (not changed if rolled back)
+                # A lexicon ahead of the store (messages deleted meanwhile) is not extended:
+                # the next search loads it again.
+                if lexicon is not None and lexicon.last_seq == before:
                     for m, tokens in docs:
                         lexicon.add(m, tokens)
                     self._cache.reweigh(key, lexicon)
