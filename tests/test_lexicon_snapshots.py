@@ -287,6 +287,7 @@ _WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 def test_writers_in_two_processes_keep_one_lexicon(store_at: str) -> None:
     per_process = 120
     total = 2 * per_process
@@ -338,3 +339,23 @@ def test_a_lexicon_opened_from_segments_keeps_growing(tmp_path: Path) -> None:
         lexicon.index.count_matches(["w3"]) == memory._lexicon("u").index.count_matches(["w3"]) + 1
     )
     memory.close()
+
+
+def test_chinese_and_english_turns_are_found_from_the_stored_lexicon(store_at: str) -> None:
+    texts = ["我喜欢吃辣的拉面", "周末去爬山吗?", "Spicy ramen after hiking", "北京的烤鸭很好吃",
+             "我们下周去北京", "The duck in Beijing was great"]  # fmt: skip
+    writer = _fresh(store_at)
+    for i, text in enumerate(texts):
+        ts = f"2026-03-0{1 + i}T10:00:00Z"
+        writer.add([Message(f"m{i}", "zh", f"t{i // 2}", "user", ts, text)])
+    writer.close()
+    reader, counting = _counting(store_at)
+    built = _fresh(store_at, snapshots=False)
+    for query in ("吃辣", "北京", "拉面 ramen", '"烤鸭"', "beijing duck"):
+        found = reader.lexical_search("zh", query_text=query, filter=ALL)
+        assert found["hits"], query
+        assert found == built.lexical_search("zh", query_text=query, filter=ALL), query
+    assert counting.indexed() == 0  # the bigrams came from the store, not the tokenizer
+    assert reader.lexical_search("zh", query_text="北京", filter=ALL)["total"] == 2
+    reader.close()
+    built.close()
