@@ -6,6 +6,8 @@ Usage::
                           [--history 1000 10000 100000] [--semantic 1000 10000 100000]
                           [--reps 5] [--only users|history|semantic|processes] [--json]
     python bench/scale.py --only processes [--postgres URL] [--chroma URL] [--solo 100000]
+    python bench/scale.py --only lexicon [--lexicon-users 300] [--lexicon-messages 1000]
+                          [--lexicon-large 100000] [--lexicon-reps 20] [--lexicon-processes 20]
 
 A. **Memory as users grow.** ``--users`` users with ``--messages`` messages each (30 words
    drawn from a Zipf vocabulary of 50,000 words; a thread per 20 turns) go into a SQLite
@@ -39,6 +41,18 @@ D. **Two serving processes** (``--only processes``; ``--postgres URL --chroma UR
    ``solo``. Both are then restarted (``--restarts`` times) and do the same
    again, now from the snapshots in PostgreSQL. Target: RSS after the users ≤ the budget +
    300 MB.
+
+E. **A user's first search** (``--only lexicon``; issue 36 item 7). ``--lexicon-users`` users
+   write ``--lexicon-messages`` messages each through :meth:`Memory.add` (batches of
+   ``--lexicon-batch``), which stores each user's lexicon with the messages; then each user's
+   first lexical search runs in a new ``Memory`` with its own store connection and index cache
+   (what a process that never served the user has): p50/p95, the warm search after it, and,
+   alternated user by user, the same first search ignoring the stored lexicon (every message
+   tokenized, as a cold start did before). ``--lexicon-processes`` real new processes each time
+   one first search too. A user with ``--lexicon-large`` messages (batches of 1,000) is timed
+   ``--lexicon-reps`` times the same way. Each first search's top 10 is checked against
+   rank-bm25's over the same tokens (50 users, and every query at the large size). Targets:
+   p50 ≤ 100 ms at 1,000 messages, ≤ 200 ms at 100,000.
 
 Plots (matplotlib, offline) go to ``bench/scale_rss.png`` and ``bench/scale_cold.png``.
 """
@@ -423,6 +437,204 @@ def bench_processes(
     }
 
 
+# -- E. A user's first search (--only lexicon; issue 36 item 7) ---------------------------------
+#
+# Self-contained: its own helpers, arguments (--lexicon-*) and report key ("lexicon").
+
+
+def _lexicon_query(rng: random.Random) -> str:
+    """Three words of the messages' Zipf vocabulary, as a user's query."""
+    words = rng.choices(range(VOCABULARY), cum_weights=CUMULATIVE, k=3)
+    return " ".join(f"w{w}" for w in words)
+
+
+def _write_as_the_product(where: str, users: Sequence[str], count: int, batch: int) -> float:
+    """Each user's ``count`` messages through :meth:`Memory.add` in batches of ``batch`` (which
+    stores the lexicon's segments with them); returns the seconds it took."""
+    memory = Memory(MessageStore(where), None, cache=IndexCache(budget_mb=64))
+    started = time.perf_counter()
+    with progress_bar() as bar:
+        what = f"Memory.add, {len(users)} x {count} in batches of {batch}"
+        task = bar.add_task(what, total=len(users) * count)
+        for n, user in enumerate(users):
+            for start in range(0, count, batch):
+                size = min(batch, count - start)
+                memory.add(messages(user, size, seed=n * count + start, start=start))
+                bar.advance(task, size)
+    memory.close()
+    return time.perf_counter() - started
+
+
+def _first_search(
+    where: str, user: str, query: str, *, stored: bool = True
+) -> tuple[float, float, list[str]]:
+    """The ms of ``user``'s first lexical search in a new memory (its own store connection and
+    index cache: what a process that never served the user has), then a warm search's ms and
+    the first search's hits. ``stored=False`` ignores the stored lexicon (it tokenizes every
+    message, as a cold start did before it was kept)."""
+    memory = Memory(MessageStore(where), None, cache=IndexCache(), snapshots=stored)
+    started = time.perf_counter()
+    found = memory.lexical_search(user, query_text=query, filter=ALL, page_size=10)
+    first = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    memory.lexical_search(user, query_text=query + " w1", filter=ALL, page_size=10)
+    warm = (time.perf_counter() - started) * 1000
+    memory.close()
+    return first, warm, [h["message_id"] for h in found["hits"]]
+
+
+def lexicon_probe(where: str, user: str, query: str) -> float:
+    """The ms of one new process's first lexical search (``scale.py --lexicon-probe``)."""
+    memory = Memory(MessageStore(where), None, cache=IndexCache())
+    started = time.perf_counter()
+    memory.lexical_search(user, query_text=query, filter=ALL, page_size=10)
+    elapsed = (time.perf_counter() - started) * 1000
+    memory.close()
+    return elapsed
+
+
+def _top10_identical(
+    where: str, user: str, queries: Sequence[str], first: Sequence[list[str]]
+) -> int:
+    """How many of ``first`` (the tool's top 10 for ``queries``, from the stored lexicon) are
+    rank-bm25's top 10 over the same tokens of the same indexed texts."""
+    from rank_bm25 import BM25Okapi
+
+    memory = Memory(MessageStore(where), None, cache=IndexCache(), snapshots=False)
+    ordered = list(memory.store.iter_user(user))
+    texts = memory._in_context(user, ordered, seeded=False)
+    oracle = BM25Okapi([memory.tokenizer.tokens(text) for _, text in texts])
+    same = 0
+    for query, hits in zip(queries, first, strict=True):
+        scores = oracle.get_scores(list(memory.tokenizer.tokens(query)))
+        top = np.lexsort((np.arange(len(scores)), -scores))[:10]
+        same += [ordered[i].id for i in top if scores[i] > 0] == hits
+    memory.close()
+    return same
+
+
+def _stored_size(where: str, user: str) -> dict[str, Any]:
+    store = MessageStore(where)
+    rows = store._db.query(
+        f"SELECT COUNT(*), SUM(LENGTH(data)), SUM(docs) FROM {store._table}_lexicon "
+        "WHERE user_id = ?",
+        [user],
+    )
+    store.close()
+    segments, size, docs = (int(x or 0) for x in rows[0])
+    return {"segments": segments, "bytes": size, "bytes_per_message": round(size / max(docs, 1))}
+
+
+def bench_lexicon(
+    tmp: Path, users: int, count: int, large: int, reps: int, processes: int, batch: int
+) -> dict[str, Any]:
+    """Part E: first searches at ``count`` messages (``users`` users) and at ``large``."""
+    where = str(tmp / "lexicon.sqlite")
+    names = [f"lex{i:04d}" for i in range(users)]
+    report: dict[str, Any] = {"store": "SQLite", "batch": batch}
+    report["write_s"] = round(_write_as_the_product(where, names, count, batch), 1)
+    rng = random.Random(7)
+    opened, built, warm, queries, hits = [], [], [], [], []
+    with progress_bar() as bar:
+        task = bar.add_task(f"first searches, {users} users", total=users)
+        for n, user in enumerate(names):
+            query = _lexicon_query(rng)
+            # Alternate which goes first, so neither always finds the pages the other read.
+            for stored in (n % 2 == 0, n % 2 == 1):
+                ms, warm_ms, top = _first_search(where, user, query, stored=stored)
+                (opened if stored else built).append(ms)
+                if stored:
+                    warm.append(warm_ms)
+                    queries.append(query)
+                    hits.append(top)
+            bar.advance(task)
+    checked = min(users, 50)
+    same = sum(
+        _top10_identical(where, user, queries[n : n + 1], hits[n : n + 1])
+        for n, user in enumerate(names[:checked])
+    )
+    probes = []
+    for n in range(processes):
+        user, query = names[n * users // max(processes, 1)], _lexicon_query(rng)
+        command = [sys.executable, str(Path(__file__)), "--lexicon-probe", where, user, query]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        probes.append(float(done.stdout.split()[-1]))
+    report["small"] = {
+        "messages": count,
+        "users": users,
+        "first_ms_p50_p95": _quantiles(opened),
+        "first_ms_new_process_p50_p95": _quantiles(probes) if probes else None,
+        "new_processes": processes,
+        "warm_ms_p50": round(statistics.median(warm), 1),
+        "built_from_every_message_ms_p50_p95": _quantiles(built),
+        "top10_identical_to_rank_bm25": f"{same}/{checked}",
+        "stored": _stored_size(where, names[0]),
+        "target_ms": 100,
+        "pass": _quantiles(opened)[0] <= 100 and same == checked,
+    }
+    log(f"lexicon, {count} messages: {report['small']}")
+
+    where = str(tmp / "lexicon-large.sqlite")
+    report["large_write_s"] = round(_write_as_the_product(where, ["big"], large, 1000), 1)
+    queries = [_lexicon_query(rng) for _ in range(reps)]
+    firsts, warm, hits = [], [], []
+    for query in queries:
+        ms, warm_ms, top = _first_search(where, "big", query)
+        firsts.append(ms)
+        warm.append(warm_ms)
+        hits.append(top)
+    built_ms = _first_search(where, "big", queries[0], stored=False)[0]
+    same = _top10_identical(where, "big", queries, hits)
+    report["large"] = {
+        "messages": large,
+        "reps": reps,
+        "first_ms_p50_p95": _quantiles(firsts),
+        "warm_ms_p50": round(statistics.median(warm), 1),
+        "built_from_every_message_ms": round(built_ms, 1),
+        "top10_identical_to_rank_bm25": f"{same}/{len(queries)}",
+        "stored": _stored_size(where, "big"),
+        "target_ms": 200,
+        "pass": _quantiles(firsts)[0] <= 200 and same == len(queries),
+    }
+    log(f"lexicon, {large} messages: {report['large']}")
+    return report
+
+
+def print_lexicon(part: dict[str, Any]) -> None:
+    table = Table(title=f"a user's first lexical search ({part['store']}), ms")
+    columns = (
+        "messages",
+        "first p50 / p95",
+        "new process p50 / p95",
+        "warm p50",
+        "built from every message",
+        "top-10 = rank-bm25",
+        "stored B/msg",
+        "target",
+        "pass",
+    )
+    for column in columns:
+        table.add_column(column)
+    for key in ("small", "large"):
+        row = part[key]
+        built = row.get("built_from_every_message_ms_p50_p95") or row.get(
+            "built_from_every_message_ms"
+        )
+        probes = row.get("first_ms_new_process_p50_p95")
+        table.add_row(
+            f"{row['messages']:,}" + (f" x {row['users']} users" if "users" in row else ""),
+            "{} / {}".format(*row["first_ms_p50_p95"]),
+            "{} / {}".format(*probes) if probes else "",
+            str(row["warm_ms_p50"]),
+            " / ".join(map(str, built)) if isinstance(built, list | tuple) else str(built),
+            row["top10_identical_to_rank_bm25"],
+            str(row["stored"]["bytes_per_message"]),
+            f"≤ {row['target_ms']}",
+            "PASS" if row["pass"] else "FAIL",
+        )
+    err.print(table)
+
+
 def plot(report: dict[str, Any]) -> None:
     import matplotlib
 
@@ -496,6 +708,8 @@ def print_report(report: dict[str, Any]) -> None:
             table.add_row(run["run"], rss, lexical, str(run["semantic_first_ms"]))
         err.print(table)
         err.print({"after the restarts": part["after_restarts"]})
+    if report.get("lexicon"):
+        print_lexicon(report["lexicon"])
     if report.get("semantic"):
         table = Table(title="first semantic and hybrid search after a restart, ms (p50 / p95)")
         table.add_column("messages")
@@ -521,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--semantic", type=int, nargs="*", default=[1000, 10_000, 100_000])
     parser.add_argument(
         "--only",
-        choices=("users", "history", "semantic", "processes"),
+        choices=("users", "history", "semantic", "processes", "lexicon"),
         help="Run one part (no plots); 'processes' is part D, which the full run leaves out.",
     )
     parser.add_argument("--postgres", default=os.environ.get("SKILLDECK_TEST_POSTGRES_URL"))
@@ -530,10 +744,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restarts", type=int, default=3, help="part D: restarts of both")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--probe", nargs=2, metavar=("KIND", "FOLDER"), help=argparse.SUPPRESS)
+    lexicon = parser.add_argument_group("part E (--only lexicon)")
+    lexicon.add_argument("--lexicon-users", type=int, default=300)
+    lexicon.add_argument("--lexicon-messages", type=int, default=1000)
+    lexicon.add_argument("--lexicon-large", type=int, default=100_000)
+    lexicon.add_argument("--lexicon-reps", type=int, default=20)
+    lexicon.add_argument("--lexicon-processes", type=int, default=20)
+    lexicon.add_argument("--lexicon-batch", type=int, default=20)
+    lexicon.add_argument("--lexicon-probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         database, chroma, prefix, budget, names = args.worker
         worker(database, chroma, prefix, float(budget), names.split(","))
+        return 0
+    if args.lexicon_probe:
+        print(lexicon_probe(*args.lexicon_probe))
         return 0
     if args.probe:
         kind, folder = args.probe[0], Path(args.probe[1])
@@ -550,6 +775,16 @@ def main(argv: list[str] | None = None) -> int:
             report["history"] = bench_history(tmp, args.history, args.reps)
         if args.only in (None, "semantic"):
             report["semantic"] = bench_semantic(tmp, args.semantic, args.reps)
+        if args.only == "lexicon":
+            report["lexicon"] = bench_lexicon(
+                tmp,
+                args.lexicon_users,
+                args.lexicon_messages,
+                args.lexicon_large,
+                args.lexicon_reps,
+                args.lexicon_processes,
+                args.lexicon_batch,
+            )
         if args.only == "processes":
             if not (args.postgres and args.chroma):
                 parser.error(

@@ -88,10 +88,11 @@ class Settings(BaseSettings):
     )
     index_snapshots: bool = Field(
         default=True,
-        description="Save each user's large search indexes (500 messages up) in the message "
-        "store, so a cold start loads them instead of re-reading the history and copying every "
-        "vector out of Chroma; about 2 KB of store per message (1 KB on PostgreSQL, where vectors "
-        "are stored at half width). Off: nothing is saved or read.",
+        description="Keep each user's BM25 lexicon in the message store, written with the "
+        "messages (about 250 bytes a message), and save large vector copies there (500 "
+        "messages up; about 2 KB a message, 1 KB on PostgreSQL, where vectors are stored at half "
+        "width), so a cold start opens them instead of re-reading the history and copying every "
+        "vector out of Chroma. Off: nothing is saved or read.",
     )
     model_context_tokens: int | None = Field(
         default=None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy.typing as npt
 import pytest
 from rank_bm25 import BM25Okapi
 
-from skilldeck.tools.bm25 import BM25Index
+from skilldeck.tools.bm25 import BM25Index, IndexPart, index_part, merge_parts
 
 pytestmark = pytest.mark.L2
 
@@ -289,3 +290,86 @@ def test_adding_one_by_one_does_not_rebuild() -> None:
         assert index.add(rng.choices(words, k=12)) == i
     assert len(index) == 20_000
     assert index.count_matches(["t1"]) == index.docs_with_all(["t1"]).size > 0
+
+
+def _split_at(corpus: Corpus, cuts: list[int]) -> tuple[list[str], list[IndexPart]]:
+    """The parts of ``corpus`` cut before ``cuts``, each made knowing the terms before it."""
+    vocabulary: dict[str, int] = {}
+    parts = []
+    for a, b in itertools.pairwise([0, *cuts, len(corpus)]):
+        part, new = index_part(corpus[a:b], vocabulary, len(vocabulary))
+        vocabulary.update(zip(new, itertools.count(len(vocabulary))))
+        parts.append(part)
+    return list(vocabulary), parts
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_an_index_opened_from_parts_or_merged_scores_bit_for_bit_as_one_built(seed: int) -> None:
+    rng = random.Random(8000 + seed)
+    corpus = random_corpus(rng, 300)
+    cuts = sorted(rng.sample(range(1, 300), rng.randint(1, 6)))
+    vocabulary, parts = _split_at(corpus, cuts)
+    built = build(corpus)
+    assert vocabulary == list(built.vocabulary)  # terms numbered as document by document
+    opened = BM25Index.from_parts(vocabulary, parts)
+    halves = [merge_parts(parts[:1]), merge_parts(parts[1:])]
+    merged = BM25Index.from_parts(vocabulary, [merge_parts(halves)])
+    assert len(opened) == len(merged) == len(built) == 300
+    for terms in [random_query(rng) for _ in range(20)] + [COMMON]:  # floored terms too
+        expected = built.scores(terms)
+        assert np.array_equal(opened.scores(terms), expected), terms
+        assert np.array_equal(merged.scores(terms), expected), terms
+        assert opened.top(terms, 10) == merged.top(terms, 10) == built.top(terms, 10)
+        assert np.array_equal(opened.docs_with_all(terms[:2]), built.docs_with_all(terms[:2]))
+    # A document added to each after opening: still the same scores.
+    for index in (opened, merged, built):
+        index.add(["w1", "fresh", "the"])
+    assert np.array_equal(opened.scores(["fresh", "w1"]), built.scores(["fresh", "w1"]))
+    assert np.array_equal(merged.scores(["the", "w2"]), built.scores(["the", "w2"]))
+
+
+def test_parts_may_be_narrow_and_read_only_and_are_checked() -> None:
+    corpus = [["a", "b", "a"], ["b", "c"], ["a"]]
+    built = build(corpus)
+    part = built.to_part()
+    narrow = IndexPart(
+        part.term_ids.astype(np.uint8),
+        part.offsets.astype(np.uint8),
+        part.docs.astype(np.uint8),
+        part.tfs.astype(np.uint8),
+        part.lengths.astype(np.uint16),
+    )
+    for array in (narrow.docs, narrow.tfs):
+        array.flags.writeable = False  # as read from a stored blob
+    vocabulary = list(built.vocabulary)
+    index = BM25Index.from_parts(vocabulary, [narrow, narrow])  # documents 3, 4, 5 too
+    assert index.docs_with_all(["a"]).tolist() == [0, 2, 3, 5]
+    index.add(["c"] * 300)  # a tf past uint8, appended to postings made from the parts
+    expected = build([*corpus, *corpus, ["c"] * 300])
+    assert np.array_equal(index.scores(["c", "a"]), expected.scores(["c", "a"]))
+    assert narrow.docs.tolist() == part.docs.tolist()
+    arrays = (part.docs, part.tfs, part.lengths)
+    with pytest.raises(ValueError, match="offsets"):
+        IndexPart(np.array([0]), np.array([0, 1, 2]), *arrays)
+    with pytest.raises(ValueError, match="last offset"):
+        IndexPart(np.array([0]), np.array([0, 9]), *arrays)
+    with pytest.raises(ValueError, match="ascending"):
+        IndexPart(np.array([1, 0, 2]), part.offsets, *arrays)
+    with pytest.raises(ValueError, match="repeat"):
+        BM25Index.from_parts(["a", "b", "a"], [part])
+    with pytest.raises(ValueError, match="past the vocabulary"):
+        BM25Index.from_parts(["a", "b"], [part])
+    with pytest.raises(ValueError, match="at least one"):
+        merge_parts([])
+    assert len(BM25Index.from_parts([], [])) == 0
+
+
+def test_a_part_of_documents_without_tokens_still_counts_them() -> None:
+    corpus: Corpus = [[], [], ["a", "b"], []]
+    vocabulary, parts = _split_at(corpus, [2, 3])
+    assert [len(p.term_ids) for p in parts] == [0, 2, 0]
+    opened = BM25Index.from_parts(vocabulary, parts)
+    merged = BM25Index.from_parts(vocabulary, [merge_parts(parts)])
+    for index in (opened, merged):
+        assert len(index) == 4
+        assert np.array_equal(index.scores(["a"]), build(corpus).scores(["a"]))

@@ -5,6 +5,15 @@ term. Here an inverted index keeps, per term, the documents that contain it and 
 frequencies in growable numpy buffers: adding a document appends to the postings of its terms,
 and a query touches only the postings of its own terms. idf is computed at query time from the
 document count and the term's document frequency, so nothing is ever rebuilt.
+
+An index also exists as a vocabulary (its terms in id order: the order in which they first
+appeared) and :class:`IndexPart` runs of consecutive documents in flat arrays, keyed by term id
+(what the message store keeps, see :mod:`skilldeck.tools.memory`). :func:`index_part` makes the
+part of new documents given the vocabulary so far, :func:`merge_parts` merges adjacent parts,
+and :meth:`BM25Index.from_parts` opens parts without copying their postings (a term's postings
+are gathered from the parts the first time a query or an added document touches it). Terms keep
+the ids they would get document by document, so an index opened from parts scores bit for bit
+as one built document by document.
 """
 
 from __future__ import annotations
@@ -12,17 +21,20 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BM25Index"]
+__all__ = ["BM25Index", "IndexPart", "index_part", "merge_parts"]
 
 _INITIAL_CAPACITY = 4  # most terms are rare (Zipf), so postings start small
-# Estimated bytes of one vocabulary term besides its postings' entries: the term string, its
-# dict slot, the _Postings object and its two small arrays.
-_TERM_BYTES = 480
+# Estimated bytes of one vocabulary term besides its postings' entries: the term string and its
+# dict and list slots; then the _Postings object and its two small arrays, once made.
+_TERM_BYTES = 150
+_POSTINGS_OBJECT_BYTES = 330
 # Bytes per posting (int32 doc + int32 tf), with the slack of buffers that grow by doubling.
 _POSTING_BYTES = 12
 
@@ -39,29 +51,170 @@ def _grown(buffer: npt.NDArray[_Item], needed: int) -> npt.NDArray[_Item]:
     return bigger
 
 
-class _Postings:
-    """The documents (ascending) that contain one term, with the term's frequency in each."""
+@dataclass(frozen=True, slots=True)
+class IndexPart:
+    """Consecutive documents of an index as flat arrays, postings grouped by term (CSR).
 
-    __slots__ = ("docs", "size", "tfs")
+    Attributes:
+        term_ids: The ids, in the index's vocabulary, of the terms these documents hold,
+            ascending.
+        offsets: ``len(term_ids) + 1`` positions: the postings of ``term_ids[i]`` are
+            ``docs[offsets[i]:offsets[i + 1]]`` (ascending) and the same slice of ``tfs``.
+        docs: Document numbers, from 0 within the part (any integer type).
+        tfs: The term's frequency in each of those documents (any integer type).
+        lengths: The number of tokens of each document.
+    """
+
+    term_ids: npt.NDArray[np.integer]
+    offsets: npt.NDArray[np.integer]
+    docs: npt.NDArray[np.integer]
+    tfs: npt.NDArray[np.integer]
+    lengths: npt.NDArray[np.integer]
+
+    def __post_init__(self) -> None:
+        if len(self.offsets) != len(self.term_ids) + 1 or len(self.docs) != len(self.tfs):
+            raise ValueError("an index part needs len(term_ids) + 1 offsets and a tf per posting")
+        if len(self.docs) != int(self.offsets[-1]):
+            raise ValueError("an index part's last offset must be its number of postings")
+        if np.any(np.diff(self.term_ids) <= 0):
+            raise ValueError("an index part's term ids must be ascending")
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.term_ids, self.offsets, self.docs, self.tfs, self.lengths)
+        return sum(a.nbytes for a in arrays)
+
+    def postings(self, term_id: int) -> tuple[int, int] | None:
+        """Where the postings of ``term_id`` are in ``docs`` and ``tfs`` (None: not here)."""
+        i = int(np.searchsorted(self.term_ids, term_id))
+        if i == len(self.term_ids) or int(self.term_ids[i]) != term_id:
+            return None
+        return int(self.offsets[i]), int(self.offsets[i + 1])
+
+
+def _grouped(term_ids: IntArray) -> tuple[IntArray, IntArray]:
+    """The distinct values of the sorted ``term_ids`` and the CSR offsets of their runs."""
+    if not len(term_ids):
+        return term_ids, np.zeros(1, dtype=np.int64)
+    starts = np.flatnonzero(np.diff(term_ids)) + 1
+    offsets = np.concatenate([[0], starts, [len(term_ids)]]).astype(np.int64)
+    return term_ids[offsets[:-1]], offsets
+
+
+def index_part(
+    docs: Iterable[Sequence[str]], vocabulary: Mapping[str, int], size: int
+) -> tuple[IndexPart, list[str]]:
+    """The part of ``docs`` in an index whose first ``size`` terms (ids below ``size``) are
+    those of ``vocabulary``; other terms are new to it, numbered from ``size`` in order of
+    first appearance, as :meth:`BM25Index.add` would number them.
+
+    Returns:
+        The part and its new terms, in id order.
+    """
+    new: dict[str, int] = {}
+    term_column: list[int] = []
+    doc_column: list[int] = []
+    tf_column: list[int] = []
+    lengths: list[int] = []
+    for doc, tokens in enumerate(docs):
+        lengths.append(len(tokens))
+        for term, tf in Counter(tokens).items():
+            found = vocabulary.get(term)
+            if found is None or found >= size:
+                found = new.setdefault(term, size + len(new))
+            term_column.append(found)
+            doc_column.append(doc)
+            tf_column.append(tf)
+    ids = np.array(term_column, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")  # a term's documents stay ascending
+    term_ids, offsets = _grouped(ids[order])
+    part = IndexPart(
+        term_ids,
+        offsets,
+        np.array(doc_column, dtype=np.int32)[order],
+        np.array(tf_column, dtype=np.int32)[order],
+        np.array(lengths, dtype=np.int64),
+    )
+    return part, list(new)
+
+
+def merge_parts(parts: Sequence[IndexPart]) -> IndexPart:
+    """One part holding the documents of ``parts``, in order (vectorised: no loop over terms).
+
+    Raises:
+        ValueError: ``parts`` is empty.
+    """
+    if not parts:
+        raise ValueError("merge_parts needs at least one part")
+    term_ids = np.unique(np.concatenate([p.term_ids.astype(np.int64) for p in parts]))
+    places = [np.searchsorted(term_ids, p.term_ids) for p in parts]
+    sizes = np.zeros(len(term_ids), dtype=np.int64)
+    for part, place in zip(parts, places, strict=True):
+        sizes[place] += np.diff(part.offsets)  # a term is in a part once
+    offsets = np.zeros(len(term_ids) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    cursor = offsets[:-1].copy()  # where each term's next postings go
+    docs = np.empty(int(offsets[-1]), dtype=np.int32)
+    tfs = np.empty(int(offsets[-1]), dtype=np.int32)
+    base = 0
+    for part, place in zip(parts, places, strict=True):
+        local_sizes = np.diff(part.offsets).astype(np.int64)
+        term_of = np.repeat(np.arange(len(place)), local_sizes)
+        # A posting's destination: its term's cursor plus its rank among the term's postings.
+        rank = np.arange(len(part.docs), dtype=np.int64) - part.offsets[:-1][term_of]
+        dest = cursor[place][term_of] + rank
+        docs[dest] = part.docs.astype(np.int64) + base
+        tfs[dest] = part.tfs
+        cursor[place] += local_sizes
+        base += len(part.lengths)
+    lengths = np.concatenate([p.lengths.astype(np.int64) for p in parts])
+    return IndexPart(term_ids, offsets, docs, tfs, lengths)
+
+
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    """A part an index was opened from, and its first document's number in the index."""
+
+    part: IndexPart
+    base: int
+
+
+class _Postings:
+    """The documents (ascending) that contain one term, with the term's frequency in each.
+
+    ``owned`` says whether the buffers are the index's own, or views of a part's arrays (read
+    only, and counted with the part): the first append copies those.
+    """
+
+    __slots__ = ("docs", "owned", "size", "tfs")
 
     def __init__(self) -> None:
         self.docs = np.empty(_INITIAL_CAPACITY, dtype=np.int32)
         self.tfs = np.empty(_INITIAL_CAPACITY, dtype=np.int32)
         self.size = 0
+        self.owned = True
 
     @classmethod
-    def of(cls, docs: npt.NDArray[np.int32], tfs: npt.NDArray[np.int32]) -> _Postings:
+    def of(
+        cls, docs: npt.NDArray[np.int32], tfs: npt.NDArray[np.int32], *, owned: bool
+    ) -> _Postings:
         postings = cls.__new__(cls)
         postings.docs, postings.tfs, postings.size = docs, tfs, len(docs)
+        postings.owned = owned
         return postings
 
-    def append(self, doc: int, tf: int) -> None:
+    def append(self, doc: int, tf: int) -> int:
+        """Append a posting; returns how many postings the index's own buffers gained."""
+        gained = 1
         if self.size == len(self.docs):
             self.docs = _grown(self.docs, self.size + 1)
             self.tfs = _grown(self.tfs, self.size + 1)
+            if not self.owned:
+                gained, self.owned = self.size + 1, True
         self.docs[self.size] = doc
         self.tfs[self.size] = tf
         self.size += 1
+        return gained
 
 
 class BM25Index:
@@ -83,16 +236,18 @@ class BM25Index:
         self.b = b
         self.epsilon = epsilon
         self._term_ids: dict[str, int] = {}
-        # A term's postings; None for one loaded from a snapshot and not touched since: its
-        # entries are the slice offsets[id]:offsets[id + 1] of the flat arrays in ``_flat``
-        # (making 10^5 small objects at load would cost more than the rest of the load).
+        # A term's postings; None for one opened from parts and not touched since: its entries
+        # are slices of the parts' arrays (making 10^5 small objects when opening would cost
+        # more than the rest of it).
         self._postings: list[_Postings | None] = []
-        self._flat: tuple[IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]] | None = None
+        self._parts: list[_Opened] = []
         self._df: IntArray = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)  # by term id
         self._lengths: IntArray = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)  # by document
         self._count = 0
         self._total_length = 0
-        self._postings_count = 0  # (term, document) pairs, for nbytes
+        # For nbytes: _Postings objects made, and postings in the index's own buffers.
+        self._made = 0
+        self._owned = 0
         self._average_idf: float | None = None  # cached until the next add
 
     def __len__(self) -> int:
@@ -101,8 +256,9 @@ class BM25Index:
     @property
     def nbytes(self) -> int:
         """An estimate of the index's memory, kept in O(1) (tested against tracemalloc)."""
-        arrays = self._df.nbytes + self._lengths.nbytes
-        return len(self._postings) * _TERM_BYTES + self._postings_count * _POSTING_BYTES + arrays
+        arrays = self._df.nbytes + self._lengths.nbytes + sum(o.part.nbytes for o in self._parts)
+        terms = len(self._postings) * _TERM_BYTES + self._made * _POSTINGS_OBJECT_BYTES
+        return terms + self._owned * _POSTING_BYTES + arrays
 
     def add(self, tokens: Sequence[str]) -> int:
         """Append a document and return its index."""
@@ -115,9 +271,9 @@ class BM25Index:
             if term_id is None:
                 term_id = self._term_ids[term] = len(self._postings)
                 self._postings.append(_Postings())
-            self._get(term_id).append(doc, tf)
+                self._made += 1
+            self._owned += self._get(term_id).append(doc, tf)
             term_ids.append(term_id)
-        self._postings_count += len(term_ids)
         if len(self._postings) > len(self._df):
             self._df = _grown(self._df, len(self._postings))
         self._df[term_ids] += 1  # the ids are distinct, so a fancy-index add is exact
@@ -129,9 +285,14 @@ class BM25Index:
         self._average_idf = None
         return doc
 
-    def to_arrays(self) -> tuple[list[str], dict[str, npt.NDArray[np.generic]]]:
-        """The index as its vocabulary (in term-id order) and flat arrays, for a snapshot;
-        :meth:`from_arrays` rebuilds an index that scores exactly as this one."""
+    @property
+    def vocabulary(self) -> Mapping[str, int]:
+        """Each term's id: the order in which terms first appeared (read only)."""
+        return MappingProxyType(self._term_ids)
+
+    def to_part(self) -> IndexPart:
+        """The whole index as one :class:`IndexPart` (a copy): with :attr:`vocabulary`, what
+        :meth:`from_parts` opens as an index that scores exactly as this one."""
         every = [self._get(i) for i in range(len(self._postings))]
         sizes = np.array([p.size for p in every], dtype=np.int64)
         offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
@@ -141,34 +302,43 @@ class BM25Index:
         for postings, start, end in zip(every, offsets[:-1], offsets[1:], strict=True):
             docs[start:end] = postings.docs[: postings.size]
             tfs[start:end] = postings.tfs[: postings.size]
-        arrays: dict[str, npt.NDArray[np.generic]] = {
-            "offsets": offsets,
-            "docs": docs,
-            "tfs": tfs,
-            "df": self._df[: len(self._postings)].copy(),
-            "lengths": self._lengths[: self._count].copy(),
-            "params": np.array([self.k1, self.b, self.epsilon], dtype=np.float64),
-        }
-        return list(self._term_ids), arrays
+        lengths = self._lengths[: self._count].copy()
+        return IndexPart(np.arange(len(every), dtype=np.int64), offsets, docs, tfs, lengths)
 
     @classmethod
-    def from_arrays(
-        cls, terms: Sequence[str], arrays: Mapping[str, npt.NDArray[np.generic]]
+    def from_parts(
+        cls,
+        vocabulary: Sequence[str],
+        parts: Sequence[IndexPart],
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        epsilon: float = 0.25,
     ) -> BM25Index:
-        """The index :meth:`to_arrays` described."""
-        k1, b, epsilon = (float(x) for x in arrays["params"])
+        """The index of the documents of ``parts``, in order, whose terms are ``vocabulary``
+        (in id order), without copying the parts' postings: their arrays must not change while
+        the index lives.
+
+        Raises:
+            ValueError: ``vocabulary`` repeats a term, or a part holds a term id past it.
+        """
         index = cls(k1=k1, b=b, epsilon=epsilon)
-        offsets = arrays["offsets"].astype(np.int64)
-        docs = arrays["docs"].astype(np.int32)
-        tfs = arrays["tfs"].astype(np.int32)
-        index._term_ids = {term: i for i, term in enumerate(terms)}
-        index._postings = [None] * len(terms)
-        index._flat = (offsets, docs, tfs)
-        index._df = arrays["df"].astype(np.int64)
-        index._lengths = arrays["lengths"].astype(np.int64)
-        index._count = len(index._lengths)
-        index._total_length = int(index._lengths.sum())
-        index._postings_count = len(docs)
+        index._term_ids = dict(zip(vocabulary, range(len(vocabulary)), strict=True))
+        if len(index._term_ids) != len(vocabulary):
+            raise ValueError("an index's vocabulary cannot repeat a term")
+        index._postings = [None] * len(vocabulary)
+        index._df = np.zeros(max(len(vocabulary), 1), dtype=np.int64)
+        base = 0
+        for part in parts:
+            if len(part.term_ids) and int(part.term_ids[-1]) >= len(vocabulary):
+                raise ValueError("an index part holds a term id past the vocabulary")
+            index._df[part.term_ids] += np.diff(part.offsets)
+            index._parts.append(_Opened(part, base))
+            base += len(part.lengths)
+        lengths = [p.lengths.astype(np.int64) for p in parts]
+        index._lengths = np.concatenate(lengths) if lengths else np.zeros(1, dtype=np.int64)
+        index._count = base
+        index._total_length = int(index._lengths[:base].sum())
         return index
 
     def add_many(self, docs: Iterable[Sequence[str]]) -> range:
@@ -273,14 +443,34 @@ class BM25Index:
         return docs.astype(np.int64, copy=False)
 
     def _get(self, term_id: int) -> _Postings:
-        """The postings of ``term_id``, made from the snapshot's flat arrays on first use
-        (views into them; a list that grows gets its own buffer then)."""
+        """The postings of ``term_id``, gathered from the parts the index was opened from on
+        first use (views of the first part's arrays when only it has the term)."""
         postings = self._postings[term_id]
         if postings is None:
-            assert self._flat is not None, "only a loaded index has postings to make"
-            offsets, docs, tfs = self._flat
-            start, end = int(offsets[term_id]), int(offsets[term_id + 1])
-            postings = self._postings[term_id] = _Postings.of(docs[start:end], tfs[start:end])
+            docs: list[npt.NDArray[np.int32]] = []
+            tfs: list[npt.NDArray[np.int32]] = []
+            copied = False
+            for opened in self._parts:
+                found = opened.part.postings(term_id)
+                if found is None:
+                    continue
+                start, end = found
+                part_docs, part_tfs = opened.part.docs[start:end], opened.part.tfs[start:end]
+                copied |= opened.base != 0 or part_docs.dtype != np.int32
+                copied |= part_tfs.dtype != np.int32
+                own = part_docs.astype(np.int32, copy=False)
+                docs.append(np.add(own, opened.base, dtype=np.int32) if opened.base else own)
+                tfs.append(part_tfs.astype(np.int32, copy=False))
+            if not docs:  # a term of no document: only in a part made by hand
+                postings = _Postings.of(*(np.empty(0, dtype=np.int32),) * 2, owned=True)
+            elif len(docs) == 1:
+                postings = _Postings.of(docs[0], tfs[0], owned=copied)
+            else:  # in several parts: one copy of them all
+                postings = _Postings.of(np.concatenate(docs), np.concatenate(tfs), owned=True)
+            if postings.owned:
+                self._owned += postings.size
+            self._postings[term_id] = postings
+            self._made += 1
         return postings
 
     def _idf(self, df: int) -> float:

@@ -5,6 +5,12 @@ for several app processes, in PostgreSQL (``SKILLDECK_MESSAGES_PATH=postgresql:/
 ``skilldeck_messages``); ``ts`` is UTC ISO 8601 with ``Z``. The lexical and semantic indexes are
 derived from it and can be rebuilt from it at any time. Inserts are idempotent: a message whose
 ``(user_id, id)`` is already stored is skipped, so importing the same file twice changes nothing.
+
+A user's writes are serialised (:meth:`MessageStore.transaction`: SQLite's write lock, or a
+PostgreSQL advisory lock per user), so a user's messages are numbered (``seq``) in the order
+they commit, and the lexical index kept beside them (``<table>_lexicon``: segments of a user's
+BM25 postings, see :mod:`skilldeck.tools.memory`) is written in the same transaction as the
+messages it indexes.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import astuple, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, get_args
@@ -22,7 +29,7 @@ from skilldeck._internal.postgres import is_postgres_url, open_pool, setup_lock
 from skilldeck.errors import ToolError
 from skilldeck.tools.snapshots import SnapshotKind
 
-__all__ = ["Message", "MessageStore", "format_ts", "parse_ts"]
+__all__ = ["LexiconSegment", "Message", "MessageStore", "format_ts", "parse_ts"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -40,12 +47,16 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_user_time ON messages (user_id, ts_epoch, seq);
 CREATE INDEX IF NOT EXISTS messages_user_thread ON messages (user_id, thread_id, ts_epoch, seq);
 CREATE INDEX IF NOT EXISTS messages_user_thread_seq ON messages (user_id, thread_id, seq);
-CREATE TABLE IF NOT EXISTS messages_lexicon_snapshots (
-    user_id TEXT PRIMARY KEY,
-    upto INTEGER NOT NULL,
-    count INTEGER NOT NULL,
+CREATE INDEX IF NOT EXISTS messages_user_seq ON messages (user_id, seq);
+CREATE TABLE IF NOT EXISTS messages_lexicon (
+    user_id TEXT NOT NULL,
     version TEXT NOT NULL,
-    data BLOB NOT NULL
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    docs INTEGER NOT NULL,
+    terms INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (user_id, version, first_seq)
 );
 CREATE TABLE IF NOT EXISTS messages_vectors_snapshots (
     user_id TEXT PRIMARY KEY,
@@ -73,12 +84,16 @@ CREATE INDEX IF NOT EXISTS {_PG_TABLE}_user_time ON {_PG_TABLE} (user_id, ts_epo
 CREATE INDEX IF NOT EXISTS {_PG_TABLE}_user_thread
     ON {_PG_TABLE} (user_id, thread_id, ts_epoch, seq);
 CREATE INDEX IF NOT EXISTS {_PG_TABLE}_user_thread_seq ON {_PG_TABLE} (user_id, thread_id, seq);
-CREATE TABLE IF NOT EXISTS {_PG_TABLE}_lexicon_snapshots (
-    user_id TEXT PRIMARY KEY,
-    upto BIGINT NOT NULL,
-    count BIGINT NOT NULL,
+CREATE INDEX IF NOT EXISTS {_PG_TABLE}_user_seq ON {_PG_TABLE} (user_id, seq);
+CREATE TABLE IF NOT EXISTS {_PG_TABLE}_lexicon (
+    user_id TEXT NOT NULL,
     version TEXT NOT NULL,
-    data BYTEA NOT NULL
+    first_seq BIGINT NOT NULL,
+    last_seq BIGINT NOT NULL,
+    docs BIGINT NOT NULL,
+    terms BIGINT NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (user_id, version, first_seq)
 );
 CREATE TABLE IF NOT EXISTS {_PG_TABLE}_vectors_snapshots (
     user_id TEXT PRIMARY KEY,
@@ -90,6 +105,9 @@ CREATE TABLE IF NOT EXISTS {_PG_TABLE}_vectors_snapshots (
 """
 _COLUMNS = "seq, id, user_id, thread_id, role, ts, text, meta"
 _INSERT_COLUMNS = "(id, user_id, thread_id, role, ts, ts_epoch, text, meta)"
+# The first key of the PostgreSQL advisory locks that serialise one user's writes (the second
+# is a hash of the user id); the two-key space is apart from the one-key locks of schema setup.
+_PG_WRITE_LOCK = 0x5D3C
 
 
 def parse_ts(value: str, *, name: str = "ts") -> datetime:
@@ -138,6 +156,18 @@ class Message:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class LexiconSegment:
+    """One stored run of a user's lexicon: the documents of the messages ``first_seq`` to
+    ``last_seq`` (``docs`` of them: every message of the user in that range), and how many
+    terms first appear in it."""
+
+    first_seq: int
+    last_seq: int
+    docs: int
+    terms: int
+
+
 def _row(row: Sequence[Any]) -> Message:
     seq, id_, user, thread, role, ts, text, meta = row
     return Message(id_, user, thread, role, ts, text, json.loads(meta), seq)
@@ -154,11 +184,15 @@ class _Backend(Protocol):
 
     def execute(self, sql: str, params: Sequence[Any]) -> None: ...
 
+    def transaction(self, user_ids: Sequence[str]) -> AbstractContextManager[None]: ...
+
     def close(self) -> None: ...
 
 
 class _Sqlite:
-    """One connection behind a lock; SQL uses ``?`` placeholders."""
+    """One connection behind a lock; SQL uses ``?`` placeholders. A transaction holds the lock
+    and SQLite's write lock (``BEGIN IMMEDIATE``) from its start: the calls inside it, from the
+    same thread, join it."""
 
     table = "messages"
 
@@ -170,7 +204,8 @@ class _Sqlite:
         # WAL with NORMAL survives a process crash; only an OS crash can lose the last commit.
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(_SCHEMA)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._open = False  # a transaction is open (only its thread can see it: it holds _lock)
 
     def query(
         self, sql: str, params: Sequence[Any], *, binary: bool = False
@@ -182,19 +217,31 @@ class _Sqlite:
         with self._lock:
             self._conn.execute(sql, params)
 
-    def insert(self, rows: list[tuple[Any, ...]]) -> list[int | None]:
-        seqs: list[int | None] = []
-        sql = f"INSERT OR IGNORE INTO messages {_INSERT_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    @contextmanager
+    def transaction(self, user_ids: Sequence[str]) -> Iterator[None]:
         with self._lock:
+            if self._open:
+                yield
+                return
             self._conn.execute("BEGIN IMMEDIATE")
+            self._open = True
             try:
-                for row in rows:
-                    cur = self._conn.execute(sql, row)
-                    seqs.append(int(cur.lastrowid or 0) if cur.rowcount else None)
-                self._conn.execute("COMMIT")
+                yield
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
+            else:
+                self._conn.execute("COMMIT")
+            finally:
+                self._open = False
+
+    def insert(self, rows: list[tuple[Any, ...]]) -> list[int | None]:
+        seqs: list[int | None] = []
+        sql = f"INSERT OR IGNORE INTO messages {_INSERT_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        with self._lock, self.transaction(()):
+            for row in rows:
+                cur = self._conn.execute(sql, row)
+                seqs.append(int(cur.lastrowid or 0) if cur.rowcount else None)
         return seqs
 
     def close(self) -> None:
@@ -202,7 +249,9 @@ class _Sqlite:
 
 
 class _Postgres:
-    """A connection pool; the shared SQL's ``?`` placeholders become ``%s``."""
+    """A connection pool; the shared SQL's ``?`` placeholders become ``%s``. A transaction
+    keeps one connection for its thread, whose calls inside it join it, and holds an advisory
+    lock per user it writes for (released at its end)."""
 
     table = _PG_TABLE
 
@@ -211,18 +260,49 @@ class _Postgres:
         self._pool = open_pool(url, size=pool_size, timeout=timeout, error=ToolError, what=what)
         with self._pool.connection() as conn, setup_lock(conn, error=ToolError):
             conn.execute(_PG_SCHEMA)
+        self._local = threading.local()  # .conn and .locked: the thread's open transaction
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self._pool.connection() as conn:
+            yield conn
 
     def query(
         self, sql: str, params: Sequence[Any], *, binary: bool = False
     ) -> list[Sequence[Any]]:
         """Rows of ``sql``; ``binary`` fetches them in PostgreSQL's binary format (a large
         ``bytea`` then arrives as its bytes, not twice as many hex digits to decode)."""
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             return list(conn.execute(sql.replace("?", "%s"), params, binary=binary).fetchall())
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             conn.execute(sql.replace("?", "%s"), params)
+
+    @contextmanager
+    def transaction(self, user_ids: Sequence[str]) -> Iterator[None]:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:  # joined: lock the users it did not lock yet
+            self._lock_users(conn, [u for u in user_ids if u not in self._local.locked])
+            yield
+            return
+        with self._pool.connection() as conn, conn.transaction():
+            self._local.conn, self._local.locked = conn, set()
+            try:
+                self._lock_users(conn, user_ids)
+                yield
+            finally:
+                self._local.conn = None
+
+    def _lock_users(self, conn: Any, user_ids: Iterable[str]) -> None:
+        # In one order everywhere, so that two transactions never wait for each other.
+        for user in sorted(set(user_ids)):
+            conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_PG_WRITE_LOCK, user))
+            self._local.locked.add(user)
 
     def insert(self, rows: list[tuple[Any, ...]]) -> list[int | None]:
         if not rows:
@@ -232,7 +312,8 @@ class _Postgres:
             "ON CONFLICT (user_id, id) DO NOTHING RETURNING seq"
         )
         seqs: list[int | None] = []
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        users = [row[1] for row in rows]
+        with self.transaction(users), self._connection() as conn, conn.cursor() as cur:
             # One pipelined round trip for the batch; each row's result says if it was new.
             cur.executemany(sql, rows, returning=True)
             while True:
@@ -286,8 +367,19 @@ class MessageStore:
     def close(self) -> None:
         self._db.close()
 
+    @contextmanager
+    def transaction(self, user_ids: Iterable[str]) -> Iterator[None]:
+        """Make the store calls of this thread inside one transaction that holds the write
+        lock of ``user_ids`` (on SQLite, the database's): another writer for those users, in
+        any process, waits until it ends. A transaction opened inside another joins it."""
+        with self._db.transaction(list(user_ids)):
+            yield
+
     def add(self, messages: Iterable[Message]) -> list[Message]:
-        """Insert ``messages``; returns those that were new, with their ``seq``."""
+        """Insert ``messages``; returns those that were new, with their ``seq``.
+
+        The batch is one transaction holding its users' write locks, so each user's messages
+        are numbered in the order they commit."""
         pending = []
         for m in messages:
             ts = format_ts(parse_ts(m.ts))
@@ -315,6 +407,22 @@ class MessageStore:
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[Message]:
         return [_row(r) for r in self._db.query(sql, params)]
+
+    def by_seq(self, user_id: str, seqs: Sequence[int]) -> list[Message]:
+        """The messages of ``seqs`` that ``user_id`` owns, in the order of ``seqs``."""
+        found: dict[int, Message] = {}
+        for start in range(0, len(seqs), 500):  # SQLite allows 999 parameters at most
+            part = [int(s) for s in seqs[start : start + 500]]
+            marks = ",".join("?" * len(part))
+            sql = f"SELECT {_COLUMNS} FROM {self._table} WHERE user_id = ? AND seq IN ({marks})"
+            found.update((m.seq, m) for m in self._query(sql, [user_id, *part]))
+        return [found[s] for s in seqs if s in found]
+
+    def last_seq(self, user_id: str) -> int:
+        """The ``seq`` of the user's latest message (0 for none): it grows with every message
+        stored for the user, so it tells whether an index of the user is up to date."""
+        rows = self._db.query(f"SELECT MAX(seq) FROM {self._table} WHERE user_id = ?", [user_id])
+        return int(rows[0][0] or 0)
 
     def get(self, user_id: str, ids: Sequence[str]) -> list[Message]:
         """The messages of ``ids`` that ``user_id`` owns, in the order of ``ids``."""
@@ -417,7 +525,7 @@ class MessageStore:
         count: int,
         version: str,
         data: bytes,
-        kind: SnapshotKind = "lexicon",
+        kind: SnapshotKind = "vectors",
     ) -> None:
         """Keep ``user_id``'s snapshot of ``kind`` (one per user and kind; a newer one replaces
         it): an index of ``count`` items, up to position ``upto`` of its source."""
@@ -429,7 +537,7 @@ class MessageStore:
         )
 
     def load_snapshot(
-        self, user_id: str, kind: SnapshotKind = "lexicon"
+        self, user_id: str, kind: SnapshotKind = "vectors"
     ) -> tuple[int, int, str, bytes] | None:
         """``(upto, count, version, data)`` of ``user_id``'s snapshot of ``kind``, or ``None``."""
         rows = self._db.query(
@@ -450,8 +558,67 @@ class MessageStore:
     def users(self) -> list[str]:
         return [r[0] for r in self._db.query(f"SELECT DISTINCT user_id FROM {self._table}", [])]
 
-    def count(self, user_id: str | None = None) -> int:
-        sql, params = f"SELECT COUNT(*) FROM {self._table}", []
+    def count(self, user_id: str | None = None, *, upto: int | None = None) -> int:
+        """How many messages the store holds: of ``user_id``, and up to ``seq`` ``upto``."""
+        sql, params = f"SELECT COUNT(*) FROM {self._table}", list[Any]()
         if user_id is not None:
             sql, params = sql + " WHERE user_id = ?", [user_id]
+            if upto is not None:
+                sql, params = sql + " AND seq <= ?", [user_id, upto]
         return int(self._db.query(sql, params)[0][0])
+
+    # -- the lexical index's segments (written by skilldeck.tools.memory.Memory) -----------
+    def lexicon_segments(self, user_id: str, version: str) -> list[LexiconSegment]:
+        """The segments of ``user_id``'s lexicon made as ``version`` says, in ``seq`` order."""
+        rows = self._db.query(
+            f"SELECT first_seq, last_seq, docs, terms FROM {self._table}_lexicon "
+            "WHERE user_id = ? AND version = ? ORDER BY first_seq",
+            [user_id, version],
+        )
+        return [LexiconSegment(*(int(x) for x in row)) for row in rows]
+
+    def lexicon_data(
+        self, user_id: str, version: str, first_seqs: Sequence[int] | None = None
+    ) -> list[tuple[LexiconSegment, bytes]]:
+        """The segments (all, or those starting at ``first_seqs``) with their data, in ``seq``
+        order."""
+        sql = (
+            f"SELECT first_seq, last_seq, docs, terms, data FROM {self._table}_lexicon "
+            "WHERE user_id = ? AND version = ?"
+        )
+        params: list[Any] = [user_id, version]
+        if first_seqs is not None:
+            if not first_seqs:
+                return []
+            sql += f" AND first_seq IN ({','.join('?' * len(first_seqs))})"
+            params += [int(s) for s in first_seqs]
+        rows = self._db.query(sql + " ORDER BY first_seq", params, binary=True)
+        return [(LexiconSegment(*(int(x) for x in row[:4])), bytes(row[4])) for row in rows]
+
+    def replace_lexicon(
+        self,
+        user_id: str,
+        version: str,
+        *,
+        drop: Sequence[int],
+        segment: LexiconSegment,
+        data: bytes,
+    ) -> None:
+        """Delete the segments starting at ``drop`` and store ``segment``: call it inside a
+        :meth:`transaction` of ``user_id``, which makes the two one change."""
+        with self.transaction([user_id]):
+            if drop:
+                self._db.execute(
+                    f"DELETE FROM {self._table}_lexicon WHERE user_id = ? AND version = ? "
+                    f"AND first_seq IN ({','.join('?' * len(drop))})",
+                    [user_id, version, *[int(s) for s in drop]],
+                )
+            self._db.execute(
+                f"INSERT INTO {self._table}_lexicon (user_id, version, first_seq, last_seq, "
+                "docs, terms, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [user_id, version, *astuple(segment), data],
+            )
+
+    def clear_lexicon(self, user_id: str) -> None:
+        """Delete every segment of ``user_id``'s lexicon, whatever made it."""
+        self._db.execute(f"DELETE FROM {self._table}_lexicon WHERE user_id = ?", [user_id])

@@ -1,11 +1,12 @@
-"""Snapshots of in-process search indexes, kept in the message store so that a cold start (a
-new process, or a user evicted from the index cache) loads an index instead of rebuilding it.
+"""Blobs of numpy arrays for the indexes kept in the message store, and the snapshots of a
+user's vector copy, so that a cold start (a new process, or a user evicted from the index
+cache) loads an index instead of rebuilding it.
 
-A snapshot is one blob of numpy arrays, with each list of strings stored as one NUL-joined
-UTF-8 array (:func:`joined`), so loading one never unpickles anything: a lexicon's is an
-``.npz``; a vector copy's is :func:`pack`'s layout, whose arrays :func:`unpack` reads in place
-(``numpy.frombuffer``), since copying a large matrix out of a zip costs more than the rest of
-the load.
+A blob is :func:`pack`'s layout, with each list of strings stored as one NUL-joined UTF-8 array
+(:func:`joined`), so loading one never unpickles anything, and :func:`unpack` reads its arrays in
+place (``numpy.frombuffer``): copying large arrays out of a zip costs more than the rest of a
+load. The lexicon's segments (:mod:`skilldeck.tools.memory`) use it; they are written with the
+messages, not as snapshots.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ SNAPSHOT_MIN = 500
 #: database (a vector copy of about 130,000 messages is 256 MB, or 250,000 at half width).
 SNAPSHOT_MAX_BYTES = 256 * 2**20
 
-#: The lexicon of a user's messages (BM25), or the copy of the user's vectors.
-SnapshotKind = Literal["lexicon", "vectors"]
+#: What a snapshot holds: the copy of a user's vectors (the lexicon is kept as segments).
+SnapshotKind = Literal["vectors"]
 
 
 class SnapshotStore(Protocol):
@@ -56,11 +57,11 @@ class SnapshotStore(Protocol):
         count: int,
         version: str,
         data: bytes,
-        kind: SnapshotKind = "lexicon",
+        kind: SnapshotKind = "vectors",
     ) -> None: ...
 
     def load_snapshot(
-        self, user_id: str, kind: SnapshotKind = "lexicon"
+        self, user_id: str, kind: SnapshotKind = "vectors"
     ) -> tuple[int, int, str, bytes] | None: ...
 
 
