@@ -13,7 +13,6 @@ model endpoint's HTTP requests, to the MCP server's ``_meta`` and into the servi
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -37,8 +36,9 @@ from conftest import (
     write_serve_root,
 )
 from endpoint import Answer, serve, text
+from phoenix_venv import phoenix_venv
 from servers import CHROMIUM_INSTALL, program
-from serving import ServeProcess, free_port
+from serving import DEMO_RUN, ServeProcess, free_port
 
 from skilldeck.server import hash_key
 
@@ -46,31 +46,9 @@ pytestmark = [pytest.mark.L2, pytest.mark.server, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = Path(__file__).parent / "mcp_server.py"
-#: Phoenix's virtualenv, made once per checkout (gitignored) and reused.
-PHOENIX_VENV = ROOT / ".venv-phoenix"
-PHOENIX = "arize-phoenix>=20,<21"
 KEY = "sdk_traces_test_key_0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-DEMO_RUN = {
-    "input": {"documents": ["complaint.txt"]},
-    "context": "matter",
-    "matter_id": "demo-matter",
-}
 Span = dict[str, Any]
-
-
-def phoenix_venv() -> Path:
-    """``phoenix`` of :data:`PHOENIX_VENV`, installed from PyPI if it is not yet (under a lock:
-    test workers may ask at once); a marker file says the install finished."""
-    done = PHOENIX_VENV / "installed.txt"
-    with open(ROOT / ".venv-phoenix.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.is_file() or done.read_text() != PHOENIX:
-            subprocess.run([sys.executable, "-m", "venv", "--clear", str(PHOENIX_VENV)], check=True)
-            pip = [str(PHOENIX_VENV / "bin" / "python"), "-m", "pip", "install", "-q"]
-            subprocess.run([*pip, PHOENIX], check=True)
-            done.write_text(PHOENIX)
-    return PHOENIX_VENV / "bin" / "phoenix"
 
 
 @pytest.fixture(scope="module")
