@@ -6,6 +6,8 @@ Usage::
                           [--history 1000 10000 100000] [--semantic 1000 10000 100000]
                           [--reps 5] [--only users|history|semantic|processes] [--json]
     python bench/scale.py --only processes [--postgres URL] [--chroma URL] [--solo 100000]
+    python bench/scale.py --only retention [--threads 10000] [--ttl 30] [--prune-every 5]
+                          [--checkpoint URL]
 
 A. **Memory as users grow.** ``--users`` users with ``--messages`` messages each (30 words
    drawn from a Zipf vocabulary of 50,000 words; a thread per 20 turns) go into a SQLite
@@ -40,6 +42,9 @@ D. **Two serving processes** (``--only processes``; ``--postgres URL --chroma UR
    again, now from the snapshots in PostgreSQL. Target: RSS after the users ≤ the budget +
    300 MB.
 
+R. **The database under retention** (``--only retention``): demo threads with a short
+   time-to-live created while prunes run; see ``bench/scale_retention.py``.
+
 Plots (matplotlib, offline) go to ``bench/scale_rss.png`` and ``bench/scale_cold.png``.
 """
 
@@ -67,6 +72,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 from common import arguments, err, log, progress_bar, report_header, show_report
 from rich.table import Table
+from scale_retention import add_arguments, bench_retention, print_retention
 
 from skilldeck.tools.index_cache import IndexCache
 from skilldeck.tools.memory import Memory
@@ -465,6 +471,8 @@ def plot(report: dict[str, Any]) -> None:
 
 
 def print_report(report: dict[str, Any]) -> None:
+    if report.get("retention"):
+        print_retention(report["retention"])
     if report.get("users_run"):
         err.print({k: v for k, v in report["users_run"].items() if k != "samples"})
     if report.get("history"):
@@ -521,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--semantic", type=int, nargs="*", default=[1000, 10_000, 100_000])
     parser.add_argument(
         "--only",
-        choices=("users", "history", "semantic", "processes"),
+        choices=("users", "history", "semantic", "processes", "retention"),
         help="Run one part (no plots); 'processes' is part D, which the full run leaves out.",
     )
     parser.add_argument("--postgres", default=os.environ.get("SKILLDECK_TEST_POSTGRES_URL"))
@@ -530,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restarts", type=int, default=3, help="part D: restarts of both")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--probe", nargs=2, metavar=("KIND", "FOLDER"), help=argparse.SUPPRESS)
+    add_arguments(parser)
     args = parser.parse_args(argv)
     if args.worker:
         database, chroma, prefix, budget, names = args.worker
@@ -550,6 +559,10 @@ def main(argv: list[str] | None = None) -> int:
             report["history"] = bench_history(tmp, args.history, args.reps)
         if args.only in (None, "semantic"):
             report["semantic"] = bench_semantic(tmp, args.semantic, args.reps)
+        if args.only == "retention":
+            report["retention"] = bench_retention(
+                tmp, args.threads, args.ttl, args.prune_every, args.checkpoint
+            )
         if args.only == "processes":
             if not (args.postgres and args.chroma):
                 parser.error(

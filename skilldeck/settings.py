@@ -277,9 +277,9 @@ class Settings(BaseSettings):
 
     thread_ttl: float | None = Field(
         default=None,
-        description="How long a thread is kept after its last activity: seconds, or a number "
-        "with a unit (90s, 15m, 12h, 30d); unset or 'never': kept until deleted. A run may set "
-        "its own thread's (ttl). Expired threads are deleted by the prune (see "
+        description="How long a thread is kept after its last activity: seconds, or a whole "
+        "number with a unit (90s, 15m, 12h, 30d); unset or 'never': kept until deleted. A run "
+        "may set its own thread's (ttl). Expired threads are deleted by the prune (see "
         "prune_interval_s, `skilldeck prune`), except one whose card waits.",
     )
     prune_interval_s: float = Field(
@@ -349,7 +349,7 @@ class Settings(BaseSettings):
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
         try:
-            return parse_ttl(value, name="thread_ttl")
+            return parse_ttl(value.strip() if isinstance(value, str) else value, name="thread_ttl")
         except SkillDeckError as exc:
             raise ValueError(str(exc)) from None
 

@@ -234,7 +234,9 @@ def test_a_run_sets_its_thread_ttl_and_a_resume_keeps_it(deck: SkillDeck) -> Non
         deck.run(Resume(thread, DEMO_ANSWERS), ttl="1d")  # type: ignore[call-arg]
 
 
-@pytest.mark.parametrize("ttl", ["soon", "-5", "0", 0, -1.0, float("nan"), float("inf"), True])
+@pytest.mark.parametrize(
+    "ttl", ["soon", "-5", "0", "1.5d", "05m", "NEVER", 0, -1.0, float("nan"), float("inf"), True]
+)
 def test_a_bad_ttl_is_refused_and_changes_nothing(tmp_path: Path, ttl: Any) -> None:
     with _deck(f"sqlite:///{tmp_path / 'c.sqlite'}") as deck:
         with pytest.raises(SkillDeckError, match="ttl must be a positive number of seconds"):
@@ -247,7 +249,7 @@ def test_a_bad_ttl_is_refused_and_changes_nothing(tmp_path: Path, ttl: Any) -> N
 
 
 def test_ttl_values_as_people_write_them(tmp_path: Path) -> None:
-    expected = {"90": 90, "90s": 90, "15m": 900, "12h": 43_200, "1.5d": 129_600, "never": None}
+    expected = {"90": 90, "90s": 90, "15m": 900, "12h": 43_200, " 2d ": 172_800, "never": None}
     for text, seconds in expected.items():
         assert Settings(thread_ttl=text).thread_ttl == seconds
     assert Settings(thread_ttl="").thread_ttl is None

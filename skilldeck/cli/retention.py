@@ -7,6 +7,7 @@ import json
 from typing import Annotated
 
 import typer
+from rich.progress import TaskID
 
 from skilldeck.cli._shared import CheckpointOpt, JsonOpt, fail, open_deck, out, say_where
 from skilldeck.cli.stores import _progress
@@ -47,7 +48,7 @@ def prune(
                 report = deck.prune(thin=thin, dry_run=dry_run, batch=batch)
             else:
                 with _progress() as bar:
-                    tasks: dict[str, int] = {}
+                    tasks: dict[str, TaskID] = {}
 
                     def advance(phase: str, done: int, total: int) -> None:
                         if phase not in tasks:
