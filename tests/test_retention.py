@@ -299,7 +299,7 @@ def test_thinning_keeps_a_finished_threads_last_checkpoint(
 def test_skilldeck_prune_dry_run_then_prune(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'c.sqlite'}"
     with _deck(url) as deck:
-        short = [_finished(deck, ttl="0.2") for _ in range(2)]
+        short = [_finished(deck, ttl=0.2) for _ in range(2)]
         kept = _finished(deck)  # the default: never expires
     time.sleep(0.3)
     runner = CliRunner()
