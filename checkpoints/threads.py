@@ -326,18 +326,28 @@ class ThreadIndex(ABC):
 
     # -- writes ---------------------------------------------------------------------------
     def create(
-        self, thread_id: str, user_id: str | None, *, limit: int | None = None
+        self,
+        thread_id: str,
+        user_id: str | None,
+        *,
+        limit: int | None = None,
+        ttl_s: float | None = None,
     ) -> ThreadRecord:
         """A new thread that has not run yet (``status`` ``new``); an existing one is kept.
 
         Args:
             limit: the most threads ``user_id`` may own: a new one past it is not stored.
+            ttl_s: it expires that long from now unless it runs (``None``: never).
 
         Raises:
             QuotaExceededError: the thread is new and ``user_id`` already owns ``limit``.
         """
-        now = now_iso()
-        record = ThreadRecord(thread_id, user_id, None, "new", None, 0, now, now)
+        at = time.time()
+        now = _iso(datetime.fromtimestamp(at, UTC))
+        expires = None if ttl_s is None else at + ttl_s
+        record = ThreadRecord(
+            thread_id, user_id, None, "new", None, 0, now, now, ttl_s=ttl_s, expires_at=expires
+        )
         if limit is None:
             self._execute(_INSERT, record._row())
         else:

@@ -329,16 +329,17 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 @pytest.mark.server
 def test_the_service_prunes_expired_threads_in_the_background(tmp_path: Path) -> None:
-    """A real ``skilldeck serve`` with a short default time-to-live: the finished thread is
-    deleted by its background prune; the one at its card and the one whose run asked for a
-    longer time-to-live are kept; a bad ttl in a run body is a 422."""
+    """A real ``skilldeck serve`` with a short default time-to-live: the finished thread, and
+    one created and never run, are deleted by its background prune; the one at its card and
+    the one whose run asked for a longer time-to-live are kept; a bad ttl in a run body is a
+    422."""
     root = write_serve_root(tmp_path / "root", {hash_key(KEY): "carol"}, 0.1)
     url = f"sqlite:///{root / 'serve.sqlite'}"
     own_matter(url, "demo-matter", "carol")
     port = free_port()
     env = {
         "SKILLDECK_FILES_ROOT": str(DEMO_FILES),
-        "SKILLDECK_THREAD_TTL": "1",
+        "SKILLDECK_THREAD_TTL": "2",
         "SKILLDECK_PRUNE_INTERVAL_S": "0.2",
     }
     server = ServeProcess(serve_command(root, port, url), port, root / "serve.log", env)
@@ -348,13 +349,18 @@ def test_the_service_prunes_expired_threads_in_the_background(tmp_path: Path) ->
             run = {"input": INPUT, **DEMO}
             bad = http.post(f"/threads/{_new(http)}/runs", json={**run, "ttl": "soon"})
             assert bad.status_code == 422 and "ttl must be" in bad.text
-            finished, paused, long = _new(http), _new(http), _new(http)
-            for thread, body in ((finished, run), (paused, run), (long, {**run, "ttl": "1h"})):
+            idle = _new(http)
+            started = []
+            for body in (run, run, {**run, "ttl": "1h"}):
+                thread = _new(http)  # run at once: a new thread expires 2 s later too
                 assert _last(http.post(f"/threads/{thread}/runs", json=body)) == "card"
+                started.append(thread)
+            finished, paused, long = started
             for thread in (finished, long):
                 answered = http.post(f"/threads/{thread}/resume", json={"answers": DEMO_ANSWERS})
                 assert _last(answered) == "done"
             _until(lambda: http.get(f"/threads/{finished}").status_code == 404)
+            _until(lambda: http.get(f"/threads/{idle}").status_code == 404)  # never ran
             time.sleep(0.5)  # more prunes
             assert http.get(f"/threads/{paused}").json()["status"] == "interrupted"
             assert http.get(f"/threads/{long}").json()["status"] == "finished"
