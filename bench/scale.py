@@ -8,6 +8,8 @@ Usage::
     python bench/scale.py --only processes [--postgres URL] [--chroma URL] [--solo 100000]
     python bench/scale.py --only lexicon [--lexicon-users 300] [--lexicon-messages 1000]
                           [--lexicon-large 100000] [--lexicon-reps 20] [--lexicon-processes 20]
+    python bench/scale.py --only retention [--threads 10000] [--ttl 30] [--prune-every 5]
+                          [--checkpoint URL]
 
 A. **Memory as users grow.** ``--users`` users with ``--messages`` messages each (30 words
    drawn from a Zipf vocabulary of 50,000 words; a thread per 20 turns) go into a SQLite
@@ -54,6 +56,9 @@ E. **A user's first search** (``--only lexicon``; issue 36 item 7). ``--lexicon-
    rank-bm25's over the same tokens (50 users, and every query at the large size). Targets:
    p50 ≤ 100 ms at 1,000 messages, ≤ 200 ms at 100,000.
 
+R. **The database under retention** (``--only retention``): demo threads with a short
+   time-to-live created while prunes run; see ``bench/scale_retention.py``.
+
 Plots (matplotlib, offline) go to ``bench/scale_rss.png`` and ``bench/scale_cold.png``.
 """
 
@@ -81,6 +86,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 from common import arguments, err, log, progress_bar, report_header, show_report
 from rich.table import Table
+from scale_retention import add_arguments, bench_retention, print_retention
 
 from skilldeck.tools.index_cache import IndexCache
 from skilldeck.tools.memory import Memory
@@ -677,6 +683,8 @@ def plot(report: dict[str, Any]) -> None:
 
 
 def print_report(report: dict[str, Any]) -> None:
+    if report.get("retention"):
+        print_retention(report["retention"])
     if report.get("users_run"):
         err.print({k: v for k, v in report["users_run"].items() if k != "samples"})
     if report.get("history"):
@@ -735,7 +743,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--semantic", type=int, nargs="*", default=[1000, 10_000, 100_000])
     parser.add_argument(
         "--only",
-        choices=("users", "history", "semantic", "processes", "lexicon"),
+        choices=("users", "history", "semantic", "processes", "lexicon", "retention"),
         help="Run one part (no plots); 'processes' is part D, which the full run leaves out.",
     )
     parser.add_argument("--postgres", default=os.environ.get("SKILLDECK_TEST_POSTGRES_URL"))
@@ -752,6 +760,8 @@ def main(argv: list[str] | None = None) -> int:
     lexicon.add_argument("--lexicon-processes", type=int, default=20)
     lexicon.add_argument("--lexicon-batch", type=int, default=20)
     lexicon.add_argument("--lexicon-probe", nargs=3, help=argparse.SUPPRESS)
+
+    add_arguments(parser)
     args = parser.parse_args(argv)
     if args.worker:
         database, chroma, prefix, budget, names = args.worker
@@ -784,6 +794,10 @@ def main(argv: list[str] | None = None) -> int:
                 args.lexicon_reps,
                 args.lexicon_processes,
                 args.lexicon_batch,
+            )
+        if args.only == "retention":
+            report["retention"] = bench_retention(
+                tmp, args.threads, args.ttl, args.prune_every, args.checkpoint
             )
         if args.only == "processes":
             if not (args.postgres and args.chroma):

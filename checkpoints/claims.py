@@ -96,6 +96,8 @@ SELECT c.thread_id FROM {_TABLE} c WHERE c.interrupt_id = :key AND c.thread_id I
     AND {_SQLITE_LIVE.format(now=":now")}"""
 _RELEASE = f"""
 DELETE FROM {_TABLE} WHERE thread_id = {{p}} AND interrupt_id = {{p}} AND holder = {{p}}"""
+# A deleted thread's claims: its run lease (which the deleting request holds) and any card's.
+_FORGET = f"DELETE FROM {_TABLE} WHERE thread_id = {{p}}"
 # A claim is deleted when its request ends; only a process killed while holding one leaves
 # it, and a later request on the thread takes it over. Claims of threads nobody touches again
 # are swept once they are two leases old, every SWEEP_EVERY claims.
@@ -194,6 +196,11 @@ class InterruptClaims(ABC):
         """Which of ``thread_ids`` have a live claim ``interrupt_id`` (by default: which are
         held by a live run): one that may not be taken over now."""
 
+    @abstractmethod
+    def forget(self, thread_id: str) -> None:
+        """Delete every claim of a deleted thread (call it holding its run lease, which goes
+        too)."""
+
     async def aclaim(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> bool:
         """:meth:`claim` off the event loop."""
         return await asyncio.to_thread(self.claim, thread_id, interrupt_id, holder)
@@ -246,6 +253,11 @@ class MemoryClaims(InterruptClaims):
             found = self._claimed.get((thread_id, interrupt_id))
             if found is not None and found[1] == (holder or self.holder):
                 del self._claimed[thread_id, interrupt_id]
+
+    def forget(self, thread_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._claimed if k[0] == thread_id]:
+                del self._claimed[key]
 
     def live(self, thread_ids: Collection[str], interrupt_id: str = RUN_LEASE) -> set[str]:
         since = self.clock() - self._lease
@@ -321,6 +333,9 @@ class SqliteClaims(InterruptClaims):
 
     def release(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> None:
         self._write(_RELEASE.format(p="?"), (thread_id, interrupt_id, holder or self.holder))
+
+    def forget(self, thread_id: str) -> None:
+        self._write(_FORGET.format(p="?"), (thread_id,))
 
     def live(self, thread_ids: Collection[str], interrupt_id: str = RUN_LEASE) -> set[str]:
         with self._lock:
@@ -499,6 +514,9 @@ class PostgresClaims(InterruptClaims):
     def release(self, thread_id: str, interrupt_id: str, holder: str | None = None) -> None:
         params = (thread_id, interrupt_id, holder or self.holder)
         self._execute(_RELEASE.format(p="%s"), params)
+
+    def forget(self, thread_id: str) -> None:
+        self._execute(_FORGET.format(p="%s"), (thread_id,))
 
     def live(self, thread_ids: Collection[str], interrupt_id: str = RUN_LEASE) -> set[str]:
         rule = {"lease": self._lease, "grace": self.dead_owner_grace_s}

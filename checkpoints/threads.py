@@ -32,6 +32,7 @@ import functools
 import json
 import sqlite3
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -79,6 +80,8 @@ _COLUMNS = (
     "sources",
     "model",
     "title",
+    "ttl_s",
+    "expires_at",
 )
 _CREATE = f"""
 CREATE TABLE IF NOT EXISTS {_TABLE} (
@@ -93,7 +96,10 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     skills TEXT NOT NULL DEFAULT '{{}}',
     sources TEXT NOT NULL DEFAULT '[]',
     model TEXT,
-    title TEXT
+    title TEXT,
+    ttl_s DOUBLE PRECISION,
+    expires_at DOUBLE PRECISION,
+    thinned INTEGER NOT NULL DEFAULT 0
 )"""
 _MATTERS = "skilldeck_matters"
 _GRANTS = "skilldeck_matter_grants"
@@ -103,6 +109,9 @@ _SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_updated ON {_TABLE} (updated_at)",
     # The threads waiting for a card, by how long (the service's metrics read them per scrape).
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_status ON {_TABLE} (status, updated_at)",
+    # The prune's reads: the threads expired by now, and the finished ones not yet thinned.
+    f"CREATE INDEX IF NOT EXISTS {_TABLE}_expires ON {_TABLE} (expires_at)",
+    f"CREATE INDEX IF NOT EXISTS {_TABLE}_thin ON {_TABLE} (status, thinned)",
     f"""CREATE TABLE IF NOT EXISTS {_MATTERS} (
     matter_id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at TEXT NOT NULL)""",
     f"""CREATE TABLE IF NOT EXISTS {_GRANTS} (
@@ -131,19 +140,45 @@ WHERE (SELECT count(*) FROM {_TABLE} WHERE user_id = {{p}}) < {{p}}
 ON CONFLICT (thread_id) DO NOTHING"""
 # A thread that was stored for a run which was then refused: gone, if it never ran.
 _DISCARD = f"DELETE FROM {_TABLE} WHERE thread_id = {{p}} AND status = 'new' AND steps = 0"
-# A run's start: the owner is the first user a thread had and never changes.
+# A run's start: the owner is the first user a thread had and never changes. The thread's
+# time-to-live is the run's, or (the last {p}: 1) the thread keeps its own; it expires that long
+# after now, its last activity. A new run makes new intermediate checkpoints: not thinned.
 _STARTED = f"""
 INSERT INTO {_TABLE} AS t ({", ".join(_COLUMNS)}) VALUES ({", ".join(["{p}"] * len(_COLUMNS))})
 ON CONFLICT (thread_id) DO UPDATE SET
     user_id = COALESCE(t.user_id, excluded.user_id), matter_id = excluded.matter_id,
     status = excluded.status, updated_at = excluded.updated_at, skills = excluded.skills,
     sources = excluded.sources, model = excluded.model,
-    title = COALESCE(t.title, excluded.title)"""
+    title = COALESCE(t.title, excluded.title),
+    ttl_s = CASE WHEN {{p}} = 1 THEN t.ttl_s ELSE excluded.ttl_s END,
+    expires_at = CASE WHEN {{p}} = 1 THEN {{p}} + t.ttl_s ELSE excluded.expires_at END,
+    thinned = 0"""
 _STOPPED = f"""
 UPDATE {_TABLE} SET status = {{p}}, skill = COALESCE({{p}}, skill), steps = {{p}},
-    updated_at = {{p}}, title = COALESCE(title, {{p}}) WHERE thread_id = {{p}}"""
+    updated_at = {{p}}, title = COALESCE(title, {{p}}), expires_at = {{p}} + ttl_s
+WHERE thread_id = {{p}}"""
 # Columns added after the table first shipped, with their definitions, for older databases.
-_ADDED = {"sources": "TEXT NOT NULL DEFAULT '[]'", "title": "TEXT"}
+_ADDED = {
+    "sources": "TEXT NOT NULL DEFAULT '[]'",
+    "title": "TEXT",
+    "ttl_s": "DOUBLE PRECISION",
+    "expires_at": "DOUBLE PRECISION",
+    "thinned": "INTEGER NOT NULL DEFAULT 0",
+}
+# The prune's statements (see skilldeck.checkpoints.retention). A thread whose card waits is
+# never expired; the rest is decided under the thread's run lease. Threads are listed in pages
+# by id, so those a prune leaves (busy ones) never hold the next ones back.
+_EXPIRED = f"""SELECT thread_id FROM {_TABLE}
+WHERE expires_at <= {{p}} AND status <> 'interrupted' AND thread_id > {{p}}
+ORDER BY thread_id LIMIT {{p}}"""
+_COUNT_EXPIRED = f"""SELECT count(*) FROM {_TABLE}
+WHERE expires_at <= {{p}} AND status <> 'interrupted'"""
+_FORGET = f"""DELETE FROM {_TABLE}
+WHERE thread_id = {{p}} AND expires_at <= {{p}} AND status <> 'interrupted'"""
+_UNTHINNED = f"""SELECT thread_id FROM {_TABLE}
+WHERE status = 'finished' AND thinned = 0 AND thread_id > {{p}} ORDER BY thread_id LIMIT {{p}}"""
+_COUNT_UNTHINNED = f"SELECT count(*) FROM {_TABLE} WHERE status = 'finished' AND thinned = 0"
+_THINNED = f"UPDATE {_TABLE} SET thinned = 1 WHERE thread_id = {{p}} AND status = 'finished'"
 _GET = f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} WHERE thread_id = {{p}}"
 _PREFIX = f"SELECT thread_id FROM {_TABLE} WHERE thread_id LIKE {{p}} ESCAPE '\\' LIMIT 3"
 #: The record of a matter nobody has written to yet.
@@ -224,6 +259,9 @@ class ThreadRecord:
     their bundle folders; ``model`` is the model override of that run (``None``: the skills'
     own models). ``title`` is what a list shows of the thread: the first words of the input of
     its first run, or of its response when the input has no text (:func:`thread_title`).
+    ``ttl_s`` is its time-to-live in seconds (``None``: kept until deleted), and ``expires_at``
+    when it expires (seconds since the epoch: ``ttl_s`` after its last activity), from when
+    the prune may delete it (:mod:`skilldeck.checkpoints.retention`).
     """
 
     thread_id: str
@@ -238,6 +276,8 @@ class ThreadRecord:
     sources: Sequence[str] = ()
     model: str | None = None
     title: str | None = None
+    ttl_s: float | None = None
+    expires_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "skills": dict(self.skills), "sources": list(self.sources)}
@@ -286,18 +326,28 @@ class ThreadIndex(ABC):
 
     # -- writes ---------------------------------------------------------------------------
     def create(
-        self, thread_id: str, user_id: str | None, *, limit: int | None = None
+        self,
+        thread_id: str,
+        user_id: str | None,
+        *,
+        limit: int | None = None,
+        ttl_s: float | None = None,
     ) -> ThreadRecord:
         """A new thread that has not run yet (``status`` ``new``); an existing one is kept.
 
         Args:
             limit: the most threads ``user_id`` may own: a new one past it is not stored.
+            ttl_s: it expires that long from now unless it runs (``None``: never).
 
         Raises:
             QuotaExceededError: the thread is new and ``user_id`` already owns ``limit``.
         """
-        now = now_iso()
-        record = ThreadRecord(thread_id, user_id, None, "new", None, 0, now, now)
+        at = time.time()
+        now = _iso(datetime.fromtimestamp(at, UTC))
+        expires = None if ttl_s is None else at + ttl_s
+        record = ThreadRecord(
+            thread_id, user_id, None, "new", None, 0, now, now, ttl_s=ttl_s, expires_at=expires
+        )
         if limit is None:
             self._execute(_INSERT, record._row())
         else:
@@ -325,15 +375,22 @@ class ThreadIndex(ABC):
         sources: Sequence[str],
         model: str | None,
         title: str | None = None,
+        ttl_s: float | None = None,
+        keep_ttl: bool = False,
     ) -> None:
         """A run of the thread starts (new threads get their owner here, and a thread without
-        a title gets ``title``)."""
-        now = now_iso()
+        a title gets ``title``). The thread expires ``ttl_s`` from now (``None``: never); with
+        ``keep_ttl`` (a resume) a known thread keeps its own time-to-live, counted from now,
+        and only a new one gets ``ttl_s``."""
+        at = time.time()
+        now = _iso(datetime.fromtimestamp(at, UTC))
+        expires = None if ttl_s is None else at + ttl_s
         record = ThreadRecord(
             thread_id, user_id, matter_id, "running", None, 0, now, now, dict(skills),
-            tuple(sources), model, title,
+            tuple(sources), model, title, ttl_s, expires,
         )  # fmt: skip
-        self._execute(_STARTED, record._row())
+        keep = int(keep_ttl)
+        self._execute(_STARTED, (*record._row(), keep, keep, at))
 
     def stopped(
         self,
@@ -345,12 +402,43 @@ class ThreadIndex(ABC):
         title: str | None = None,
     ) -> None:
         """A run of the thread stopped with ``status`` (what its checkpoint says now); a thread
-        without a title gets ``title``."""
-        self._execute(_STOPPED, (status, skill, steps, now_iso(), title, thread_id))
+        without a title gets ``title``. Its time-to-live counts from now."""
+        at = time.time()
+        now = _iso(datetime.fromtimestamp(at, UTC))
+        self._execute(_STOPPED, (status, skill, steps, now, title, at, thread_id))
 
     def add(self, record: ThreadRecord) -> None:
         """Insert ``record`` unless the thread is known (filling the index from checkpoints)."""
         self._execute(_INSERT, record._row())
+
+    # -- retention ------------------------------------------------------------------------
+    def expired(self, now: float, limit: int, *, after: str = "") -> builtins.list[str]:
+        """Up to ``limit`` threads expired by ``now`` (seconds since the epoch) whose ids sort
+        after ``after``, by id; never one whose card waits."""
+        return [str(r[0]) for r in self._query(_EXPIRED, (now, after, limit))]
+
+    def count_expired(self, now: float) -> int:
+        """How many threads :meth:`expired` would list without a limit."""
+        return int(self._query(_COUNT_EXPIRED, (now,))[0][0])
+
+    def forget(self, thread_id: str, now: float) -> bool:
+        """Delete the thread's row if it is still expired by ``now`` and no card of it waits;
+        whether it was."""
+        sql = _FORGET + " RETURNING thread_id"
+        return bool(self._atomic(lambda run: run(sql, (thread_id, now))))
+
+    def unthinned(self, limit: int, *, after: str = "") -> builtins.list[str]:
+        """Up to ``limit`` finished threads whose checkpoints were not thinned since their last
+        run and whose ids sort after ``after``, by id."""
+        return [str(r[0]) for r in self._query(_UNTHINNED, (after, limit))]
+
+    def count_unthinned(self) -> int:
+        """How many threads :meth:`unthinned` would list without a limit."""
+        return int(self._query(_COUNT_UNTHINNED, ())[0][0])
+
+    def mark_thinned(self, thread_id: str) -> None:
+        """Record that the finished thread's checkpoints were thinned (its next run clears it)."""
+        self._execute(_THINNED, (thread_id,))
 
     # -- reads ----------------------------------------------------------------------------
     def get(self, thread_id: str) -> ThreadRecord | None:

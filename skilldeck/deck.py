@@ -30,6 +30,7 @@ from skilldeck._internal.driver import (
     run_config,
     run_result,
 )
+from skilldeck._internal.durations import parse_ttl
 from skilldeck._internal.ids import check_id
 from skilldeck._internal.upgrade import upgrade_update
 from skilldeck.checkpoints.claims import InterruptClaims
@@ -48,6 +49,7 @@ from skilldeck.checkpoints.open import (
     open_async_persistence,
     open_persistence,
 )
+from skilldeck.checkpoints.retention import DEFAULT_BATCH, Progress, prune
 from skilldeck.checkpoints.threads import ThreadIndex
 from skilldeck.errors import (
     CardPendingError,
@@ -89,6 +91,7 @@ from skilldeck.tools.mcp import McpTool, tools_for_skills
 from skilldeck.types import (
     Continue,
     Event,
+    PruneReport,
     Resume,
     RouteDecision,
     RunOptions,
@@ -608,6 +611,7 @@ class SkillDeck:
         options: RunOptions,
     ) -> Prepared:
         """Check a run request against the thread; the update and config that start it."""
+        ttl = self._ttl(options.get("ttl"))
         context = options.get("context")
         if context is None:
             raise SkillDeckError(
@@ -638,7 +642,8 @@ class SkillDeck:
             # The same request again for a run that stopped mid-way (its process died, or its
             # database went away): continue from the last checkpoint. New input would discard
             # the unfinished step, with the writes it had saved (a card's answers among them).
-            return Prepared(_going_on(self._upgrade(thread_id, snapshot)), config, snapshot)
+            going_on = _going_on(self._upgrade(thread_id, snapshot))
+            return Prepared(going_on, config, snapshot, ttl=ttl)
         update = {
             "context": context,
             "input": input,
@@ -657,7 +662,17 @@ class SkillDeck:
                 refused.skill or "",
                 [{"path": i.path, "message": i.message} for i in refused.errors],
             )
-        return Prepared(started, config, snapshot)
+        return Prepared(started, config, snapshot, ttl=ttl)
+
+    def _ttl(self, ttl: float | str | None) -> float | None:
+        """A run's time-to-live for its thread, in seconds (``None``: never expires); the
+        deck's default (``settings.thread_ttl``) when it sets none.
+
+        Raises:
+            SkillDeckError: ``ttl`` is not a positive number of seconds, a duration or
+                ``never``.
+        """
+        return self.settings.thread_ttl if ttl is None else parse_ttl(ttl)
 
     def _answer(
         self, snapshot: StateSnapshot | None, request: Resume, options: RunOptions
@@ -784,17 +799,21 @@ class SkillDeck:
         new_thread_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         callbacks: Sequence[BaseCallbackHandler] | None = None,
+        ttl: float | str | None = None,
     ) -> RunResult:
         """Copy ``thread_id`` as it was at ``checkpoint_id`` into a new thread and run it on.
 
         ``update`` (state keys, e.g. a changed ``input`` or ``next_skill``) is applied first,
         as if the step that made the checkpoint had written it. The original thread is not
         touched, so a prompt or model change can be tried against the same starting point.
+        The fork has a time-to-live of its own (``ttl``, as a run's; by default the deck's):
+        deleting the original (a prune) keeps what the fork reads.
 
         Raises:
             ThreadNotFoundError: ``thread_id`` is unknown.
             CheckpointError: ``checkpoint_id`` is not a checkpoint of ``thread_id``.
         """
+        lifetime = self._ttl(ttl)
         self._require(thread_id)
         with checkpoint_errors():
             source = self.graph.get_state(
@@ -834,7 +853,7 @@ class SkillDeck:
         turn = RunView(source.values).turn
         if turn is not None:
             transcript.refer(self.store, new_thread_id, [turn.id])
-        prepared = Prepared(None, config, self._snapshot(new_thread_id))
+        prepared = Prepared(None, config, self._snapshot(new_thread_id), ttl=lifetime)
         return run_sync(lambda: self._driver_of(self.graph, inline=True).invoke(prepared))
 
     def _applied(self, thread_id: str, checkpoint_id: str) -> StateSnapshot | None:
@@ -915,6 +934,45 @@ class SkillDeck:
         with checkpoint_errors():
             records = self.index.list(user_id=user_id, status=status, limit=limit)
         return [ThreadSummary.from_record(r) for r in records]
+
+    def prune(
+        self,
+        *,
+        thin: bool | None = None,
+        dry_run: bool = False,
+        batch: int = DEFAULT_BATCH,
+        now: float | None = None,
+        progress: Progress | None = None,
+        stop: threading.Event | None = None,
+    ) -> PruneReport:
+        """Delete the threads expired by now (each with its checkpoints, transcripts, index row
+        and claims), but none whose card waits, none a run holds, and no transcript row a fork
+        still reads; with ``thin`` (default ``settings.thin_finished``) also thin finished
+        threads to their last checkpoint. See :mod:`skilldeck.checkpoints.retention`.
+
+        Args:
+            thin: thin finished threads (ends time travel to their earlier checkpoints).
+            dry_run: count what would be done; change nothing.
+            batch: threads read per batch; each thread is deleted in short transactions.
+            now: expire threads as of this time (seconds since the epoch; default: now).
+            progress: called after each batch with ``(phase, done, total)``.
+            stop: once set, the prune ends after the thread it is working on.
+
+        Raises:
+            CheckpointError: the database cannot be reached, or thinning a checkpointer the
+                application opened itself.
+        """
+        thin = self.settings.thin_finished if thin is None else thin
+        with checkpoint_errors():
+            return prune(
+                self._persistence,
+                now=now,
+                thin=thin,
+                dry_run=dry_run,
+                batch=batch,
+                progress=progress,
+                stop=stop,
+            )
 
     def mermaid(self) -> str:
         """The compiled graph as Mermaid text (rendered offline by any Mermaid viewer)."""

@@ -276,6 +276,26 @@ class Settings(BaseSettings):
         "instead of GET /metrics on the service; implies metrics.",
     )
 
+    thread_ttl: float | None = Field(
+        default=None,
+        description="How long a thread is kept after its last activity: seconds, or a whole "
+        "number with a unit (90s, 15m, 12h, 30d); unset or 'never': kept until deleted. A run "
+        "may set its own thread's (ttl). Expired threads are deleted by the prune (see "
+        "prune_interval_s, `skilldeck prune`), except one whose card waits.",
+    )
+    prune_interval_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="Seconds between the prunes `skilldeck serve` runs in the background "
+        "(expired threads; and thinning, with thin_finished); 0: none (run `skilldeck prune`).",
+    )
+    thin_finished: bool = Field(
+        default=False,
+        description="Let the prune delete every checkpoint of a finished thread but its last "
+        "one: the database keeps what the thread ended with, and time travel (history, fork) "
+        "to its earlier checkpoints ends.",
+    )
+
     messages_path: str = Field(
         default_factory=lambda: str(state_home().path / "messages.sqlite"),
         description="The message store: a SQLite file, or a postgresql:// URL.",
@@ -319,6 +339,20 @@ class Settings(BaseSettings):
                 f"metrics_address must be HOST:PORT (e.g. 127.0.0.1:9464), not {value!r}"
             )
         return value.strip()
+
+    @field_validator("thread_ttl", mode="before")
+    @classmethod
+    def _ttl(cls, value: object) -> float | None:
+        """A time-to-live as :func:`~skilldeck._internal.durations.parse_ttl` reads it."""
+        from skilldeck._internal.durations import parse_ttl
+        from skilldeck.errors import SkillDeckError
+
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        try:
+            return parse_ttl(value.strip() if isinstance(value, str) else value, name="thread_ttl")
+        except SkillDeckError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("files_root", "model", "base_url", mode="before")
     @classmethod

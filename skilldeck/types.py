@@ -24,6 +24,7 @@ __all__ = [
     "Event",
     "InputType",
     "Problem",
+    "PruneReport",
     "Resume",
     "RouteCandidate",
     "RouteDecision",
@@ -205,9 +206,11 @@ request that routing by description reads; ``None``: an empty input), a :class:`
 
 class RunOptions(TypedDict, total=False):
     """The options of ``SkillDeck.run`` and ``stream``. A new turn needs ``context`` and may
-    name its thread (a new one by default), identity and first skill; a :class:`Resume` or
-    :class:`Continue` goes on with the thread's own, and takes only ``metadata`` and
-    ``callbacks`` (which go into the run's LangChain config)."""
+    name its thread (a new one by default), identity and first skill, and set the thread's
+    time-to-live (``ttl``: seconds, ``"30d"``-style, or ``"never"``; by default
+    ``settings.thread_ttl``); a :class:`Resume` or :class:`Continue` goes on with the thread's
+    own, and takes only ``metadata`` and ``callbacks`` (which go into the run's LangChain
+    config)."""
 
     context: str
     thread_id: str | None
@@ -216,6 +219,39 @@ class RunOptions(TypedDict, total=False):
     next_skill: str | None
     metadata: Mapping[str, Any] | None
     callbacks: Sequence[BaseCallbackHandler] | None
+    ttl: float | str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What one prune did (``SkillDeck.prune``, ``skilldeck prune``), or would do (``dry_run``).
+
+    Attributes:
+        expired: threads expired when the prune started (none whose card waits).
+        deleted: threads deleted, each with its checkpoints, transcripts, index row and claims.
+        busy: expired threads left alone because a run (or another prune) held them.
+        pending: expired threads left alone because a card of theirs waits (their index row
+            was behind their checkpoint).
+        finished: finished threads whose checkpoints were not thinned since their last run
+            (counted with ``thin`` only).
+        thinned: of those, the threads thinned to their last checkpoint.
+        checkpoints_removed: the checkpoints thinning removed.
+        seconds: how long the prune took.
+        dry_run: nothing was deleted: ``deleted`` and ``thinned`` say what would be.
+    """
+
+    expired: int = 0
+    deleted: int = 0
+    busy: int = 0
+    pending: int = 0
+    finished: int = 0
+    thinned: int = 0
+    checkpoints_removed: int = 0
+    seconds: float = 0.0
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

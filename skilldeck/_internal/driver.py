@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
@@ -95,6 +95,9 @@ class Prepared:
     holder: str = field(default_factory=new_holder)
     #: Once set, the run ends after the step that is running (see the module docstring).
     stop: threading.Event | None = None
+    #: The thread's time-to-live from this run on, in seconds (``None``: never expires), or
+    #: ``"keep"``: its own (a new thread's is the deck's default, ``settings.thread_ttl``).
+    ttl: float | Literal["keep"] | None = "keep"
 
     @property
     def thread_id(self) -> str:
@@ -368,6 +371,8 @@ class Driver:
                 sources=self.sources,
                 model=self.settings.model,
                 title=thread_title(given),
+                ttl_s=self.settings.thread_ttl if request.ttl == "keep" else request.ttl,
+                keep_ttl=request.ttl == "keep",
             )
 
     async def _stopped(self, thread_id: str, asked: bool = False) -> RunResult:

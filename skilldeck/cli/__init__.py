@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import typer
 
-from skilldeck.cli import bundles, runs, stores
+from skilldeck.cli import bundles, retention, runs, stores
 from skilldeck.cli.evals import eval_app
 from skilldeck.cli.serve import keys_app, matters_app, mcp, serve
 
@@ -34,6 +34,7 @@ commands: tuple[Callable[..., None], ...] = (
     bundles.route,
     runs.graph,
     stores.recall,
+    retention.prune,
     serve,
     mcp,
 )

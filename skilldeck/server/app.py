@@ -44,6 +44,7 @@ from skilldeck.server.errors import install_error_handlers
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.limits import BodyLimit
 from skilldeck.server.metrics import Metrics
+from skilldeck.server.retention import BackgroundPrune
 from skilldeck.server.routers import ROUTERS
 from skilldeck.server.routers.info import metrics_router
 from skilldeck.server.runs import RunStreams
@@ -126,17 +127,24 @@ def create_app(
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Serve the metrics at their own address while the app runs, if so configured; when the
-    app stops, drain its runs (each stops after its step, at its checkpoint, within
+    """Serve the metrics at their own address while the app runs, if so configured, and prune
+    expired threads every ``SKILLDECK_PRUNE_INTERVAL_S`` (:mod:`skilldeck.server.retention`);
+    when the app stops, drain its runs (each stops after its step, at its checkpoint, within
     ``SKILLDECK_DRAIN_TIMEOUT_S``; already done if ``skilldeck serve`` drained on SIGTERM)."""
     service: Service = app.state.service
     settings = service.deck.settings
     exporter = None
     if service.metrics is not None and settings.metrics_address is not None:
         exporter = _serve_metrics(service.metrics, settings.metrics_address)
+    pruning = None
+    if settings.prune_interval_s > 0:
+        pruning = BackgroundPrune(service.deck, settings.prune_interval_s)
+        pruning.start()
     try:
         yield
     finally:
+        if pruning is not None:
+            await pruning.stop()
         await service.runs.drain(settings.drain_timeout_s)
         await run_in_threadpool(service.runs.close)
         if exporter is not None:

@@ -13,12 +13,15 @@ from pydantic import (
     StrictBool,
     StrictStr,
     Tag,
+    field_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 from typing_extensions import TypeAliasType
 
+from skilldeck._internal.durations import TTL_PATTERN, parse_ttl
 from skilldeck._internal.ids import Identifier
+from skilldeck.errors import SkillDeckError
 from skilldeck.types import InputType
 
 __all__ = [
@@ -186,6 +189,29 @@ class RunRequest(BaseModel):
     stream_deltas: bool = Field(
         default=False, description="Also stream the models' text as it is generated (delta)."
     )
+    ttl: (
+        Annotated[float, Field(gt=0, strict=True)]
+        | Annotated[StrictStr, Field(pattern=TTL_PATTERN)]
+        | None
+    ) = Field(
+        default=None,
+        description="How long the thread is kept after its last activity: seconds, a whole "
+        "number with a unit (90s, 15m, 12h, 30d) or 'never'; default: the service's "
+        "(SKILLDECK_THREAD_TTL).",
+        examples=["30d"],
+    )
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _ttl(cls, value: object) -> object:
+        """A bad value is refused (422) with the engine's own message, before the run is
+        queued; the schema above says the same."""
+        if value is not None:
+            try:
+                parse_ttl(value)
+            except SkillDeckError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
 
 class ResumeRequest(BaseModel):

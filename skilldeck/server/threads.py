@@ -75,9 +75,11 @@ class Threads:
         return CreatedThread(thread_id=record.thread_id, created_at=record.created_at)
 
     def _new(self, thread_id: str, user_id: str) -> ThreadRecord:
-        """Store a new thread of ``user_id``, within their quota (an existing one is kept)."""
-        limit = self.deck.settings.max_threads_per_user
-        return self.deck.index.create(thread_id, user_id, limit=limit)
+        """Store a new thread of ``user_id``, within their quota (an existing one is kept); one
+        that never runs expires like any other (``SKILLDECK_THREAD_TTL``)."""
+        settings = self.deck.settings
+        limit, ttl = settings.max_threads_per_user, settings.thread_ttl
+        return self.deck.index.create(thread_id, user_id, limit=limit, ttl_s=ttl)
 
     def owned(self, thread_id: str, user_id: str) -> RunResult | None:
         """The thread if ``user_id`` owns it (``None``: created, not run yet).

@@ -49,6 +49,7 @@ async def start_run(
             user_id=user,
             matter_id=body.matter_id,
             next_skill=body.next_skill,
+            ttl=body.ttl,
             deltas=body.stream_deltas,
         ),
     )
