@@ -31,10 +31,10 @@ import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
-from langgraph.store.base import BaseStore, Op, PutOp
+from langgraph.store.base import BaseStore, Op, PutOp, SearchItem, SearchOp
 
 from skilldeck._internal.store_keys import thread_label
 from skilldeck.errors import CheckpointError
@@ -213,16 +213,25 @@ def forget_thread(store: BaseStore, thread_id: str) -> int:
     reaches; the number of turns deleted."""
     label = thread_label(thread_id)
     deleted = 0
+    # Three batches a turn (each a round trip to a server's store), in this order: a search
+    # in the batch that deletes the reference could run before the delete.
     for item in store.search((*_THREAD_TURNS, label), limit=MAX_ROWS):
         turn_id = item.key
-        store.delete((*_TURN_REFS, turn_id), label)
-        store.delete((*_THREAD_TURNS, label), turn_id)
-        if store.search((*_TURN_REFS, turn_id), limit=1):
-            continue
-        for kind in ("turns", *TURN_DATA):
-            namespace = turn_namespace(turn_id, kind)
-            rows = store.search(namespace, limit=MAX_ROWS)
-            store.batch([PutOp(namespace, row.key, None) for row in rows])
+        refs = [
+            PutOp((*_TURN_REFS, turn_id), label, None),
+            PutOp((*_THREAD_TURNS, label), turn_id, None),
+        ]
+        store.batch(refs)
+        namespaces = [turn_namespace(turn_id, kind) for kind in ("turns", *TURN_DATA)]
+        searches = [SearchOp(ns, limit=MAX_ROWS) for ns in namespaces]
+        found = cast(
+            list[list[SearchItem]],
+            store.batch([SearchOp((*_TURN_REFS, turn_id), limit=1), *searches]),
+        )
+        if found[0]:
+            continue  # another thread (a fork) still reaches the turn
+        rows = zip(namespaces, found[1:], strict=True)
+        store.batch([PutOp(ns, row.key, None) for ns, items in rows for row in items])
         deleted += 1
     return deleted
 

@@ -27,7 +27,7 @@ from conftest import (
 from serving import ServeProcess, free_port
 from typer.testing import CliRunner
 
-from skilldeck import Resume, Settings, SkillDeck
+from skilldeck import CardEvent, Resume, Settings, SkillDeck
 from skilldeck.checkpoints.claims import RUN_LEASE
 from skilldeck.cli import app
 from skilldeck.errors import CheckpointError, SkillDeckError
@@ -235,7 +235,8 @@ def test_a_run_sets_its_thread_ttl_and_a_resume_keeps_it(deck: SkillDeck) -> Non
 
 
 @pytest.mark.parametrize(
-    "ttl", ["soon", "-5", "0", "1.5d", "05m", "NEVER", 0, -1.0, float("nan"), float("inf"), True]
+    "ttl",
+    ["soon", "-5", "0", "1.5d", "05m", "NEVER", 0, -1.0, float("nan"), float("inf"), True, 10**400],
 )
 def test_a_bad_ttl_is_refused_and_changes_nothing(tmp_path: Path, ttl: Any) -> None:
     with _deck(f"sqlite:///{tmp_path / 'c.sqlite'}") as deck:
@@ -385,3 +386,58 @@ def _until(check: Callable[[], bool], timeout: float = 20) -> None:
     while not check():
         assert time.monotonic() < deadline, "the background prune did not delete the thread"
         time.sleep(0.1)
+
+
+def test_a_pruned_threads_run_log_is_not_replayed_to_the_next_user_of_its_id(
+    tmp_path: Path,
+) -> None:
+    """A client names its AG-UI threads: once alice's thread is pruned, bob may take its id.
+    The process still holds alice's last run log; ``GET /stream`` answers bob 404."""
+    from fastapi.testclient import TestClient
+
+    from skilldeck.server import create_app
+
+    keys = {"alice": "sdk_alice_retention_key_0123456789", "bob": "sdk_bob_retention_key_0123456"}
+    alice, bob = ({"Authorization": f"Bearer {keys[u]}"} for u in ("alice", "bob"))
+    with _deck(f"sqlite:///{tmp_path / 'c.sqlite'}", thread_ttl=1, prune_interval_s=0) as deck:
+        own_matter(deck, "demo-matter", "alice")
+        app = create_app(deck, api_keys={hash_key(k): u for u, k in keys.items()})
+        with TestClient(app) as http:
+            app.state.service.threads.adopt("chat-1", "alice")  # as POST /agui does
+            ran = http.post("/threads/chat-1/runs", headers=alice, json={"input": INPUT, **DEMO})
+            card = json.loads(ran.text.strip().split("\n\n")[-1].split("data: ", 1)[1])
+            answers = {"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]}
+            done = http.post("/threads/chat-1/resume", headers=alice, json=answers)
+            assert done.status_code == 200 and "event: done" in done.text
+            assert http.get("/threads/chat-1/stream", headers=alice).status_code == 200
+            assert deck.prune(now=time.time() + 60).deleted == 1
+            app.state.service.threads.adopt("chat-1", "bob")  # as POST /agui does for bob
+            replay = http.get("/threads/chat-1/stream", headers=bob)
+            assert replay.status_code == 404, replay.text[:300]
+            assert replay.json()["error"]["code"] == "NO_RUN_STREAM"
+            assert "Acme" not in replay.text
+
+
+def test_a_queued_run_whose_thread_was_pruned_meanwhile_keeps_it_indexed(tmp_path: Path) -> None:
+    """A run accepted with its lease, then left waiting past the lease while a prune deleted
+    its (expired, empty) thread: when it starts it takes the lease again and records the
+    thread in the index again, so its owner finds it and a later prune can reach it."""
+    from conftest import FakeClock
+
+    from skilldeck.checkpoints import open_persistence
+
+    clock = FakeClock()
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    settings = Settings(model=f"scripted:{DEMO_SCRIPT}", files_root=str(DEMO_FILES))
+    with SkillDeck(
+        checkpointer=open_persistence(url, claim_clock=clock), settings=settings
+    ) as deck:
+        own_matter(deck, "demo-matter", "alice")
+        events = deck.stream(INPUT, thread_id="t1", ttl=60, user_id="alice", **DEMO)
+        clock.advance(deck.claims.lease_s + 1)  # waited in the queue past its lease
+        assert deck.prune(now=time.time() + 61).deleted == 1
+        last = list(events)[-1]
+        assert isinstance(last, CardEvent)
+        record = deck.index.get("t1")
+        assert record is not None and record.user_id == "alice"
+        assert [t.thread_id for t in deck.threads(user_id="alice")] == ["t1"]

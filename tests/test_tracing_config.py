@@ -22,7 +22,8 @@ from skilldeck import Settings, SkillDeck, demo
 from skilldeck.errors import SkillDeckError
 from skilldeck.skills import builtin_skills_dir
 
-settings = Settings(_env_file=None, model=f"scripted:{demo.SCRIPT}", files_root=str(demo.FILES))
+files = tempfile.mkdtemp() if sys.argv[1:] == ["nofiles"] else str(demo.FILES)
+settings = Settings(_env_file=None, model=f"scripted:{demo.SCRIPT}", files_root=files)
 where = f"sqlite:///{tempfile.mkdtemp()}/c.sqlite"
 try:
     deck = SkillDeck(
@@ -133,3 +134,14 @@ def test_a_variable_skilldeck_cannot_honour_is_refused_with_how_to_fix_it(
     reported, _ = run_demo(env)
     message = str(reported["message"])
     assert names in message and ("otlp" in message or "http/protobuf" in message)
+
+
+def test_a_tools_error_text_stays_out_of_its_span_unless_content_is_on() -> None:
+    """A tool's error quotes its arguments (here the file the matter lacks): with content off
+    its span says only the error's type; with content on, what the tool said."""
+    env = {"OTEL_TRACES_EXPORTER": "console"}
+    _, printed = run_demo(env, "nofiles")
+    assert '"ToolError"' in printed or "ToolError" in printed
+    assert "complaint.txt" not in printed
+    _, printed = run_demo({**env, "SKILLDECK_TRACE_CONTENT": "1"}, "nofiles")
+    assert "no file 'complaint.txt'" in printed

@@ -297,6 +297,10 @@ class Driver:
                 renewed = await self._io(self.claims.renew, *claim, request.holder)
                 if not renewed and not await self._io(self.claims.claim, *claim, request.holder):
                     raise StaleRunError(request.thread_id)
+                if not renewed and claim == request.lease:
+                    # The lease row went while the run waited (swept, or a prune deleted the
+                    # expired thread with it): record the thread again as the run starts.
+                    await self._io(self._started, request)
         if request.moved(await self._latest(request.thread_id)):
             raise StaleRunError(request.thread_id)
 

@@ -32,7 +32,10 @@ def parse_ttl(value: object, *, name: str = "ttl") -> float | None:
         found = _DURATION.fullmatch(value)
         seconds = float(found[1]) * _UNITS[found[2]] if found else math.nan
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past a float's range
+            seconds = math.inf
     else:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):

@@ -181,18 +181,20 @@ class RunTrace(BaseCallbackHandler):
                 self.run.set_attribute("skilldeck.run.status", "abandoned")
             elif error is not None:
                 code = getattr(getattr(error, "code", None), "value", None)
-                self._error(self.run, str(code or type(error).__name__), str(safe_reason(error)))
+                self._error(self.run, str(code or type(error).__name__), error)
             self._close_turn()
             for span in self._calls.values():  # calls cut off with the run
                 span.end()
             self._calls.clear()
             self.run.end()
 
-    @staticmethod
-    def _error(span: Span, code: str, description: str | None = None) -> None:
+    def _error(self, span: Span, code: str, error: BaseException | None = None) -> None:
+        """Mark ``span`` failed with ``code``; the error's own text (which may quote a tool's
+        arguments, its output or a document) is its description only with content on."""
         span.set_attribute("skilldeck.error.code", code)
         span.set_attribute("error.type", code)
-        span.set_status(Status(StatusCode.ERROR, description or code))
+        shown = str(safe_reason(error)) if error is not None and self.content else code
+        span.set_status(Status(StatusCode.ERROR, shown))
 
     # -- turns and attempts -------------------------------------------------------------------
     def _close_attempt(self) -> None:
@@ -352,7 +354,7 @@ class RunTrace(BaseCallbackHandler):
                 return
             if self._attempt is not None and span is self._attempt.span:
                 return  # the run ends with the error: the attempt ends with it
-            self._error(span, type(error).__name__, str(safe_reason(error)))
+            self._error(span, type(error).__name__, error)
             span.end()
 
     def _interrupted(self, span: Span, interrupt: GraphInterrupt) -> None:
@@ -481,7 +483,7 @@ class RunTrace(BaseCallbackHandler):
         with self._lock:
             span = self._end_call(run_id)
         if span is not None:
-            self._error(span, type(error).__name__, str(safe_reason(error)))
+            self._error(span, type(error).__name__, error)
             span.end()
 
     def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -549,7 +551,7 @@ class RunTrace(BaseCallbackHandler):
         if span is None:
             return
         span.set_attribute("skilldeck.tool.status", "error")
-        self._error(span, type(error).__name__, str(safe_reason(error)))
+        self._error(span, type(error).__name__, error)
         span.end()
 
 

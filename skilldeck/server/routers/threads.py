@@ -111,7 +111,9 @@ async def follow(
     Reconnect here when a run's stream breaks off."""
     await run_in_threadpool(service.threads.owned, thread_id, user)
     run_log = service.runs.logs.get(thread_id)
-    if run_log is None:
+    # A log is its run's user's: a thread id another user held before it was pruned (a client
+    # names AG-UI threads) keeps that user's last log in this process until a new run's.
+    if run_log is None or run_log.user_id != user:
         raise NotFound(
             "NO_RUN_STREAM",
             f"no run of thread {thread_id!r} has streamed in this server process; "
