@@ -108,35 +108,54 @@ def prune(
         report = replace(report, deleted=report.expired, thinned=report.finished)
     else:
         thinner = _thinner(persistence.saver) if thin else None
-        report = _delete_expired(persistence, now, batch, report, progress, stop)
+        report = _sweep(
+            persistence,
+            lambda after: index.expired(now, batch, after=after),
+            lambda t: _delete(persistence, t, now),
+            "delete",
+            lambda r: r.expired,
+            report,
+            progress,
+            stop,
+        )
         if thinner is not None:
-            report = _thin_finished(persistence, thinner, batch, report, progress, stop)
+            report = _sweep(
+                persistence,
+                lambda after: index.unthinned(batch, after=after),
+                lambda t: _thin(persistence, thinner, t),
+                "thin",
+                lambda r: r.finished,
+                report,
+                progress,
+                stop,
+            )
     return replace(report, seconds=time.monotonic() - started)
 
 
-def _delete_expired(
+def _sweep(
     persistence: Persistence,
-    now: float,
-    batch: int,
+    page: Callable[[str], list[str]],
+    act: Callable[[str], str | int | None],
+    stage: str,
+    total: Callable[[PruneReport], int],
     report: PruneReport,
     progress: Progress | None,
     stop: threading.Event | None,
 ) -> PruneReport:
-    index = persistence.threads
+    """``act`` on each thread of the pages ``page(after)`` lists (ids after ``after``, in order),
+    each under its run lease (see :func:`_held`), until a page is empty or ``stop`` is set;
+    ``progress(stage, done, total(report))`` after each page."""
     done, after = 0, ""
-    while True:
-        found = index.expired(now, batch, after=after)
-        if not found:
-            return report
+    while found := page(after):
         for thread_id in found:
             if stop is not None and stop.is_set():
                 return report
-            outcome = _held(persistence, thread_id, lambda t: _delete(persistence, t, now))
-            report = _count(report, outcome)
+            report = _count(report, _held(persistence, thread_id, act))
         done += len(found)
         after = found[-1]
         if progress is not None:
-            progress("delete", min(done, report.expired), report.expired)
+            progress(stage, min(done, total(report)), total(report))
+    return report
 
 
 def _count(report: PruneReport, outcome: str | int | None) -> PruneReport:
@@ -208,31 +227,6 @@ def _forget_items(store: BaseStore, thread_id: str) -> None:
 
 # -- thinning -------------------------------------------------------------------------------
 Thinner = Callable[[str], int]
-
-
-def _thin_finished(
-    persistence: Persistence,
-    thinner: Thinner,
-    batch: int,
-    report: PruneReport,
-    progress: Progress | None,
-    stop: threading.Event | None,
-) -> PruneReport:
-    index = persistence.threads
-    done, after = 0, ""
-    while True:
-        found = index.unthinned(batch, after=after)
-        if not found:
-            return report
-        for thread_id in found:
-            if stop is not None and stop.is_set():
-                return report
-            outcome = _held(persistence, thread_id, lambda t: _thin(persistence, thinner, t))
-            report = _count(report, outcome)
-        done += len(found)
-        after = found[-1]
-        if progress is not None:
-            progress("thin", min(done, report.finished), report.finished)
 
 
 def _thin(persistence: Persistence, thinner: Thinner, thread_id: str) -> int | None:

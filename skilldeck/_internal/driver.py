@@ -66,9 +66,16 @@ from skilldeck.graph.state import RunView
 from skilldeck.nodes.context import ROUTER_NODE
 from skilldeck.nodes.model_call import DEADLINE_KEY, RUN_TIMEOUT_KEY
 from skilldeck.settings import Settings
-from skilldeck.types import Event, RunResult
+from skilldeck.types import Continue, Event, Resume, RunResult
 
-__all__ = ["Driver", "Prepared", "checkpoint_errors", "run_config", "run_result"]
+__all__ = [
+    "Driver",
+    "Prepared",
+    "checkpoint_errors",
+    "request_kind",
+    "run_config",
+    "run_result",
+]
 
 Claim = tuple[str, str]
 P = ParamSpec("P")
@@ -131,6 +138,14 @@ class Prepared:
         """Whether the thread's ``latest`` checkpoint is not the one the request was checked
         against (a run that ended between the check and the lease)."""
         return _checkpoint_id(self.before) != _checkpoint_id(latest)
+
+
+def request_kind(request: object) -> Literal["run", "resume", "continue"]:
+    """What a request to run does, as metrics and traces name it: a card's answers
+    (``resume``), going on from the last checkpoint (``continue``), or a new turn (``run``)."""
+    if isinstance(request, Resume):
+        return "resume"
+    return "continue" if isinstance(request, Continue) else "run"
 
 
 def run_config(

@@ -31,8 +31,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
+from skilldeck._internal.driver import request_kind
 from skilldeck.errors import MissingExtraError, SkillDeckError
-from skilldeck.types import Continue, Resume
+from skilldeck.types import Resume
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -160,13 +161,7 @@ def traced(tracer: Tracer, prepared: Prepared, request: Any, skills: frozenset[s
     the run's span starts now, as a child of the current context."""
     from skilldeck._internal.spans import RunTrace
 
-    kind = (
-        "resume"
-        if isinstance(request, Resume)
-        else "continue"
-        if isinstance(request, Continue)
-        else "run"
-    )
+    kind = request_kind(request)
     payload = prepared.payload
     context = payload.get("context") if isinstance(payload, Mapping) else None
     trace = RunTrace(

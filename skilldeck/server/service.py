@@ -10,12 +10,13 @@ from typing import Annotated, Unpack
 
 from fastapi import Depends, Request
 
+from skilldeck._internal.driver import request_kind
 from skilldeck.deck import SkillDeck
 from skilldeck.server.keys import ApiKeys
 from skilldeck.server.metrics import Metrics
 from skilldeck.server.runs import RunStreams
 from skilldeck.server.threads import Threads
-from skilldeck.types import Continue, Event, Resume, RunOptions, RunRequest
+from skilldeck.types import Event, RunOptions, RunRequest
 
 __all__ = ["CurrentService", "Service", "current_service", "service_version"]
 
@@ -48,14 +49,7 @@ class Service:
             return self.deck.stream(request, deltas=deltas, stop=self.runs.stopping, **options)
         options["callbacks"] = [*(options.get("callbacks") or ()), self.metrics.model_calls_handler]
         events = self.deck.stream(request, deltas=deltas, stop=self.runs.stopping, **options)
-        kind = (
-            "resume"
-            if isinstance(request, Resume)
-            else "continue"
-            if isinstance(request, Continue)
-            else "run"
-        )
-        return self.metrics.watch(events, kind)
+        return self.metrics.watch(events, request_kind(request))
 
 
 def current_service(request: Request) -> Service:
