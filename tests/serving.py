@@ -4,6 +4,8 @@ serve root (``conftest.write_serve_root``) with the demo's runs."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -16,7 +18,15 @@ from typing import Any, Self
 import httpx
 from conftest import DEMO_FILES, serve_command
 
-__all__ = ["DEMO_RUN", "SLOW_RUN", "DemoServer", "ServeProcess", "free_port"]
+__all__ = [
+    "DEMO_RUN",
+    "SLOW_RUN",
+    "DemoServer",
+    "ServeProcess",
+    "free_port",
+    "sse",
+    "stop_group",
+]
 
 #: The demo's intake on its matter, as the body of ``POST /threads/{id}/runs``.
 DEMO_RUN: dict[str, Any] = {
@@ -26,6 +36,28 @@ DEMO_RUN: dict[str, Any] = {
 }
 #: A run of a serve root's ``slow`` context: a quick step, a slow one, then a card.
 SLOW_RUN: dict[str, Any] = {"context": "slow"}
+
+
+def sse(body: str) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(event, data)`` pairs of a server-sent events body."""
+    events = []
+    for block in body.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+def stop_group(proc: subprocess.Popen[Any]) -> None:
+    """End a process started with ``start_new_session=True`` and everything it started:
+    SIGTERM to its group, up to 30 s for the process to exit, then SIGKILL to what is left of
+    the group (a child that outlived its parent too)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def free_port() -> int:

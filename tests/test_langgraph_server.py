@@ -11,11 +11,9 @@ runs without the vectors extra.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +26,7 @@ import pytest
 from conftest import DEMO_ANSWERS
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
-from serving import free_port
+from serving import free_port, stop_group
 
 from skilldeck import SkillDeck
 
@@ -92,14 +90,9 @@ def server(checkout: Path) -> Iterator[str]:
         KEYS.update({u: (checkout / f"{u}.key").read_text().strip() for u in ("alice", "bob")})
         yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(30)
+            stop_group(proc)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
             log.close()
 
 

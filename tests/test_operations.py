@@ -25,7 +25,7 @@ from conftest import (
 from endpoint import Answer, serve, text
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from serving import DEMO_RUN, SLOW_RUN, DemoServer, free_port
+from serving import DEMO_RUN, SLOW_RUN, DemoServer, free_port, sse
 
 from skilldeck import Continue, Settings, SkillDeck
 from skilldeck.server import create_app, hash_key
@@ -67,14 +67,6 @@ def _root(tmp_path: Path, slow_s: float) -> tuple[Path, str]:
     url = f"sqlite:///{root / 'serve.sqlite'}"
     own_matter(url, "demo-matter", "carol")
     return root, url
-
-
-def sse(body: str) -> list[tuple[str, dict[str, Any]]]:
-    events = []
-    for block in body.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.splitlines())
-        events.append((lines["event"], json.loads(lines["data"])))
-    return events
 
 
 def scrape(http: httpx.Client, path: str = "/metrics") -> Samples:

@@ -24,7 +24,7 @@ from conftest import (
     serve_command,
     write_serve_root,
 )
-from serving import ServeProcess, free_port
+from serving import ServeProcess, free_port, sse
 from typer.testing import CliRunner
 
 from skilldeck import CardEvent, Resume, Settings, SkillDeck
@@ -405,7 +405,7 @@ def test_a_pruned_threads_run_log_is_not_replayed_to_the_next_user_of_its_id(
         with TestClient(app) as http:
             app.state.service.threads.adopt("chat-1", "alice")  # as POST /agui does
             ran = http.post("/threads/chat-1/runs", headers=alice, json={"input": INPUT, **DEMO})
-            card = json.loads(ran.text.strip().split("\n\n")[-1].split("data: ", 1)[1])
+            _, card = sse(ran.text)[-1]
             answers = {"answers": DEMO_ANSWERS, "interrupt_id": card["interrupt_id"]}
             done = http.post("/threads/chat-1/resume", headers=alice, json=answers)
             assert done.status_code == 200 and "event: done" in done.text

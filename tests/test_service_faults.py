@@ -42,7 +42,7 @@ from fastapi.testclient import TestClient
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import StateSnapshot
 from servers import Services
-from serving import DEMO_RUN, SLOW_RUN, DemoServer
+from serving import DEMO_RUN, SLOW_RUN, DemoServer, sse
 
 import skilldeck._internal.postgres as pg_internal
 from skilldeck import Continue, Resume, Settings, SkillDeck
@@ -94,14 +94,6 @@ def serve(serve_root: Path) -> Iterator[Callable[..., list[DemoServer]]]:
     yield start
     for server in started:
         server.stop()
-
-
-def sse(text: str) -> list[tuple[str, dict[str, Any]]]:
-    events = []
-    for block in text.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.splitlines())
-        events.append((lines["event"], json.loads(lines["data"])))
-    return events
 
 
 def run_to_card(http: httpx.Client, body: dict[str, Any] = DEMO_RUN) -> tuple[str, dict[str, Any]]:

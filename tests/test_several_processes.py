@@ -32,8 +32,8 @@ from conftest import (
     write_serve_root,
 )
 from servers import fresh_database
-from serving import SLOW_RUN, ServeProcess, free_port
-from test_service_faults import resume, sse
+from serving import SLOW_RUN, ServeProcess, free_port, sse
+from test_service_faults import resume
 
 from skilldeck.server import hash_key
 from skilldeck.skills import builtin_skills_dir

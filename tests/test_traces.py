@@ -17,7 +17,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -29,16 +28,14 @@ import httpx
 import pytest
 from conftest import (
     DEMO_ANSWERS,
-    DEMO_FILES,
     own_matter,
-    serve_command,
     write_bundle,
     write_serve_root,
 )
 from endpoint import Answer, serve, text
 from phoenix_venv import phoenix_venv
 from servers import CHROMIUM_INSTALL, program
-from serving import DEMO_RUN, ServeProcess, free_port
+from serving import DEMO_RUN, DemoServer, free_port, sse, stop_group
 
 from skilldeck.server import hash_key
 
@@ -84,13 +81,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             time.sleep(0.5)
         yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
         log.close()
 
 
@@ -165,28 +156,18 @@ def only(spans: list[Span], name: str) -> Span:
     return found
 
 
-def sse(body: str) -> list[tuple[str, dict[str, Any]]]:
-    events = []
-    for block in body.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.splitlines())
-        events.append((lines["event"], json.loads(lines["data"])))
-    return events
-
-
 def values(spans: list[Span]) -> str:
     """Every attribute of ``spans`` as one text (to look for what must not be there)."""
     return json.dumps([s["attributes"] for s in spans] + [s.get("events") for s in spans])
 
 
 @pytest.fixture
-def served(phoenix: str, tmp_path: Path) -> Iterator[ServeProcess]:
+def served(phoenix: str, tmp_path: Path) -> Iterator[DemoServer]:
     """``skilldeck serve`` of the demo, tracing to Phoenix by the standard variables only."""
     root = write_serve_root(tmp_path / "root", {hash_key(KEY): "carol"}, 0.1)
     checkpoint = f"sqlite:///{root / 'serve.sqlite'}"
     own_matter(checkpoint, "demo-matter", "carol")
-    port = free_port()
-    env = {"SKILLDECK_FILES_ROOT": str(DEMO_FILES), **otel_env(phoenix)}
-    server = ServeProcess(serve_command(root, port, checkpoint), port, root / "serve.log", env)
+    server = DemoServer(root, checkpoint, KEY, env=otel_env(phoenix))
     try:
         yield server.wait()
     finally:
@@ -194,7 +175,7 @@ def served(phoenix: str, tmp_path: Path) -> Iterator[ServeProcess]:
 
 
 def test_a_demo_run_over_http_is_one_span_tree_under_the_callers_traceparent(
-    phoenix: str, served: ServeProcess
+    phoenix: str, served: DemoServer
 ) -> None:
     with httpx.Client(base_url=served.url, headers=AUTH, timeout=60) as http:
         thread = http.post("/threads").json()["thread_id"]
